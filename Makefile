@@ -1,0 +1,42 @@
+# Two commands on a fresh Debian 12 machine:
+#   make demo   installs what is missing, builds, runs the main job on the built-in example
+#   make test   installs what is missing, builds, runs the whole test suite
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+BUILD_TYPE ?= Release
+
+# Debian packages the torch-free core needs (the runtime adds libtorch later).
+DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev libcli11-dev \
+                libgtest-dev libgmock-dev libbenchmark-dev
+
+.PHONY: all deps configure build test demo bench clean
+
+all: build
+
+deps:
+	@missing=""; for p in $(DEB_PACKAGES); do \
+	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  sudo=""; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
+
+configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE gpu
+
+demo: build
+	BUILD=$(BUILD) ./scripts/demo.sh
+
+bench: build
+	$(BUILD)/bench/sim_bench
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,66 @@
+// The cluster: an ordered list of homogeneous subclusters joined by links. The order
+// is the pipeline order (stages never go back to an earlier subcluster).
+//
+// Invariants of a Cluster returned by load/parse (cluster_io.h): at least one
+// subcluster; names unique; every subcluster's device is in `devices`; nodes and
+// devices_per_node >= 1; every link has positive bandwidth and non-negative latency;
+// every pair of consecutive subclusters has a link.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harp/cluster/device.h"
+#include "harp/common/units.h"
+
+namespace harp::cluster {
+
+struct Link {
+  double bandwidth_gbps = 0.0;  // Gbit/s, one direction (links are full duplex)
+  double latency_s = 0.0;       // one-way latency, seconds
+
+  BytesPerSecond bytes_per_s() const { return gbps_to_bytes_per_s(bandwidth_gbps); }
+  // Time to move `bytes` over this link: latency + bytes / bandwidth.
+  Seconds transfer_s(Bytes bytes) const { return latency_s + bytes / bytes_per_s(); }
+};
+
+struct Subcluster {
+  std::string name;
+  std::string device;  // key into Cluster::devices
+  int nodes = 1;
+  int devices_per_node = 1;
+  Link intra_node;  // between devices of one node (NVLink/PCIe)
+  Link inter_node;  // between nodes of this subcluster (IB/Ethernet)
+
+  int num_devices() const { return nodes * devices_per_node; }
+};
+
+struct SubclusterLink {
+  std::string a, b;  // subcluster names
+  Link link;
+};
+
+struct Cluster {
+  std::string name;
+  std::map<std::string, DeviceType> devices;  // every device type the subclusters use
+  std::vector<Subcluster> subclusters;
+  std::vector<SubclusterLink> links;
+
+  int num_devices() const;
+  // Global id of the first device of subcluster `index`; devices are numbered in
+  // subcluster order, then node, then local index.
+  int first_device_id(int subcluster_index) const;
+  const DeviceType& device_of(int subcluster_index) const;
+  // Link between two subclusters (either order), if declared.
+  std::optional<Link> link_between(int a, int b) const;
+  // The link a transfer uses between devices (subcluster, node) pairs.
+  // REQUIRES: the pair is connected (always true for a validated cluster and
+  // subclusters a <= b that are equal or consecutive).
+  Link link_for(int subcluster_a, int node_a, int subcluster_b, int node_b) const;
+  // Short stable fingerprint of the cluster's contents (hex), stored in plans.
+  std::string fingerprint() const;
+};
+
+}  // namespace harp::cluster

@@ -1,0 +1,31 @@
+// Knobs of the analytic cost model (docs/cost_model.md). Defaults are documented there
+// with the reasoning; a job file may override them under `cost:`.
+#pragma once
+
+#include "harp/common/document.h"
+#include "harp/common/status.h"
+
+namespace harp::cost {
+
+struct CostConfig {
+  // Fraction of a device's peak FLOP/s that dense transformer matmuls reach (MFU-like).
+  // 0.5 is typical of well-tuned fp16 training on A100/V100-class GPUs.
+  double compute_efficiency = 0.5;
+  // Fraction of peak memory bandwidth that memory-bound kernels reach.
+  double memory_efficiency = 0.7;
+  // Backward FLOPs as a multiple of forward (input and weight gradients).
+  double backward_factor = 2.0;
+  // Bytes of training state per fp16 parameter byte: fp16 weights (1) + fp16 grads (1)
+  // + fp32 master weights, Adam m and v (6) = 16 bytes per parameter (mixed precision).
+  double state_bytes_per_param_byte = 8.0;
+  // Fraction of device memory kept free for the allocator, CUDA context, fragmentation.
+  double memory_reserve_fraction = 0.1;
+  // Per-layer kernel workspace, bytes per device.
+  double workspace_bytes = 256.0 * 1024 * 1024;
+};
+
+StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file,
+                                       const std::string& path);
+Json cost_config_to_json(const CostConfig& c);
+
+}  // namespace harp::cost

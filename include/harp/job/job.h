@@ -1,0 +1,37 @@
+// The job file (DESIGN.md, Files): one YAML document with `cluster:`, `model:`,
+// `planner:`, `schedule:`, `cost:` and `training:` sections; `cluster` and `model` may
+// instead be paths to their own files (relative to the job file).
+#pragma once
+
+#include <string>
+
+#include "harp/cluster/cluster.h"
+#include "harp/common/document.h"
+#include "harp/common/status.h"
+#include "harp/cost/cost_config.h"
+#include "harp/model/model_spec.h"
+#include "harp/plan/plan.h"
+
+namespace harp::job {
+
+struct PlannerConfig {
+  std::string strategy = "harp";  // harp | uniform | homogeneous
+  int microbatches = 8;           // B, microbatches per iteration
+  int microbatch_size = 1;        // samples per microbatch (split over a stage's dp)
+};
+
+struct Job {
+  std::string file;
+  cluster::Cluster cluster;
+  model::ModelSpec model;
+  cost::CostConfig cost;
+  PlannerConfig planner;
+  plan::ScheduleKind schedule = plan::ScheduleKind::kHarp1F1B;
+  Json training = Json::object();  // runtime settings, read by the runtime
+  Json resolved;                   // the fully resolved job, written into run folders
+};
+
+StatusOr<Job> parse_job(const Json& node, const std::string& file);
+StatusOr<Job> load_job(const std::string& file);
+
+}  // namespace harp::job

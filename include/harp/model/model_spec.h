@@ -1,0 +1,81 @@
+// Model specs and the fine-grained layer sequence the planner cuts into stages.
+//
+// A GPT model with R blocks and granularity k becomes L = 2 + R·k layers: the head
+// (token + position embedding), k sub-layers per block, the tail (final LayerNorm, LM
+// head, loss). Every quantity is per sample (one sequence); multiply by the microbatch
+// size. Tensors are fp16/bf16 (2 bytes) as in mixed-precision training.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harp/common/document.h"
+#include "harp/common/status.h"
+#include "harp/common/units.h"
+
+namespace harp::model {
+
+struct GptConfig {
+  std::string name;      // preset name or "custom"
+  int num_blocks = 0;    // R
+  int hidden = 0;        // h
+  int heads = 0;         // a
+  int seq_len = 1024;    // s
+  int vocab = 51200;     // V
+  int ffn_hidden = 0;    // 4h unless given
+  int granularity = 1;   // k sub-layers per block, 1..4
+  bool tied_embeddings = true;  // LM head shares the token embedding (GPT-2/3)
+};
+
+enum class LayerKind { kHead, kBlockPart, kTail };
+
+struct Layer {
+  std::string name;       // "embed", "block3.attn", "block3.mlp", "head"
+  LayerKind kind = LayerKind::kBlockPart;
+  int block = -1;         // block index for block parts, -1 otherwise
+  int part = 0;           // sub-layer index j inside the block (0..k-1)
+  // Identical for every block's j-th sub-layer (DESIGN: layer signature); differs
+  // whenever the structure or shapes differ.
+  std::string signature;
+  // Which of the four block pieces this layer holds (bits: 1 attn_in, 2 attn_out,
+  // 4 mlp_in, 8 mlp_out); 0 for head and tail. The runtime builds the layer from it.
+  int pieces = 0;
+  Flops fwd_flops = 0;               // forward FLOPs per sample (backward = 2x)
+  std::int64_t param_count = 0;      // parameters owned by this layer
+  Bytes param_bytes = 0;             // param_count x 2 (fp16)
+  Bytes activation_bytes = 0;        // kept for backward per sample per in-flight microbatch
+  Bytes output_bytes = 0;            // crosses a cut placed after this layer, per sample
+  Bytes mem_traffic_bytes = 0;       // forward memory traffic per sample (roofline)
+};
+
+struct ModelSpec {
+  std::string family = "gpt";
+  GptConfig gpt;
+  std::vector<Layer> layers;
+
+  int num_layers() const { return static_cast<int>(layers.size()); }
+  std::int64_t param_count() const;
+  Flops fwd_flops_per_sample() const;
+  std::string fingerprint() const;
+};
+
+// Preset names in size order: gpt-125m ... gpt-76b (plus gpt-tiny for tests and CPU).
+std::vector<std::string> gpt_preset_names();
+// Returns the preset's config; NotFound with the list of presets otherwise.
+StatusOr<GptConfig> gpt_preset(const std::string& name);
+
+// Validates `config` and builds the layer sequence. Messages use `file`/`path`.
+StatusOr<ModelSpec> build_gpt(const GptConfig& config, const std::string& file = "",
+                              const std::string& path = "model");
+
+// Parses a model section: {family: gpt, preset: gpt-1.3b, granularity: 2} or explicit
+// {family: gpt, num_blocks, hidden, heads, seq_len, vocab, ffn_hidden, granularity}.
+StatusOr<ModelSpec> parse_model(const Json& node, const std::string& file,
+                                const std::string& path = "model");
+// A preset name alone ("gpt-1.3b") or a model file path.
+StatusOr<ModelSpec> load_model(const std::string& preset_or_file, int granularity_override = 0);
+
+Json model_to_json(const ModelSpec& model);
+
+}  // namespace harp::model

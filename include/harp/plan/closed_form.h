@@ -1,0 +1,24 @@
+// The closed-form iteration time of DESIGN.md (the planner's objective):
+//
+//   T = sum_i (t_i + 2 c_i) + (B - 1) * max(max_i t_i, max_i c_i) + max_i ar_i + opt
+//
+// with t_i = fwd_i + bwd_i and c_i the one-way transfer to stage i+1. It is exact when
+// the schedule hides every transfer but the first microbatch's round trip; it ignores
+// launch counts too small to hide the links (the simulator measures that).
+#pragma once
+
+#include "harp/plan/plan.h"
+
+namespace harp::plan {
+
+Prediction closed_form(const Plan& plan);
+
+// HARP's δ rule (DESIGN.md): launch counts from the last stage back, N_{S-1} = 1,
+// N_i = N_{i+1} + δ_i, δ_i = 1 inside a subcluster, else 1/2/3 for c_i < P/10,
+// c_i < P/2, otherwise. Each N_i is clamped to B. `period_s` is the plan's P.
+std::vector<int> delta_rule_launch_counts(const Plan& plan, Seconds period_s);
+
+// The launch count of standard 1F1B: min(S - i, B); of GPipe: B.
+std::vector<int> standard_launch_counts(int num_stages, int microbatches, ScheduleKind kind);
+
+}  // namespace harp::plan

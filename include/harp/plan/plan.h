@@ -1,0 +1,70 @@
+// The Plan: what the planner writes and the simulator, the CLI and the runtime read.
+// A plan is self-contained for simulation: every stage carries its own times.
+// JSON format in docs/file_formats.md (plan_io.h reads and writes it).
+//
+// Invariants of a Plan returned by parse_plan: at least one stage; microbatches >= 1;
+// every time is finite and >= 0; fwd_s + bwd_s > 0 per stage; launch counts (when
+// given) are >= 1; when `layers` are given they are contiguous and increasing.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "harp/common/units.h"
+
+namespace harp::plan {
+
+enum class ScheduleKind { kGpipe, k1F1B, kHarp1F1B };
+
+const char* schedule_kind_name(ScheduleKind kind);  // "gpipe", "1f1b", "harp-1f1b"
+// Parses a schedule name; false if unknown.
+bool parse_schedule_kind(const std::string& name, ScheduleKind* out);
+
+struct Stage {
+  int first_layer = -1, last_layer = -1;  // layers [first, last); -1 when not given
+  int subcluster = -1;                    // index into the cluster's subclusters; -1 unknown
+  std::string subcluster_name;
+  std::vector<int> devices;               // global device ids (dp x tp of them)
+  int dp = 1, tp = 1;
+  int launch_count = 0;                   // N_i; 0 = derive from the schedule kind
+  Seconds fwd_s = 0, bwd_s = 0;           // per microbatch on this stage's mesh
+  Seconds comm_s = 0;                     // one-way transfer to the next stage (0 for the last)
+  Seconds comm_latency_s = 0;             // latency part of comm_s (link stays free meanwhile)
+  bool crosses_subclusters = false;       // the link to the next stage joins two subclusters
+  Seconds allreduce_s = 0;                // data-parallel gradient all-reduce
+  Seconds optimizer_s = 0;                // optimizer step
+  Bytes memory_static_bytes = 0;          // params, grads, optimizer state, workspace per device
+  Bytes activation_bytes = 0;             // kept per in-flight microbatch per device
+  Bytes memory_bytes = 0;                 // static + launch_count x activation (planner's figure)
+  Bytes comm_bytes = 0;                   // bytes crossing to the next stage per microbatch
+
+  Seconds compute_s() const { return fwd_s + bwd_s; }
+};
+
+struct Prediction {
+  Seconds iteration_s = 0;
+  Seconds period_s = 0;        // P = max(max t_i, max c_i)
+  Seconds round_trip_s = 0;    // sum(t_i + 2 c_i)
+  Seconds steady_s = 0;        // (B - 1) P
+  Seconds allreduce_s = 0;     // max ar_i
+  Seconds optimizer_s = 0;     // max opt_i
+  double bubble_fraction = 0;
+};
+
+struct Plan {
+  int version = 1;
+  std::string cluster_fingerprint, model_fingerprint;  // empty for hand-written plans
+  std::string model_name;
+  int microbatches = 1;          // B
+  int microbatch_size = 1;       // samples per microbatch (split over dp)
+  ScheduleKind schedule = ScheduleKind::k1F1B;
+  std::vector<Stage> stages;
+  Prediction predicted;
+  std::string strategy;          // "uniform", "harp", "homogeneous", "" for hand-written
+  double search_wall_s = 0;
+
+  int num_stages() const { return static_cast<int>(stages.size()); }
+};
+
+}  // namespace harp::plan

@@ -1,0 +1,74 @@
+// Dispatch only: builds the root app, lets each subcommand register, maps CLI11's parse
+// errors to one line and exit code 2.
+#include <sstream>
+
+#include "commands.h"
+
+namespace harp::cli {
+
+int Context::fail(const char* command, const Status& status) {
+  err << "harp " << command << ": " << status.message() << "\n";
+  rc = status.code() == StatusCode::kInfeasible ? kExitInfeasible : kExitInput;
+  return rc;
+}
+
+namespace {
+
+void build_app(CLI::App& app, Context& ctx) {
+  app.require_subcommand(1, 1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  add_cluster_command(app, ctx);
+  add_model_command(app, ctx);
+  add_schedule_command(app, ctx);
+  add_simulate_command(app, ctx);
+  add_plan_command(app, ctx);
+}
+
+void list_flags(const CLI::App& app, const std::string& prefix, std::vector<std::string>* out) {
+  for (const CLI::Option* o : app.get_options()) {
+    const std::string name = o->get_name();
+    if (name != "--help" && name != "--help-all") out->push_back(prefix + name);
+  }
+  for (const CLI::App* sub : app.get_subcommands({}))
+    list_flags(*sub, prefix + sub->get_name() + " ", out);
+}
+
+}  // namespace
+
+std::vector<std::string> accepted_flags() {
+  std::ostringstream sink;
+  Context ctx{sink, sink};
+  CLI::App app{"harp", "harp"};
+  build_app(app, ctx);
+  std::vector<std::string> flags;
+  list_flags(app, "harp ", &flags);
+  return flags;
+}
+
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  Context ctx{out, err};
+  CLI::App app{"harp: plan, simulate and train pipelines on heterogeneous GPU clusters", "harp"};
+  build_app(app, ctx);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    out << app.help();
+    return kExitOk;
+  } catch (const CLI::CallForAllHelp&) {
+    out << app.help("", CLI::AppFormatMode::All);
+    return kExitOk;
+  } catch (const CLI::ParseError& e) {
+    // Help for a subcommand arrives as CallForHelp from the subcommand's parse.
+    if (e.get_exit_code() == 0) {
+      for (const auto* sub : app.get_subcommands()) out << sub->help();
+      if (app.get_subcommands().empty()) out << app.help();
+      return kExitOk;
+    }
+    std::string where = app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name() + " ";
+    err << "harp " << where << "error: " << e.what() << " (run `harp " << where << "--help`)\n";
+    return kExitUsage;
+  }
+  return ctx.rc;
+}
+
+}  // namespace harp::cli

@@ -1,0 +1,49 @@
+// `harp model show FILE|PRESET`: the fine-grained layer sequence.
+#include "commands.h"
+#include "harp/model/model_spec.h"
+#include "table.h"
+
+namespace harp::cli {
+namespace {
+
+int run_model_show(const std::string& what, int granularity, Context& ctx) {
+  auto m = model::load_model(what, granularity);
+  if (!m.ok()) return ctx.fail("model show", m.status());
+  const auto& c = m->gpt;
+  ctx.out << "model " << c.name << ": GPT, " << c.num_blocks << " blocks, hidden " << c.hidden
+          << ", " << c.heads << " heads, seq " << c.seq_len << ", vocab " << c.vocab << ", ffn "
+          << c.ffn_hidden << "\n";
+  ctx.out << "granularity k = " << c.granularity << ": L = 2 + " << c.num_blocks << " x "
+          << c.granularity << " = " << m->num_layers() << " layers; "
+          << fmt("%.3f", m->param_count() / 1e9) << " B parameters; "
+          << fmt("%.2f", m->fwd_flops_per_sample() / 1e12) << " TFLOP forward per sample\n\n";
+  Table t({"#", "layer", "signature", "fwd GFLOP", "params", "act/sample", "out/sample"});
+  for (int i = 0; i < m->num_layers(); ++i) {
+    const auto& l = m->layers[i];
+    t.add({std::to_string(i), l.name, l.signature.substr(0, 8), fmt("%.2f", l.fwd_flops / 1e9),
+           fmt("%.2f M", l.param_count / 1e6), fmt_bytes(l.activation_bytes), fmt_bytes(l.output_bytes)});
+  }
+  t.print(ctx.out);
+  ctx.out << "\nper-sample figures; a microbatch of b samples multiplies them by b. Layers with "
+             "the same signature are profiled once.\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_model_command(CLI::App& root, Context& ctx) {
+  auto* cmd = root.add_subcommand("model", "Inspect a model spec");
+  cmd->require_subcommand(1, 1);
+  auto* show = cmd->add_subcommand("show", "Print a model's fine-grained layer sequence");
+  struct Opts {
+    std::string what;
+    int granularity = 0;
+  };
+  auto o = std::make_shared<Opts>();
+  show->add_option("model", o->what, "Model file or preset (gpt-tiny, gpt-125m ... gpt-76b)")->required();
+  show->add_option("--granularity", o->granularity, "Sub-layers per block, 1-4 (default: the file's, or 1)")
+      ->check(CLI::Range(1, 4));
+  show->callback([o, &ctx] { ctx.rc = run_model_show(o->what, o->granularity, ctx); });
+}
+
+}  // namespace harp::cli

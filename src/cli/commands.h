@@ -1,0 +1,42 @@
+// The `harp` command line: one file per subcommand (cmd_*.cc), each registering itself
+// on the root CLI11 app. Exit codes (docs/errors.md): 0 ok, 1 bad input file or I/O,
+// 2 bad command line, 3 infeasible problem.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "harp/common/status.h"
+
+namespace harp::cli {
+
+constexpr int kExitOk = 0;
+constexpr int kExitInput = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitInfeasible = 3;
+
+struct Context {
+  std::ostream& out;
+  std::ostream& err;
+  int rc = kExitOk;
+
+  // Prints "harp <cmd>: <message>" to err and returns the exit code for the status.
+  int fail(const char* command, const Status& status);
+};
+
+// Runs `harp` with the given arguments; returns the exit code. Never exits.
+int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err);
+
+// Every accepted flag as "harp <sub> [<sub>] <name>", for the frozen-surface test.
+std::vector<std::string> accepted_flags();
+
+void add_cluster_command(CLI::App& root, Context& ctx);
+void add_model_command(CLI::App& root, Context& ctx);
+void add_schedule_command(CLI::App& root, Context& ctx);
+void add_simulate_command(CLI::App& root, Context& ctx);
+void add_plan_command(CLI::App& root, Context& ctx);
+
+}  // namespace harp::cli

@@ -1,0 +1,38 @@
+#include "harp/cluster/device.h"
+
+namespace harp::cluster {
+
+const std::vector<DeviceType>& builtin_devices() {
+  // Dense (non-sparse) fp16/bf16 tensor-core peaks from the vendors' datasheets; the
+  // SXM parts where both exist. `cpu` is a nominal figure for planning CPU test runs.
+  static const std::vector<DeviceType> kDevices = {
+      {"V100-16GB", 125.0, 16.0, 900.0, 1.0},
+      {"V100-32GB", 125.0, 32.0, 900.0, 1.0},
+      {"A100-40GB", 312.0, 40.0, 1555.0, 1.0},
+      {"A100-80GB", 312.0, 80.0, 2039.0, 1.0},
+      {"H100-80GB", 989.0, 80.0, 3350.0, 1.0},
+      {"H800", 989.0, 80.0, 3350.0, 1.0},
+      {"H200", 989.0, 141.0, 4800.0, 1.0},
+      {"GH200", 989.0, 96.0, 4000.0, 1.0},
+      {"L40S", 362.0, 48.0, 864.0, 1.0},
+      {"RTX4090", 165.0, 24.0, 1008.0, 1.0},
+      {"RTX3090", 71.0, 24.0, 936.0, 1.0},
+      {"T4", 65.0, 16.0, 320.0, 1.0},
+      {"cpu", 1.0, 16.0, 50.0, 1.0},
+  };
+  return kDevices;
+}
+
+std::optional<DeviceType> find_builtin_device(const std::string& name) {
+  for (const auto& d : builtin_devices())
+    if (d.name == name) return d;
+  return std::nullopt;
+}
+
+std::string builtin_device_names() {
+  std::string out;
+  for (const auto& d : builtin_devices()) out += (out.empty() ? "" : ", ") + d.name;
+  return out;
+}
+
+}  // namespace harp::cluster

@@ -1,0 +1,17 @@
+// Point-to-point and ring all-reduce times (docs/cost_model.md).
+#include "harp/cost/comm_cost.h"
+
+namespace harp::cost {
+
+Seconds p2p_s(Bytes bytes, const cluster::Link& link) {
+  if (bytes <= 0) return 0;
+  return link.transfer_s(bytes);
+}
+
+Seconds ring_allreduce_s(Bytes bytes, int ranks, const cluster::Link& link) {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  const double n = ranks;
+  return 2.0 * (n - 1.0) / n * bytes / link.bytes_per_s() + link.latency_s;
+}
+
+}  // namespace harp::cost

@@ -1,0 +1,95 @@
+// Job files: resolves section paths, validates every section with the same messages
+// as the standalone files, and keeps the resolved copy.
+#include "harp/job/job.h"
+
+#include "harp/cluster/cluster_io.h"
+#include "harp/common/fields.h"
+
+namespace harp::job {
+namespace {
+
+// A section is either inline or a path to its own file.
+StatusOr<std::pair<Json, std::string>> section(const Json& node, const std::string& job_file,
+                                               const std::string& key) {
+  if (node.is_string()) {
+    std::string path = resolve_relative_to(job_file, node.get<std::string>());
+    HARP_ASSIGN_OR_RETURN(Json doc, load_document(path));
+    return std::make_pair(doc, path);
+  }
+  HARP_RETURN_IF_ERROR(require_object(node, job_file, key));
+  return std::make_pair(node, job_file);
+}
+
+}  // namespace
+
+StatusOr<Job> parse_job(const Json& node, const std::string& file) {
+  FieldReader r(node, file, "");
+  if (r.failed()) return r.finish();
+  Job job;
+  job.file = file;
+  std::int64_t version = r.integer("version", 1, 1);
+  if (!r.failed() && version != 1)
+    r.fail("version", std::to_string(version), "is not a supported job version", "write `version: 1`");
+  const Json* cluster_node = r.get("cluster");
+  const Json* model_node = r.get("model");
+  const Json* planner_node = r.get("planner");
+  const Json* schedule_node = r.get("schedule");
+  const Json* cost_node = r.get("cost");
+  const Json* training_node = r.get("training");
+  HARP_RETURN_IF_ERROR(r.finish());
+  if (cluster_node == nullptr)
+    return field_error(file, "cluster", "", "is required",
+                       "add `cluster: path/to/cluster.yaml` or an inline cluster");
+  if (model_node == nullptr)
+    return field_error(file, "model", "", "is required",
+                       "add `model: {family: gpt, preset: gpt-1.3b, granularity: 2}`");
+
+  HARP_ASSIGN_OR_RETURN(auto cl, section(*cluster_node, file, "cluster"));
+  HARP_ASSIGN_OR_RETURN(job.cluster,
+                        cluster::parse_cluster(cl.first, cl.second, cl.second == file ? "cluster" : ""));
+  HARP_ASSIGN_OR_RETURN(auto md, section(*model_node, file, "model"));
+  HARP_ASSIGN_OR_RETURN(job.model,
+                        model::parse_model(md.first, md.second, md.second == file ? "model" : ""));
+
+  if (planner_node != nullptr) {
+    FieldReader pr(*planner_node, file, "planner");
+    job.planner.strategy = pr.choice("strategy", {"harp", "uniform", "homogeneous"},
+                                     job.planner.strategy);
+    job.planner.microbatches = static_cast<int>(pr.integer("microbatches", 1, job.planner.microbatches));
+    job.planner.microbatch_size =
+        static_cast<int>(pr.integer("microbatch_size", 1, job.planner.microbatch_size));
+    HARP_RETURN_IF_ERROR(pr.finish());
+  }
+  if (schedule_node != nullptr) {
+    FieldReader sr(*schedule_node, file, "schedule");
+    std::string kind = sr.choice("kind", {"gpipe", "1f1b", "harp-1f1b"}, std::string("harp-1f1b"));
+    HARP_RETURN_IF_ERROR(sr.finish());
+    plan::parse_schedule_kind(kind, &job.schedule);
+  }
+  if (cost_node != nullptr) {
+    HARP_ASSIGN_OR_RETURN(job.cost, cost::parse_cost_config(*cost_node, file, "cost"));
+  }
+  if (training_node != nullptr) {
+    HARP_RETURN_IF_ERROR(require_object(*training_node, file, "training"));
+    job.training = *training_node;
+  }
+
+  job.resolved = {{"version", 1},
+                  {"cluster", cluster::cluster_to_json(job.cluster)},
+                  {"model", model::model_to_json(job.model)},
+                  {"planner",
+                   {{"strategy", job.planner.strategy},
+                    {"microbatches", job.planner.microbatches},
+                    {"microbatch_size", job.planner.microbatch_size}}},
+                  {"schedule", {{"kind", plan::schedule_kind_name(job.schedule)}}},
+                  {"cost", cost::cost_config_to_json(job.cost)},
+                  {"training", job.training}};
+  return job;
+}
+
+StatusOr<Job> load_job(const std::string& file) {
+  HARP_ASSIGN_OR_RETURN(Json doc, load_document(file));
+  return parse_job(doc, file);
+}
+
+}  // namespace harp::job

@@ -1,0 +1,191 @@
+// GPT presets and the GPT layer sequence. FLOPs count matrix multiplies only (the
+// usual 24·h²·s + 4·s²·h per block and sample, forward); activation bytes follow
+// Korthikanti et al. (34·s·h + 5·a·s² per block and sample, fp16, no recomputation).
+#include <cmath>
+
+#include "harp/common/fields.h"
+#include "harp/common/hash.h"
+#include "harp/model/model_spec.h"
+
+namespace harp::model {
+namespace {
+
+struct Preset {
+  const char* name;
+  int blocks, hidden, heads, seq, vocab;
+};
+
+// The GPT-3 table used by Alpa and HARP (seq 1024, vocab 51200, ffn 4h), and a tiny
+// model that trains in seconds on a CPU.
+constexpr Preset kPresets[] = {
+    {"gpt-tiny", 2, 64, 4, 32, 256},       {"gpt-125m", 12, 768, 12, 1024, 51200},
+    {"gpt-350m", 24, 1024, 16, 1024, 51200}, {"gpt-760m", 24, 1536, 16, 1024, 51200},
+    {"gpt-1.3b", 24, 2048, 32, 1024, 51200}, {"gpt-2.6b", 32, 2560, 32, 1024, 51200},
+    {"gpt-6.7b", 32, 4096, 32, 1024, 51200}, {"gpt-15b", 48, 5120, 40, 1024, 51200},
+    {"gpt-39b", 48, 8192, 64, 1024, 51200},  {"gpt-76b", 60, 10240, 80, 1024, 51200},
+};
+
+enum Piece { kAttnIn = 1, kAttnOut = 2, kMlpIn = 4, kMlpOut = 8 };
+
+// Pieces of each sub-layer for granularity k, and their names.
+struct Part {
+  int pieces;
+  const char* name;
+};
+std::vector<Part> parts_for(int k) {
+  switch (k) {
+    case 1: return {{kAttnIn | kAttnOut | kMlpIn | kMlpOut, "block"}};
+    case 2: return {{kAttnIn | kAttnOut, "attn"}, {kMlpIn | kMlpOut, "mlp"}};
+    case 3: return {{kAttnIn | kAttnOut, "attn"}, {kMlpIn, "mlp_in"}, {kMlpOut, "mlp_out"}};
+    default:
+      return {{kAttnIn, "attn_in"}, {kAttnOut, "attn_out"}, {kMlpIn, "mlp_in"}, {kMlpOut, "mlp_out"}};
+  }
+}
+
+// Per-token figures of one piece (output is what crosses a cut after it, per token).
+struct PieceCost {
+  double flops, params, act_bytes, out_bytes;
+};
+PieceCost piece_cost(int piece, const GptConfig& c) {
+  const double h = c.hidden, a = c.heads, s = c.seq_len, f = c.ffn_hidden;
+  switch (piece) {
+    case kAttnIn:  // LayerNorm 1 + QKV projection; the residual travels with q, k, v
+      return {6 * h * h, 2 * h + 3 * h * h + 3 * h, 4 * h, 2 * (3 * h + h)};
+    case kAttnOut:  // scores, softmax, weighted sum, output projection, residual add
+      return {4 * s * h + 2 * h * h, h * h + h, 9 * h + 5 * a * s, 2 * h};
+    case kMlpIn:  // LayerNorm 2 + FC1 + GELU; the residual travels with the hidden state
+      return {2 * h * f, 2 * h + h * f + f, 4 * h + 2 * f, 2 * (f + h)};
+    default:  // FC2 + residual add
+      return {2 * f * h, f * h + h, 2 * f + h, 2 * h};
+  }
+}
+
+Layer make_layer(const std::string& name, LayerKind kind, const std::string& structure) {
+  Layer l;
+  l.name = name;
+  l.kind = kind;
+  l.signature = hex_fingerprint(structure);
+  return l;
+}
+
+std::string shape_key(const GptConfig& c) {
+  return "h" + std::to_string(c.hidden) + "/a" + std::to_string(c.heads) + "/s" +
+         std::to_string(c.seq_len) + "/f" + std::to_string(c.ffn_hidden) + "/v" +
+         std::to_string(c.vocab);
+}
+
+}  // namespace
+
+std::vector<std::string> gpt_preset_names() {
+  std::vector<std::string> out;
+  for (const auto& p : kPresets) out.push_back(p.name);
+  return out;
+}
+
+StatusOr<GptConfig> gpt_preset(const std::string& name) {
+  for (const auto& p : kPresets) {
+    if (name != p.name) continue;
+    GptConfig c;
+    c.name = p.name;
+    c.num_blocks = p.blocks;
+    c.hidden = p.hidden;
+    c.heads = p.heads;
+    c.seq_len = p.seq;
+    c.vocab = p.vocab;
+    c.ffn_hidden = 4 * p.hidden;
+    return c;
+  }
+  std::string list;
+  for (const auto& n : gpt_preset_names()) list += (list.empty() ? "" : ", ") + n;
+  return not_found("unknown model preset `" + name + "`; use one of: " + list);
+}
+
+StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
+                              const std::string& path) {
+  GptConfig c = cin;
+  if (c.ffn_hidden == 0) c.ffn_hidden = 4 * c.hidden;
+  auto bad = [&](const std::string& key, long long v, const std::string& rule,
+                 const std::string& fix) {
+    return field_error(file, join_path(path, key), std::to_string(v), rule, fix);
+  };
+  if (c.num_blocks < 1) return bad("num_blocks", c.num_blocks, "must be at least 1", "use 1 or more blocks");
+  if (c.hidden < 1) return bad("hidden", c.hidden, "must be at least 1", "use a positive hidden size");
+  if (c.heads < 1) return bad("heads", c.heads, "must be at least 1", "use a positive head count");
+  if (c.hidden % c.heads != 0)
+    return bad("heads", c.heads, "must divide hidden (" + std::to_string(c.hidden) + ")",
+               "choose heads so that hidden / heads is a whole number");
+  if (c.seq_len < 1) return bad("seq_len", c.seq_len, "must be at least 1", "use a positive sequence length");
+  if (c.vocab < 2) return bad("vocab", c.vocab, "must be at least 2", "use the tokenizer's vocabulary size");
+  if (c.granularity < 1 || c.granularity > 4)
+    return bad("granularity", c.granularity, "must be 1, 2, 3 or 4 sub-layers per block",
+               "use granularity 1 (whole blocks) to 4 (finest)");
+
+  ModelSpec m;
+  m.family = "gpt";
+  m.gpt = c;
+  const double h = c.hidden, s = c.seq_len, V = c.vocab;
+  const std::string shapes = shape_key(c);
+
+  Layer head = make_layer("embed", LayerKind::kHead, "gpt/embed/" + shapes);
+  head.fwd_flops = 0;  // a lookup and an add: no matrix multiply
+  head.param_count = static_cast<std::int64_t>(V * h + s * h);
+  head.activation_bytes = s * h;  // dropout mask
+  head.output_bytes = 2 * s * h;
+  head.mem_traffic_bytes = 2 * 2 * s * h;
+  m.layers.push_back(head);
+
+  const auto parts = parts_for(c.granularity);
+  for (int b = 0; b < c.num_blocks; ++b) {
+    for (size_t j = 0; j < parts.size(); ++j) {
+      const Part& part = parts[j];
+      Layer l = make_layer("block" + std::to_string(b) + "." + part.name, LayerKind::kBlockPart,
+                           "gpt/block/" + std::to_string(part.pieces) + "/" + shapes);
+      l.block = b;
+      l.part = static_cast<int>(j);
+      l.pieces = part.pieces;
+      double in_bytes = 0;
+      bool first = true;
+      for (int piece : {kAttnIn, kAttnOut, kMlpIn, kMlpOut}) {
+        if (!(part.pieces & piece)) continue;
+        PieceCost pc = piece_cost(piece, c);
+        if (first) in_bytes = (piece == kMlpOut) ? 2 * (c.ffn_hidden + h)
+                                : (piece == kAttnOut) ? 2 * 4 * h : 2 * h;
+        first = false;
+        l.fwd_flops += pc.flops * s;
+        l.param_count += static_cast<std::int64_t>(pc.params);
+        l.activation_bytes += pc.act_bytes * s;
+        l.output_bytes = pc.out_bytes * s;
+      }
+      l.mem_traffic_bytes = in_bytes * s + l.output_bytes;
+      m.layers.push_back(l);
+    }
+  }
+
+  Layer tail = make_layer("head", LayerKind::kTail,
+                          "gpt/head/" + shapes + (c.tied_embeddings ? "/tied" : "/untied"));
+  tail.fwd_flops = 2 * h * V * s;
+  tail.param_count = static_cast<std::int64_t>(2 * h + (c.tied_embeddings ? 0 : V * h));
+  tail.activation_bytes = (4 * h + 4 * V) * s;  // LN and head inputs, fp32 logits for the loss
+  tail.output_bytes = 4;                          // the loss
+  tail.mem_traffic_bytes = 2 * s * h + 4 * V * s;
+  m.layers.push_back(tail);
+
+  for (auto& l : m.layers) l.param_bytes = 2.0 * static_cast<double>(l.param_count);
+  return m;
+}
+
+std::int64_t ModelSpec::param_count() const {
+  std::int64_t n = 0;
+  for (const auto& l : layers) n += l.param_count;
+  return n;
+}
+
+Flops ModelSpec::fwd_flops_per_sample() const {
+  Flops f = 0;
+  for (const auto& l : layers) f += l.fwd_flops;
+  return f;
+}
+
+std::string ModelSpec::fingerprint() const { return hex_fingerprint(model_to_json(*this).dump()); }
+
+}  // namespace harp::model

@@ -1,0 +1,66 @@
+#include <filesystem>
+
+#include "harp/common/fields.h"
+#include "harp/model/model_spec.h"
+
+namespace harp::model {
+
+StatusOr<ModelSpec> parse_model(const Json& node, const std::string& file,
+                                const std::string& path) {
+  FieldReader r(node, file, path);
+  if (r.failed()) return r.finish();
+  r.integer("version", 1, 1);
+  r.choice("family", {"gpt"}, std::string("gpt"));
+  GptConfig c;
+  if (r.has("preset")) {
+    std::string preset = r.string("preset");
+    auto p = gpt_preset(preset);
+    if (!p.ok())
+      return field_error(file, r.path_of("preset"), Json(preset).dump(), "is not a known preset",
+                         p.status().message().substr(p.status().message().find("use one of")));
+    c = *p;
+  }
+  auto opt_int = [&](const char* key, int current) {
+    return static_cast<int>(r.integer(key, 1, current > 0 ? std::optional<std::int64_t>(current)
+                                                          : std::nullopt));
+  };
+  c.num_blocks = opt_int("num_blocks", c.num_blocks);
+  c.hidden = opt_int("hidden", c.hidden);
+  c.heads = opt_int("heads", c.heads);
+  c.seq_len = opt_int("seq_len", c.seq_len);
+  c.vocab = opt_int("vocab", c.vocab);
+  c.ffn_hidden = opt_int("ffn_hidden", c.ffn_hidden > 0 ? c.ffn_hidden : 4 * std::max(c.hidden, 1));
+  c.granularity = static_cast<int>(r.integer("granularity", 1, 1));
+  c.tied_embeddings = r.boolean("tied_embeddings", true);
+  if (c.name.empty()) c.name = "custom";
+  HARP_RETURN_IF_ERROR(r.finish());
+  return build_gpt(c, file, path);
+}
+
+StatusOr<ModelSpec> load_model(const std::string& preset_or_file, int granularity_override) {
+  Json node;
+  std::string file;
+  if (std::filesystem::exists(preset_or_file)) {
+    HARP_ASSIGN_OR_RETURN(node, load_document(preset_or_file));
+    file = preset_or_file;
+  } else {
+    auto p = gpt_preset(preset_or_file);
+    if (!p.ok())
+      return not_found("`" + preset_or_file + "` is neither a model file nor a preset; " +
+                       p.status().message().substr(p.status().message().find("use one of")));
+    node = {{"family", "gpt"}, {"preset", preset_or_file}};
+    file = "<preset>";
+  }
+  if (granularity_override > 0 && node.is_object()) node["granularity"] = granularity_override;
+  return parse_model(node, file, file == "<preset>" ? "model" : "");
+}
+
+Json model_to_json(const ModelSpec& m) {
+  const auto& c = m.gpt;
+  return {{"family", m.family},     {"name", c.name},         {"num_blocks", c.num_blocks},
+          {"hidden", c.hidden},     {"heads", c.heads},       {"seq_len", c.seq_len},
+          {"vocab", c.vocab},       {"ffn_hidden", c.ffn_hidden},
+          {"granularity", c.granularity}, {"tied_embeddings", c.tied_embeddings}};
+}
+
+}  // namespace harp::model

@@ -1,0 +1,183 @@
+#include "harp/plan/plan_io.h"
+
+#include "harp/common/fields.h"
+#include "harp/plan/closed_form.h"
+
+namespace harp::plan {
+namespace {
+
+Status parse_stage(const Json& node, const std::string& file, const std::string& path,
+                   int microbatches, Stage* s) {
+  FieldReader r(node, file, path);
+  if (r.failed()) return r.finish();
+  s->fwd_s = r.non_negative("fwd_s");
+  s->bwd_s = r.non_negative("bwd_s");
+  s->comm_s = r.non_negative("comm_s", 0.0);
+  s->comm_latency_s = r.non_negative("comm_latency_s", 0.0);
+  s->allreduce_s = r.non_negative("allreduce_s", 0.0);
+  s->optimizer_s = r.non_negative("optimizer_s", 0.0);
+  s->dp = static_cast<int>(r.integer("dp", 1, 1));
+  s->tp = static_cast<int>(r.integer("tp", 1, 1));
+  s->launch_count = static_cast<int>(r.integer("launch_count", 1, 0));
+  s->subcluster = static_cast<int>(r.integer("subcluster", 0, -1));
+  s->subcluster_name = r.string("subcluster_name", "");
+  s->memory_static_bytes = r.non_negative("memory_static_bytes", 0.0);
+  s->activation_bytes = r.non_negative("activation_bytes", 0.0);
+  s->memory_bytes = r.non_negative("memory_bytes", 0.0);
+  s->comm_bytes = r.non_negative("comm_bytes", 0.0);
+  if (r.failed()) return r.finish();
+  s->crosses_subclusters = r.boolean("crosses_subclusters", true);
+  if (!r.failed() && s->fwd_s + s->bwd_s <= 0)
+    r.fail("bwd_s", Json(s->bwd_s).dump(), "fwd_s + bwd_s must be greater than 0",
+           "give the stage its measured or estimated compute time");
+  if (!r.failed() && s->comm_latency_s > s->comm_s)
+    r.fail("comm_latency_s", Json(s->comm_latency_s).dump(),
+           "must not exceed comm_s (" + Json(s->comm_s).dump() + ")",
+           "comm_s is latency plus bytes / bandwidth; make comm_s the total");
+  if (!r.failed() && s->launch_count > microbatches)
+    r.fail("launch_count", std::to_string(s->launch_count),
+           "must not exceed microbatches (" + std::to_string(microbatches) + ")",
+           "lower it, or raise `microbatches`");
+  if (const Json* layers = r.get("layers")) {
+    if (!layers->is_array() || layers->size() != 2 || !(*layers)[0].is_number_integer() ||
+        !(*layers)[1].is_number_integer() || (*layers)[0].get<int>() < 0 ||
+        (*layers)[1].get<int>() <= (*layers)[0].get<int>())
+      r.fail("layers", layers->dump(), "must be [first, last) with 0 <= first < last",
+             "write the stage's layer range such as [0, 12]");
+    else {
+      s->first_layer = (*layers)[0].get<int>();
+      s->last_layer = (*layers)[1].get<int>();
+    }
+  }
+  if (const Json* devs = r.get("devices")) {
+    bool good = devs->is_array();
+    if (good)
+      for (const auto& d : *devs) good = good && d.is_number_integer() && d.get<int>() >= 0;
+    if (!good || (devs->size() != 0 && devs->size() != static_cast<size_t>(s->dp * s->tp)))
+      r.fail("devices", devs->dump(),
+             "must list dp x tp = " + std::to_string(s->dp * s->tp) + " device ids (>= 0)",
+             "list one global device id per device of the stage");
+    else
+      for (const auto& d : *devs) s->devices.push_back(d.get<int>());
+  }
+  return r.finish();
+}
+
+}  // namespace
+
+StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
+  FieldReader r(node, file, "");
+  if (r.failed()) return r.finish();
+  Plan p;
+  p.version = static_cast<int>(r.integer("version", 1, 1));
+  if (!r.failed() && p.version != 1)
+    r.fail("version", std::to_string(p.version), "is not a supported plan version",
+           "write `\"version\": 1`");
+  p.microbatches = static_cast<int>(r.integer("microbatches", 1));
+  p.microbatch_size = static_cast<int>(r.integer("microbatch_size", 1, 1));
+  std::string kind = r.choice("schedule", {"gpipe", "1f1b", "harp-1f1b"});
+  parse_schedule_kind(kind, &p.schedule);
+  p.cluster_fingerprint = r.string("cluster_fingerprint", "");
+  p.model_fingerprint = r.string("model_fingerprint", "");
+  p.model_name = r.string("model", "");
+  r.get("predicted");  // recomputed on load; never trusted from the file
+  if (const Json* search = r.get("search")) {
+    if (search->is_object()) {
+      p.strategy = search->value("strategy", "");
+      p.search_wall_s = search->value("wall_s", 0.0);
+    }
+  }
+  if (r.failed()) return r.finish();
+  const Json* stages = r.get("stages");
+  if (stages == nullptr || !stages->is_array() || stages->empty())
+    return field_error(file, "stages", stages ? stages->dump() : "",
+                       "must be a non-empty list of stages",
+                       "add `\"stages\": [{\"fwd_s\": 0.01, \"bwd_s\": 0.02, \"comm_s\": 0.001}]`");
+  for (size_t i = 0; i < stages->size(); ++i) {
+    Stage s;
+    HARP_RETURN_IF_ERROR(
+        parse_stage((*stages)[i], file, "stages[" + std::to_string(i) + "]", p.microbatches, &s));
+    p.stages.push_back(std::move(s));
+  }
+  HARP_RETURN_IF_ERROR(r.finish());
+
+  const int S = p.num_stages();
+  bool all_counts = true, any_count = false;
+  for (int i = 0; i < S; ++i) {
+    const Stage& s = p.stages[i];
+    all_counts = all_counts && s.launch_count > 0;
+    any_count = any_count || s.launch_count > 0;
+    std::string path = "stages[" + std::to_string(i) + "]";
+    if (i + 1 < S && s.last_layer >= 0 && p.stages[i + 1].first_layer >= 0 &&
+        s.last_layer != p.stages[i + 1].first_layer)
+      return field_error(file, path + ".layers",
+                         "[" + std::to_string(s.first_layer) + ", " + std::to_string(s.last_layer) + "]",
+                         "is not followed by the next stage's first layer (" +
+                             std::to_string(p.stages[i + 1].first_layer) + ")",
+                         "make stage ranges contiguous: each stage starts where the previous ends");
+    if (i + 1 < S && s.launch_count > 0 && p.stages[i + 1].launch_count > s.launch_count)
+      return field_error(file, "stages[" + std::to_string(i + 1) + "].launch_count",
+                         std::to_string(p.stages[i + 1].launch_count),
+                         "is larger than the previous stage's (" + std::to_string(s.launch_count) +
+                             "); launch counts must not increase along the pipeline",
+                         "lower it or raise the earlier stages' launch counts");
+  }
+  if (any_count && !all_counts)
+    return field_error(file, "stages", "", "give launch_count on every stage or on none",
+                       "add launch_count to the stages that lack it, or remove them all");
+  p.predicted = closed_form(p);
+  return p;
+}
+
+StatusOr<Plan> load_plan(const std::string& file) {
+  HARP_ASSIGN_OR_RETURN(Json doc, load_document(file));
+  return parse_plan(doc, file);
+}
+
+Json plan_to_json(const Plan& p) {
+  Json j;
+  j["version"] = p.version;
+  if (!p.model_name.empty()) j["model"] = p.model_name;
+  if (!p.cluster_fingerprint.empty()) j["cluster_fingerprint"] = p.cluster_fingerprint;
+  if (!p.model_fingerprint.empty()) j["model_fingerprint"] = p.model_fingerprint;
+  j["microbatches"] = p.microbatches;
+  j["microbatch_size"] = p.microbatch_size;
+  j["schedule"] = schedule_kind_name(p.schedule);
+  Json stages = Json::array();
+  for (const auto& s : p.stages) {
+    Json sj;
+    if (s.first_layer >= 0) sj["layers"] = {s.first_layer, s.last_layer};
+    if (s.subcluster >= 0) sj["subcluster"] = s.subcluster;
+    if (!s.subcluster_name.empty()) sj["subcluster_name"] = s.subcluster_name;
+    if (!s.devices.empty()) sj["devices"] = s.devices;
+    sj["dp"] = s.dp;
+    sj["tp"] = s.tp;
+    if (s.launch_count > 0) sj["launch_count"] = s.launch_count;
+    sj["fwd_s"] = s.fwd_s;
+    sj["bwd_s"] = s.bwd_s;
+    sj["comm_s"] = s.comm_s;
+    sj["comm_latency_s"] = s.comm_latency_s;
+    sj["crosses_subclusters"] = s.crosses_subclusters;
+    sj["allreduce_s"] = s.allreduce_s;
+    sj["optimizer_s"] = s.optimizer_s;
+    sj["comm_bytes"] = s.comm_bytes;
+    sj["memory_static_bytes"] = s.memory_static_bytes;
+    sj["activation_bytes"] = s.activation_bytes;
+    sj["memory_bytes"] = s.memory_bytes;
+    stages.push_back(sj);
+  }
+  j["stages"] = stages;
+  const Prediction& pr = p.predicted;
+  j["predicted"] = {{"iteration_s", pr.iteration_s},   {"period_s", pr.period_s},
+                    {"round_trip_s", pr.round_trip_s}, {"steady_s", pr.steady_s},
+                    {"allreduce_s", pr.allreduce_s},   {"optimizer_s", pr.optimizer_s},
+                    {"bubble_fraction", pr.bubble_fraction}};
+  if (!p.strategy.empty()) j["search"] = {{"strategy", p.strategy}, {"wall_s", p.search_wall_s}};
+  return j;
+}
+
+Status save_plan(const Plan& plan, const std::string& file) {
+  return write_text_file_atomic(file, plan_to_json(plan).dump(2) + "\n");
+}
+
+}  // namespace harp::plan

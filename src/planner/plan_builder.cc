@@ -1,0 +1,90 @@
+// Plan assembly shared by every strategy (see plan_builder.h).
+#include "harp/planner/plan_builder.h"
+
+#include <cstdio>
+
+#include "harp/plan/closed_form.h"
+
+namespace harp::planner {
+
+plan::Plan build_plan(const cost::CostModel& costs, const std::vector<Placement>& placements,
+                      const BuildOptions& options) {
+  const auto& cluster = costs.cluster();
+  plan::Plan p;
+  p.model_name = costs.model().gpt.name;
+  p.cluster_fingerprint = cluster.fingerprint();
+  p.model_fingerprint = costs.model().fingerprint();
+  p.microbatches = options.microbatches;
+  p.microbatch_size = options.microbatch_size;
+  p.schedule = options.schedule;
+  p.strategy = options.strategy;
+  const int S = static_cast<int>(placements.size());
+  for (int i = 0; i < S; ++i) {
+    const Placement& pl = placements[i];
+    const auto& sub = cluster.subclusters.at(pl.subcluster);
+    plan::Stage s;
+    s.first_layer = pl.first_layer;
+    s.last_layer = pl.last_layer;
+    s.subcluster = pl.subcluster;
+    s.subcluster_name = sub.name;
+    s.dp = pl.dp;
+    s.tp = pl.tp;
+    const int base = cluster.first_device_id(pl.subcluster) + pl.first_node * sub.devices_per_node +
+                     pl.first_local;
+    for (int d = 0; d < pl.devices; ++d) s.devices.push_back(base + d);
+    cost::StageTime t =
+        costs.stage_time(pl.subcluster, pl.first_layer, pl.last_layer, options.microbatch_size, pl.dp, pl.tp);
+    s.fwd_s = t.fwd_s;
+    s.bwd_s = t.bwd_s;
+    s.allreduce_s = costs.allreduce_s(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);
+    s.optimizer_s = costs.optimizer_s(pl.subcluster, pl.first_layer, pl.last_layer, pl.tp);
+    cost::StageMemory mem =
+        costs.memory(pl.first_layer, pl.last_layer, options.microbatch_size, pl.dp, pl.tp);
+    s.memory_static_bytes = mem.static_bytes;
+    s.activation_bytes = mem.activation_bytes;
+    if (i + 1 < S) {
+      const Placement& next = placements[i + 1];
+      cluster::Link link = cluster.link_for(pl.subcluster, pl.last_node(sub.devices_per_node),
+                                            next.subcluster, next.first_node);
+      s.comm_bytes = costs.cut_bytes(pl.last_layer - 1, options.microbatch_size);
+      s.comm_s = cost::p2p_s(s.comm_bytes, link);
+      s.comm_latency_s = s.comm_bytes > 0 ? link.latency_s : 0;
+      s.crosses_subclusters = next.subcluster != pl.subcluster;
+    } else {
+      s.crosses_subclusters = false;
+    }
+    p.stages.push_back(s);
+  }
+  p.predicted = plan::closed_form(p);
+  std::vector<int> n =
+      options.schedule == plan::ScheduleKind::kHarp1F1B
+          ? plan::delta_rule_launch_counts(p, p.predicted.period_s)
+          : plan::standard_launch_counts(S, options.microbatches, options.schedule);
+  for (int i = 0; i < S; ++i) {
+    p.stages[i].launch_count = n[i];
+    p.stages[i].memory_bytes =
+        p.stages[i].memory_static_bytes + n[i] * p.stages[i].activation_bytes;
+  }
+  return p;
+}
+
+Status check_memory(const cost::CostModel& costs, const plan::Plan& plan) {
+  for (int i = 0; i < plan.num_stages(); ++i) {
+    const auto& s = plan.stages[i];
+    const auto& device = costs.cluster().device_of(s.subcluster);
+    Bytes usable = cost::usable_memory_bytes(device, costs.config());
+    if (s.memory_bytes <= usable) continue;
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "stage %d (layers [%d, %d) on %s) needs %.1f GiB per device (%.1f GiB state + "
+                  "%d in-flight x %.2f GiB activations) but %s has %.1f GiB usable; use more "
+                  "devices or stages, a smaller microbatch_size, or a finer granularity",
+                  i, s.first_layer, s.last_layer, s.subcluster_name.c_str(),
+                  bytes_to_gib(s.memory_bytes), bytes_to_gib(s.memory_static_bytes), s.launch_count,
+                  bytes_to_gib(s.activation_bytes), device.name.c_str(), bytes_to_gib(usable));
+    return infeasible(buf);
+  }
+  return Status();
+}
+
+}  // namespace harp::planner

@@ -1,0 +1,42 @@
+// The uniform baseline: what a homogeneous framework does by default on any cluster.
+#include "harp/planner/uniform.h"
+
+#include <numeric>
+
+namespace harp::planner {
+
+StatusOr<plan::Plan> plan_uniform(const cost::CostModel& costs, const BuildOptions& options) {
+  const auto& cluster = costs.cluster();
+  int nodes = 0;
+  for (const auto& s : cluster.subclusters) nodes += s.nodes;
+  const int L = costs.model().num_layers();
+  if (L < nodes)
+    return infeasible("the uniform strategy puts one stage on each of the " + std::to_string(nodes) +
+                      " nodes but the model has only " + std::to_string(L) +
+                      " layers; raise the model's granularity or use fewer nodes");
+  std::vector<Placement> placements;
+  int layer = 0, stage = 0;
+  for (int sc = 0; sc < static_cast<int>(cluster.subclusters.size()); ++sc) {
+    const auto& sub = cluster.subclusters[sc];
+    for (int node = 0; node < sub.nodes; ++node, ++stage) {
+      Placement pl;
+      pl.subcluster = sc;
+      pl.first_node = node;
+      pl.devices = sub.devices_per_node;
+      // Data parallel as far as the microbatch splits evenly, tensor parallel for the rest.
+      pl.dp = std::gcd(options.microbatch_size, sub.devices_per_node);
+      pl.tp = sub.devices_per_node / pl.dp;
+      const int count = L / nodes + (stage < L % nodes ? 1 : 0);
+      pl.first_layer = layer;
+      pl.last_layer = layer + count;
+      layer += count;
+      placements.push_back(pl);
+    }
+  }
+  BuildOptions o = options;
+  o.schedule = plan::ScheduleKind::k1F1B;
+  o.strategy = "uniform";
+  return build_plan(costs, placements, o);
+}
+
+}  // namespace harp::planner

@@ -1,0 +1,356 @@
+// Discrete-event simulation of a lowered schedule: ranks run their lists in order, F/B
+// wait for their input to arrive, sends queue FIFO on their link direction.
+// Not modelled: bandwidth sharing between concurrent transfers of one direction (they
+// queue instead), compute/communication interference, dp replicas, jitter.
+#include "harp/sim/simulator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <sstream>
+#include <utility>
+
+namespace harp::sim {
+namespace {
+
+using schedule::Action;
+using schedule::ActionKind;
+
+constexpr Nanos kNotYet = -1;  // an arrival whose send has not run yet
+
+// Min-heap on (time, insertion seq): events at the same time run in insertion order,
+// which makes every run bit-identical. Owned by one Simulation (never static) and
+// sized once; each rank has at most one pending event, so it never grows past S.
+class EventQueue {
+ public:
+  struct Event {
+    Nanos time_ns;
+    std::uint64_t seq;
+    int rank;
+  };
+
+  explicit EventQueue(std::size_t capacity) { heap_.reserve(capacity); }
+  EventQueue(const EventQueue&) = delete;
+  EventQueue& operator=(const EventQueue&) = delete;
+
+  void push(Nanos time_ns, int rank) {
+    heap_.push_back({time_ns, next_seq_++, rank});
+    std::push_heap(heap_.begin(), heap_.end(), later);
+  }
+  Event pop() {
+    std::pop_heap(heap_.begin(), heap_.end(), later);
+    Event e = heap_.back();
+    heap_.pop_back();
+    return e;
+  }
+  bool empty() const { return heap_.empty(); }
+
+ private:
+  static bool later(const Event& a, const Event& b) {
+    return a.time_ns != b.time_ns ? a.time_ns > b.time_ns : a.seq > b.seq;
+  }
+  std::vector<Event> heap_;
+  std::uint64_t next_seq_ = 0;
+};
+
+struct StageNanos {
+  Nanos fwd = 0, bwd = 0, comm = 0, latency = 0, allreduce = 0, optimizer = 0;
+};
+
+// Bits of the per-(rank, microbatch) "seen" mask used by the setup checks.
+enum SeenBit : std::uint8_t {
+  kSeenF = 1, kSeenB = 2, kSeenSendF = 4, kSeenRecvF = 8, kSeenSendB = 16, kSeenRecvB = 32
+};
+
+std::uint8_t seen_bit(ActionKind k) {
+  switch (k) {
+    case ActionKind::kF: return kSeenF;
+    case ActionKind::kB: return kSeenB;
+    case ActionKind::kSendF: return kSeenSendF;
+    case ActionKind::kRecvF: return kSeenRecvF;
+    case ActionKind::kSendB: return kSeenSendB;
+    case ActionKind::kRecvB: return kSeenRecvB;
+    default: return 0;
+  }
+}
+
+Status convert_stage(const plan::Stage& s, int i, StageNanos* out) {
+  const std::pair<const char*, Seconds> fields[] = {
+      {"fwd_s", s.fwd_s},         {"bwd_s", s.bwd_s},           {"comm_s", s.comm_s},
+      {"comm_latency_s", s.comm_latency_s}, {"allreduce_s", s.allreduce_s},
+      {"optimizer_s", s.optimizer_s}};
+  for (const auto& [name, v] : fields) {
+    if (!std::isfinite(v) || v < 0 || v > 1e9)
+      return invalid_argument("plan stages[" + std::to_string(i) + "]." + name + " = " +
+                              std::to_string(v) +
+                              ": the simulator needs a finite time in [0, 1e9] s");
+  }
+  if (s.comm_latency_s > s.comm_s)
+    return invalid_argument("plan stages[" + std::to_string(i) + "].comm_latency_s exceeds comm_s;"
+                            " comm_s is latency plus bytes / bandwidth, make it the total");
+  *out = {s_to_ns(s.fwd_s),       s_to_ns(s.bwd_s),         s_to_ns(s.comm_s),
+          s_to_ns(s.comm_latency_s), s_to_ns(s.allreduce_s), s_to_ns(s.optimizer_s)};
+  return Status::ok_status();
+}
+
+// Rejects lists the event loop cannot interpret, so the loop itself needs no checks:
+// every action on its own rank, microbatches in range, each per-microbatch action at
+// most once, a compute only after its RECV is posted, a SEND only after its compute.
+Status check_lists(const schedule::Schedule& s) {
+  const int S = s.num_stages, M = s.num_microbatches;
+  std::vector<std::uint8_t> seen(static_cast<std::size_t>(M));
+  for (int r = 0; r < S; ++r) {
+    std::fill(seen.begin(), seen.end(), 0);
+    const auto& list = s.actions[r];
+    for (std::size_t k = 0; k < list.size(); ++k) {
+      const Action& a = list[k];
+      auto fail = [&](const std::string& why) {
+        return invalid_argument("rank " + std::to_string(r) + ", action " + std::to_string(k) +
+                                " (" + schedule::to_string(a) + "): " + why);
+      };
+      if (a.stage != r) return fail("belongs to another stage; one rank runs one stage here");
+      const std::uint8_t bit = seen_bit(a.kind);
+      if (bit == 0) continue;  // REDUCE_GRAD, STEP
+      if (a.microbatch < 0 || a.microbatch >= M)
+        return fail("microbatch outside [0, " + std::to_string(M) + ")");
+      if ((a.kind == ActionKind::kSendF || a.kind == ActionKind::kRecvB) && r == S - 1)
+        return fail("the last stage has no next stage");
+      if ((a.kind == ActionKind::kSendB || a.kind == ActionKind::kRecvF) && r == 0)
+        return fail("the first stage has no previous stage");
+      std::uint8_t& m = seen[a.microbatch];
+      if (m & bit) return fail("appears twice on this rank");
+      std::uint8_t need = 0;
+      const char* what = "";
+      if (a.kind == ActionKind::kF && r > 0) need = kSeenRecvF, what = "its RECV_F";
+      if (a.kind == ActionKind::kB) need = kSeenF, what = "its F";
+      if (a.kind == ActionKind::kB && r < S - 1) need |= kSeenRecvB, what = "its F and RECV_B";
+      if (a.kind == ActionKind::kSendF) need = kSeenF, what = "its F";
+      if (a.kind == ActionKind::kSendB) need = kSeenB, what = "its B";
+      if ((m & need) != need)
+        return fail(std::string("comes before ") + what +
+                    " on this rank; simulate a lowered schedule (schedule::lower)");
+      m |= bit;
+    }
+  }
+  return Status::ok_status();
+}
+
+class Simulation {
+ public:
+  Simulation(const schedule::Schedule& s, std::vector<StageNanos> times,
+             const SimOptions& options)
+      : lists_(s.actions),
+        times_(std::move(times)),
+        S_(s.num_stages),
+        M_(s.num_microbatches),
+        options_(options),
+        queue_(static_cast<std::size_t>(S_)),
+        ranks_(static_cast<std::size_t>(S_)),
+        act_arrival_ns_(static_cast<std::size_t>(S_) * M_, kNotYet),
+        grad_arrival_ns_(static_cast<std::size_t>(S_) * M_, kNotYet),
+        fwd_link_free_ns_(static_cast<std::size_t>(S_), 0),
+        bwd_link_free_ns_(static_cast<std::size_t>(S_), 0) {
+    result_.ranks.resize(static_cast<std::size_t>(S_));
+    if (options_.record_spans) result_.spans.reserve(s.total_actions());
+  }
+  Simulation(const Simulation&) = delete;
+  Simulation& operator=(const Simulation&) = delete;
+
+  StatusOr<SimResult> run();
+
+ private:
+  enum class Wait : std::uint8_t { kNone, kActivation, kGradient };
+  struct RankState {
+    std::size_t pc = 0;
+    int inflight = 0;
+    Wait wait = Wait::kNone;
+    int wait_microbatch = -1;
+  };
+
+  void advance(int rank, Nanos now);
+  void deliver(int rank, Wait kind, int microbatch, Nanos arrive_ns);
+  void record(int rank, const Action& a, Nanos start, Nanos end, Nanos link_start = 0,
+              Nanos link_end = 0, Nanos arrive = 0) {
+    if (options_.record_spans)
+      result_.spans.push_back({rank, a, start, end, link_start, link_end, arrive});
+  }
+  Status stuck_error() const;
+
+  const std::vector<std::vector<Action>>& lists_;
+  const std::vector<StageNanos> times_;
+  const int S_, M_;
+  const SimOptions options_;
+  EventQueue queue_;
+  std::vector<RankState> ranks_;
+  // Indexed rank * M + microbatch: when the activation (from rank − 1) or the gradient
+  // (from rank + 1) of that microbatch is on this rank; kNotYet before its SEND runs.
+  std::vector<Nanos> act_arrival_ns_, grad_arrival_ns_;
+  // Indexed by boundary i (between stage i and i + 1): when the direction is free.
+  std::vector<Nanos> fwd_link_free_ns_, bwd_link_free_ns_;
+  SimResult result_;
+};
+
+// A SEND is issued at `now` and the sender moves on; a link direction has one sender
+// only, so FIFO per direction is simply the sender's list order.
+void Simulation::deliver(int rank, Wait kind, int microbatch, Nanos arrive_ns) {
+  RankState& st = ranks_[rank];
+  if (st.wait == kind && st.wait_microbatch == microbatch) {
+    st.wait = Wait::kNone;
+    queue_.push(arrive_ns, rank);
+  }
+}
+
+// Runs `rank` from time `now` through zero-time actions until it starts a timed action
+// (whose end becomes its next event), blocks on a missing input, or finishes.
+void Simulation::advance(int rank, Nanos now) {
+  RankState& st = ranks_[rank];
+  RankStats& stats = result_.ranks[rank];
+  const std::vector<Action>& list = lists_[rank];
+  const StageNanos& t = times_[rank];
+  const std::size_t base = static_cast<std::size_t>(rank) * M_;
+  while (st.pc < list.size()) {
+    const Action& a = list[st.pc];
+    const int m = a.microbatch;
+    Nanos duration = 0, start = now;
+    switch (a.kind) {
+      case ActionKind::kRecvF:
+      case ActionKind::kRecvB:
+        record(rank, a, now, now);
+        ++st.pc;
+        continue;
+      case ActionKind::kSendF:
+      case ActionKind::kSendB: {
+        const bool fwd = a.kind == ActionKind::kSendF;
+        const int boundary = fwd ? rank : rank - 1;
+        const StageNanos& link = times_[boundary];
+        Nanos& free_ns = fwd ? fwd_link_free_ns_[boundary] : bwd_link_free_ns_[boundary];
+        const Nanos link_start = std::max(now, free_ns);
+        free_ns = link_start + (link.comm - link.latency);
+        const Nanos arrive = free_ns + link.latency;
+        const int dst = fwd ? rank + 1 : rank - 1;
+        const std::size_t slot = static_cast<std::size_t>(dst) * M_ + m;
+        (fwd ? act_arrival_ns_ : grad_arrival_ns_)[slot] = arrive;
+        deliver(dst, fwd ? Wait::kActivation : Wait::kGradient, m, arrive);
+        record(rank, a, now, now, link_start, free_ns, arrive);
+        ++st.pc;
+        continue;
+      }
+      case ActionKind::kF:
+      case ActionKind::kB: {
+        const bool fwd = a.kind == ActionKind::kF;
+        if (fwd ? rank > 0 : rank < S_ - 1) {
+          const Nanos arrive = (fwd ? act_arrival_ns_ : grad_arrival_ns_)[base + m];
+          if (arrive == kNotYet) {  // woken by deliver() when the SEND runs
+            st.wait = fwd ? Wait::kActivation : Wait::kGradient;
+            st.wait_microbatch = m;
+            return;
+          }
+          start = std::max(now, arrive);
+        }
+        duration = fwd ? t.fwd : t.bwd;
+        st.inflight += fwd ? 1 : -1;
+        stats.peak_inflight = std::max(stats.peak_inflight, st.inflight);
+        stats.compute_ns += duration;
+        break;
+      }
+      case ActionKind::kReduceGrad:
+        duration = t.allreduce;
+        break;
+      case ActionKind::kStep:
+        duration = t.optimizer;
+        break;
+    }
+    stats.busy_ns += duration;
+    record(rank, a, start, start + duration);
+    ++st.pc;
+    queue_.push(start + duration, rank);
+    return;
+  }
+  stats.finish_ns = now;
+}
+
+Status Simulation::stuck_error() const {
+  std::ostringstream msg;
+  msg << "the schedule cannot drain: ";
+  int shown = 0, stuck = 0;
+  for (int r = 0; r < S_; ++r) {
+    const RankState& st = ranks_[r];
+    if (st.pc >= lists_[r].size()) continue;
+    ++stuck;
+    if (shown == 8) continue;
+    const bool act = st.wait == Wait::kActivation;
+    msg << (shown++ ? "; " : "") << "rank " << r << " waits at action " << st.pc << " ("
+        << schedule::to_string(lists_[r][st.pc]) << ") for the "
+        << (act ? "activation" : "gradient") << " of microbatch " << st.wait_microbatch
+        << " from rank " << (act ? r - 1 : r + 1) << ", which never sends it";
+  }
+  if (stuck > shown) msg << "; and " << (stuck - shown) << " more stuck ranks";
+  msg << " (run schedule::validate for a step-by-step report)";
+  return failed_precondition(msg.str());
+}
+
+StatusOr<SimResult> Simulation::run() {
+  for (int r = 0; r < S_; ++r) queue_.push(0, r);
+  while (!queue_.empty()) {
+    const EventQueue::Event e = queue_.pop();
+    advance(e.rank, e.time_ns);
+  }
+  std::size_t executed = 0;
+  bool drained = true;
+  for (int r = 0; r < S_; ++r) {
+    executed += ranks_[r].pc;
+    drained = drained && ranks_[r].pc == lists_[r].size();
+  }
+  if (!drained) return stuck_error();
+
+  result_.actions_executed = executed;
+  Nanos compute_total = 0;
+  for (int r = 0; r < S_; ++r) {
+    RankStats& rs = result_.ranks[r];
+    result_.iteration_ns = std::max(result_.iteration_ns, rs.finish_ns);
+    compute_total += rs.compute_ns;
+    HARP_CHECK_EQ(ranks_[r].inflight, 0) << "rank " << r;
+  }
+  result_.bubble_fraction =
+      result_.iteration_ns > 0
+          ? 1.0 - static_cast<double>(compute_total) /
+                      (static_cast<double>(S_) * static_cast<double>(result_.iteration_ns))
+          : 0.0;
+  // A RECV's span carries the arrival of its data, so traces can show the wait.
+  for (Span& sp : result_.spans) {
+    if (!sp.action.is_recv()) continue;
+    const std::size_t slot = static_cast<std::size_t>(sp.rank) * M_ + sp.action.microbatch;
+    const Nanos arrive = sp.action.kind == ActionKind::kRecvF ? act_arrival_ns_[slot]
+                                                             : grad_arrival_ns_[slot];
+    sp.arrive_ns = arrive == kNotYet ? sp.start_ns : arrive;
+  }
+  return std::move(result_);
+}
+
+}  // namespace
+
+StatusOr<SimResult> simulate(const plan::Plan& plan, const schedule::Schedule& lowered,
+                             const SimOptions& options) {
+  const int S = lowered.num_stages;
+  if (S != plan.num_stages() || static_cast<int>(lowered.actions.size()) != S)
+    return invalid_argument("the schedule has " + std::to_string(S) + " stages (" +
+                            std::to_string(lowered.actions.size()) + " rank lists) but the plan has " +
+                            std::to_string(plan.num_stages()) +
+                            "; generate the schedule from this plan");
+  if (S < 1 || lowered.num_microbatches < 1)
+    return invalid_argument("the schedule needs at least one stage and one microbatch");
+  std::vector<StageNanos> times(static_cast<std::size_t>(S));
+  for (int i = 0; i < S; ++i) HARP_RETURN_IF_ERROR(convert_stage(plan.stages[i], i, &times[i]));
+  HARP_RETURN_IF_ERROR(check_lists(lowered));
+
+  Simulation sim(lowered, std::move(times), options);
+  HARP_ASSIGN_OR_RETURN(SimResult result, sim.run());
+  for (int i = 0; i < S; ++i) {
+    RankStats& rs = result.ranks[i];
+    rs.peak_memory_bytes = plan.stages[i].memory_static_bytes +
+                           rs.peak_inflight * plan.stages[i].activation_bytes;
+  }
+  return result;
+}
+
+}  // namespace harp::sim

@@ -1,0 +1,218 @@
+// SVG 1.1 timeline of a simulated iteration, drawn to a fixed width whatever the time
+// scale. Boxes narrower than a pixel are still drawn (every action stays countable);
+// the latency tail of a transfer is a thin line after its link occupancy box.
+#include "harp/sim/svg.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace harp::sim {
+namespace {
+
+constexpr double kWidth = 1400, kLeft = 150, kRight = 30, kTop = 64;
+constexpr double kRowH = 24, kLinkH = 12;
+constexpr const char* kFwdColor = "#4c78a8";
+constexpr const char* kBwdColor = "#59a14f";
+constexpr const char* kReduceColor = "#8c8c8c";
+constexpr const char* kStepColor = "#bdbdbd";
+constexpr const char* kXferFwdColor = "#f58518";
+constexpr const char* kXferBwdColor = "#b279a2";
+
+std::string escape(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default:
+        // Control characters are not allowed in XML 1.0 text.
+        if (static_cast<unsigned char>(c) >= 0x20 || c == '\t' || c == '\n') out += c;
+    }
+  }
+  return out;
+}
+
+// printf into a string; every number in the picture goes through here.
+template <typename... A>
+void put(std::string* out, const char* fmt, A... args) {
+  char buf[512];
+  const int n = std::snprintf(buf, sizeof buf, fmt, args...);
+  HARP_CHECK(n >= 0 && n < static_cast<int>(sizeof buf)) << fmt;
+  out->append(buf, static_cast<std::size_t>(n));
+}
+
+// A 1-2-5 tick step giving about ten ticks over `total_ms`.
+double tick_step_ms(double total_ms) {
+  if (total_ms <= 0) return 1;
+  const double raw = total_ms / 10;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
+  for (double f : {1.0, 2.0, 5.0})
+    if (f * mag >= raw) return f * mag;
+  return 10 * mag;
+}
+
+class Picture {
+ public:
+  Picture(const SimResult& r, const plan::Plan& plan) : result_(r), plan_(plan) {
+    ranks_ = static_cast<int>(r.ranks.size());
+    const double span_ns = r.iteration_ns > 0 ? static_cast<double>(r.iteration_ns) : 1.0;
+    px_per_ns_ = (kWidth - kLeft - kRight) / span_ns;
+  }
+
+  std::string draw(const std::string& title);
+
+ private:
+  double x(Nanos t) const { return kLeft + static_cast<double>(t) * px_per_ns_; }
+  double row_y(int rank) const { return kTop + rank * (kRowH + kLinkH); }
+  double plot_bottom() const { return row_y(ranks_) - kLinkH; }
+  void box(std::string* out, const char* cls, const char* color, Nanos start, Nanos end, double y,
+           double h, const std::string& tip, const std::string& label);
+
+  const SimResult& result_;
+  const plan::Plan& plan_;
+  int ranks_ = 0;
+  double px_per_ns_ = 0;
+};
+
+void Picture::box(std::string* out, const char* cls, const char* color, Nanos start, Nanos end,
+                  double y, double h, const std::string& tip, const std::string& label) {
+  const double x0 = x(start), w = std::max(0.0, x(end) - x0);
+  put(out, "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\">",
+      cls, x0, y, w, h, color);
+  put(out, "<title>%s %.4f-%.4f ms</title></rect>\n", tip.c_str(), static_cast<double>(start) / 1e6,
+      static_cast<double>(end) / 1e6);
+  // Roughly 6.5 px per digit at font-size 11; skip labels that would spill over.
+  if (!label.empty() && w >= 6.5 * label.size() + 4)
+    put(out, "<text class=\"mb\" x=\"%.2f\" y=\"%.1f\">%s</text>\n", x0 + w / 2, y + h / 2 + 4,
+        label.c_str());
+}
+
+std::string Picture::draw(const std::string& title) {
+  const double axis_y = plot_bottom() + 10;
+  const double height = axis_y + 64;
+  std::string out;
+  out.reserve(256 + result_.spans.size() * 160);
+  put(&out,
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" height=\"%.0f\" "
+      "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\">\n",
+      kWidth, height, kWidth, height);
+  out +=
+      "<style>text{font-size:12px;fill:#222}.mb{font-size:11px;fill:#fff;text-anchor:middle}"
+      ".tick{font-size:10px;fill:#555;text-anchor:middle}.sub{font-size:10px;fill:#666}"
+      "</style>\n";
+  put(&out, "<rect class=\"bg\" x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n",
+      kWidth, height);
+  const double iter_ms = static_cast<double>(result_.iteration_ns) / 1e6;
+  put(&out,
+      "<text x=\"12\" y=\"24\" style=\"font-size:15px;font-weight:bold\">%s</text>\n"
+      "<text x=\"12\" y=\"44\">iteration %.4f ms, bubble fraction %.2f%%, %d stages, "
+      "%d microbatches</text>\n",
+      escape(title).c_str(), iter_ms, 100.0 * result_.bubble_fraction, ranks_,
+      plan_.microbatches);
+
+  for (int r = 0; r < ranks_; ++r) {
+    const double y = row_y(r);
+    put(&out,
+        "<rect class=\"row\" x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.1f\" "
+        "fill=\"#f4f4f4\"/>\n",
+        kLeft, y, kWidth - kLeft - kRight, kRowH);
+    put(&out, "<text x=\"12\" y=\"%.1f\">stage %d", y + 11, r);
+    if (r < plan_.num_stages() && !plan_.stages[r].subcluster_name.empty())
+      put(&out, "<tspan class=\"sub\" x=\"12\" dy=\"12\">%s</tspan>",
+          escape(plan_.stages[r].subcluster_name).c_str());
+    out += "</text>\n";
+  }
+  if (result_.spans.empty())
+    put(&out, "<text x=\"%.0f\" y=\"%.1f\">(no spans recorded: simulate with record_spans)</text>\n",
+        kLeft + 8, kTop + 16);
+
+  for (const Span& sp : result_.spans) {
+    const schedule::Action& a = sp.action;
+    const std::string mb = a.microbatch >= 0 ? std::to_string(a.microbatch) : "";
+    const std::string tip = schedule::to_string(a);
+    const double y = row_y(sp.rank);
+    switch (a.kind) {
+      case schedule::ActionKind::kF:
+        box(&out, "F", kFwdColor, sp.start_ns, sp.end_ns, y, kRowH, tip, mb);
+        break;
+      case schedule::ActionKind::kB:
+        box(&out, "B", kBwdColor, sp.start_ns, sp.end_ns, y, kRowH, tip, mb);
+        break;
+      case schedule::ActionKind::kReduceGrad:
+        box(&out, "R", kReduceColor, sp.start_ns, sp.end_ns, y, kRowH, tip, "");
+        break;
+      case schedule::ActionKind::kStep:
+        box(&out, "S", kStepColor, sp.start_ns, sp.end_ns, y, kRowH, tip, "");
+        break;
+      case schedule::ActionKind::kSendF:
+      case schedule::ActionKind::kSendB: {
+        // The link row under stage i carries boundary i: forward on top, backward below.
+        const bool fwd = a.kind == schedule::ActionKind::kSendF;
+        const int boundary = fwd ? sp.rank : sp.rank - 1;
+        const double ly = row_y(boundary) + kRowH + (fwd ? 1.0 : kLinkH / 2);
+        const char* color = fwd ? kXferFwdColor : kXferBwdColor;
+        box(&out, fwd ? "xf" : "xb", color, sp.link_start_ns, sp.link_end_ns, ly,
+            kLinkH / 2 - 1, tip, "");
+        if (sp.arrive_ns > sp.link_end_ns)
+          put(&out,
+              "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"%s\" "
+              "stroke-width=\"1\"/>\n",
+              x(sp.link_end_ns), ly + kLinkH / 4, x(sp.arrive_ns), ly + kLinkH / 4, color);
+        break;
+      }
+      default:  // receives are posts; their wait shows as the gap before the compute
+        break;
+    }
+  }
+
+  // Time axis with a 1-2-5 step in ms.
+  put(&out, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#444\"/>\n", kLeft,
+      axis_y, kWidth - kRight, axis_y);
+  const double step_ms = tick_step_ms(iter_ms);
+  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step_ms))));
+  for (int k = 0;; ++k) {
+    const double t_ms = k * step_ms;
+    if (t_ms > iter_ms * (1 + 1e-9) && k > 0) break;
+    const double tx = x(static_cast<Nanos>(std::llround(t_ms * 1e6)));
+    put(&out,
+        "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\"/>"
+        "<text class=\"tick\" x=\"%.2f\" y=\"%.1f\">%.*f</text>\n",
+        tx, axis_y, tx, axis_y + 5, tx, axis_y + 17, decimals, t_ms);
+    if (iter_ms <= 0) break;
+  }
+  put(&out, "<text class=\"tick\" x=\"%.0f\" y=\"%.1f\">ms</text>\n", kWidth - kRight + 14,
+      axis_y + 17);
+
+  // Legend.
+  const std::pair<const char*, const char*> legend[] = {
+      {kFwdColor, "forward"},         {kBwdColor, "backward"},
+      {kReduceColor, "grad all-reduce"}, {kStepColor, "optimizer step"},
+      {kXferFwdColor, "activation transfer (link row, top)"},
+      {kXferBwdColor, "gradient transfer (link row, bottom)"}};
+  double lx = kLeft;
+  const double ly = axis_y + 36;
+  for (const auto& [color, name] : legend) {
+    put(&out,
+        "<rect class=\"legend\" x=\"%.0f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+        "<text x=\"%.0f\" y=\"%.1f\">%s</text>\n",
+        lx, ly, color, lx + 16, ly + 10, name);
+    lx += 16 + 7.0 * std::char_traits<char>::length(name) + 18;
+  }
+  out += "</svg>\n";
+  return out;
+}
+
+}  // namespace
+
+std::string svg_timeline(const SimResult& result, const plan::Plan& plan,
+                         const std::string& title) {
+  return Picture(result, plan).draw(title);
+}
+
+}  // namespace harp::sim

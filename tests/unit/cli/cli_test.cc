@@ -1,0 +1,171 @@
+// The `harp` command line end to end (in process): exit codes, one-line errors, the
+// closed form from `simulate --json` on a hand-written plan, and the frozen flag set.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "commands.h"
+#include "harp/common/document.h"
+
+namespace harp::cli {
+namespace {
+
+struct Result {
+  int rc;
+  std::string out, err;
+};
+
+Result harp(std::vector<std::string> args) {
+  args.insert(args.begin(), "harp");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  int rc = run(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {rc, out.str(), err.str()};
+}
+
+std::string example(const std::string& rel) { return std::string(HARP_SOURCE_DIR) + "/examples/" + rel; }
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  std::string path = std::string(HARP_BINARY_DIR) + "/cli_test_" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+size_t lines(const std::string& s) { return std::count(s.begin(), s.end(), '\n'); }
+
+TEST(Cli, UnknownFlagIsOneLineAndExitTwo) {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"simulate", "--plan", "x.json", "--bogus"},
+           {"schedule", "show", "--stages", "3", "--microbatches", "4", "--kind", "zb"},
+           {"schedule", "show", "--stages", "0", "--microbatches", "4"},
+           {"schedule", "show", "--stages", "two", "--microbatches", "4"},
+           {"schedule", "show", "--stages", "3"},
+           {"schedule", "show", "--stages", "3", "--microbatches", "4", "--launch-counts", "3,0,1"},
+           {"model", "show", "gpt-1.3b", "--granularity", "9"},
+           {"frobnicate"},
+           {}}) {
+    Result r = harp(args);
+    EXPECT_EQ(r.rc, kExitUsage) << args.size() << " " << r.err;
+    EXPECT_EQ(lines(r.err), 1u) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+TEST(Cli, HelpExitsZero) {
+  Result r = harp({"--help"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("simulate"), std::string::npos);
+  r = harp({"simulate", "--help"});
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("--plan"), std::string::npos);
+}
+
+TEST(Cli, SimulateJsonGivesTheClosedFormOnAHandWrittenPlan) {
+  // 4 equal stages, f = 10 ms, b = 20 ms, no communication, 8 microbatches:
+  // (M + P - 1)(f + b) = 11 x 30 ms = 330 ms for 1F1B and GPipe alike.
+  for (const char* kind : {"1f1b", "gpipe"}) {
+    Result r = harp({"simulate", "--plan", example("plans/hand_written.json"), "--schedule", kind, "--json"});
+    ASSERT_EQ(r.rc, 0) << r.err;
+    auto j = parse_json_text(r.out, "stdout");
+    ASSERT_TRUE(j.ok()) << r.out;
+    EXPECT_NEAR((*j)["iteration_s"].get<double>(), 0.330, 1e-9) << kind;
+    EXPECT_NEAR((*j)["closed_form_s"].get<double>(), 0.330, 1e-12);
+    EXPECT_NEAR((*j)["bubble_fraction"].get<double>(), 3.0 / 11.0, 1e-9);
+    ASSERT_EQ((*j)["stages"].size(), 4u);
+    EXPECT_EQ((*j)["stages"][0]["peak_inflight"].get<int>(), std::string(kind) == "gpipe" ? 8 : 4);
+    EXPECT_EQ((*j)["stages"][3]["peak_inflight"].get<int>(), std::string(kind) == "gpipe" ? 8 : 1);
+  }
+}
+
+TEST(Cli, SimulateWritesTraceAndSvg) {
+  std::string trace = std::string(HARP_BINARY_DIR) + "/cli_test_trace.json";
+  std::string svg = std::string(HARP_BINARY_DIR) + "/cli_test.svg";
+  Result r = harp({"simulate", "--plan", example("plans/slow_link.json"), "--trace", trace, "--svg", svg});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("simulated iteration"), std::string::npos);
+  auto t = load_document(trace);
+  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  EXPECT_TRUE((*t)["traceEvents"].is_array());
+  auto s = read_text_file(svg);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->rfind("<svg", 0) == 0 || s->find("<svg") != std::string::npos, true);
+}
+
+TEST(Cli, BadPlanFileIsExitOneWithTheField) {
+  std::string path = write_temp("bad_plan.json",
+                                R"({"microbatches": 4, "schedule": "1f1b", "stages": [{"fwd_s": -1, "bwd_s": 1}]})");
+  Result r = harp({"simulate", "--plan", path});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_NE(r.err.find("stages[0].fwd_s"), std::string::npos) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  r = harp({"simulate", "--plan", "/nonexistent/plan.json"});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_NE(r.err.find("/nonexistent/plan.json"), std::string::npos);
+}
+
+TEST(Cli, ClusterAndModelShow) {
+  Result r = harp({"cluster", "show", example("clusters/paper_v100_a100.yaml")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("V100-32GB"), std::string::npos);
+  EXPECT_NE(r.out.find("12 devices"), std::string::npos);
+  r = harp({"model", "show", "gpt-1.3b", "--granularity", "2"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("L = 2 + 24 x 2 = 50 layers"), std::string::npos) << r.out;
+  r = harp({"model", "show", "gpt-13b"});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_NE(r.err.find("gpt-1.3b"), std::string::npos);  // the list of presets
+}
+
+TEST(Cli, ScheduleShowPrintsTheGridAndVerdict) {
+  Result r = harp({"schedule", "show", "--stages", "3", "--microbatches", "6", "--kind", "harp-1f1b",
+                   "--launch-counts", "4,2,1"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("drains"), std::string::npos);
+  EXPECT_NE(r.out.find("4 2 1"), std::string::npos);  // peak in-flight equals the launch counts
+  r = harp({"schedule", "show", "--stages", "3", "--microbatches", "6", "--kind", "harp-1f1b",
+            "--launch-counts", "1,2,3"});
+  EXPECT_EQ(r.rc, kExitUsage);
+  EXPECT_NE(r.err.find("increas"), std::string::npos) << r.err;
+}
+
+TEST(Cli, PlanUniformThenSimulate) {
+  std::string out = std::string(HARP_BINARY_DIR) + "/cli_test_plan.json";
+  Result r = harp({"plan", "--job", example("jobs/demo.yaml"), "--output", out});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("predicted iteration"), std::string::npos);
+  r = harp({"simulate", "--plan", out, "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = parse_json_text(r.out, "stdout");
+  ASSERT_TRUE(j.ok());
+  EXPECT_EQ((*j)["stages"].size(), 3u);
+}
+
+// --help and --help-all exist everywhere and are left out.
+// Adding a flag is a conscious change: update this list with it (STYLE habit 11).
+TEST(Cli, FlagSurfaceIsFrozen) {
+  std::vector<std::string> expected = {
+      "harp cluster show file",
+      "harp model show model",
+      "harp model show --granularity",
+      "harp schedule show --stages",
+      "harp schedule show --microbatches",
+      "harp schedule show --kind",
+      "harp schedule show --launch-counts",
+      "harp schedule show --lowered",
+      "harp simulate --plan",
+      "harp simulate --schedule",
+      "harp simulate --trace",
+      "harp simulate --svg",
+      "harp simulate --json",
+      "harp plan --job",
+      "harp plan --strategy",
+      "harp plan --output",
+      "harp plan --json",
+  };
+  EXPECT_EQ(accepted_flags(), expected);
+}
+
+}  // namespace
+}  // namespace harp::cli

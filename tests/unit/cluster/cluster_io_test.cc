@@ -1,0 +1,193 @@
+// Cluster parsing: a valid file round-trips; every bad input class gets its message
+// (table-driven: the message must name the field path and carry a fix).
+#include <gtest/gtest.h>
+
+#include "harp/cluster/cluster_io.h"
+
+namespace harp::cluster {
+namespace {
+
+const char* kGood = R"(
+version: 1
+name: t
+subclusters:
+  - {name: v, device: V100-32GB, nodes: 1, devices_per_node: 8,
+     intra_node: {bandwidth_gbps: 200, latency_us: 10}}
+  - {name: a, device: A100-40GB, nodes: 2, devices_per_node: 2,
+     intra_node: {bandwidth_gbps: 200, latency_us: 10},
+     inter_node: {bandwidth_gbps: 100, latency_us: 20}}
+links:
+  - {between: [v, a], bandwidth_gbps: 5, latency_ms: 1}
+)";
+
+StatusOr<Cluster> parse(const std::string& yaml) {
+  auto doc = parse_yaml_text(yaml, "c.yaml");
+  if (!doc.ok()) return doc.status();
+  return parse_cluster(*doc, "c.yaml");
+}
+
+TEST(ClusterIo, ParsesTheGoodFile) {
+  auto c = parse(kGood);
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->num_devices(), 12);
+  EXPECT_EQ(c->first_device_id(1), 8);
+  EXPECT_EQ(c->device_of(1).name, "A100-40GB");
+  auto link = c->link_between(0, 1);
+  ASSERT_TRUE(link.has_value());
+  EXPECT_DOUBLE_EQ(link->bytes_per_s(), 5e9 / 8);
+  EXPECT_DOUBLE_EQ(link->latency_s, 1e-3);
+  // 0.625 GB/s and 1 ms: 50.3 MB takes 0.0815 s (bytes / bandwidth + latency).
+  EXPECT_NEAR(link->transfer_s(50331648.0), 50331648.0 / 0.625e9 + 1e-3, 1e-12);
+  EXPECT_DOUBLE_EQ(c->link_for(1, 0, 1, 1).latency_s, 20e-6);
+  EXPECT_DOUBLE_EQ(c->link_for(1, 1, 1, 1).latency_s, 10e-6);
+}
+
+TEST(ClusterIo, RoundTripsThroughJson) {
+  auto c = parse(kGood);
+  ASSERT_TRUE(c.ok());
+  auto again = parse_cluster(cluster_to_json(*c), "again.json");
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(cluster_to_json(*again), cluster_to_json(*c));
+  EXPECT_EQ(again->fingerprint(), c->fingerprint());
+}
+
+TEST(ClusterIo, UserDevices) {
+  auto c = parse(R"(
+version: 1
+devices: [{name: X1, peak_tflops: 100, memory_gib: 24, memory_bandwidth_gbs: 900,
+           emulated_slowdown: 2}]
+subclusters: [{name: x, device: X1, nodes: 1, devices_per_node: 1}]
+)");
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->device_of(0).emulated_slowdown, 2.0);
+}
+
+TEST(ClusterIo, CatalogueHasTheRequiredDevices) {
+  for (const char* name : {"V100-32GB", "A100-40GB", "A100-80GB", "H100-80GB", "H800", "H200",
+                           "L40S", "RTX4090", "T4", "cpu"}) {
+    auto d = find_builtin_device(name);
+    ASSERT_TRUE(d.has_value()) << name;
+    EXPECT_GT(d->peak_tflops, 0);
+    EXPECT_GT(d->memory_gib, 0);
+    EXPECT_GT(d->memory_bandwidth_gbs, 0);
+  }
+}
+
+struct BadCase {
+  const char* name;
+  std::string yaml;
+  std::string path;    // field path the message must contain
+  std::string phrase;  // the rule's words
+};
+
+const std::string kSubA =
+    "  - {name: a, device: A100-40GB, nodes: 1, devices_per_node: 1}\n";
+
+std::vector<BadCase> bad_cases() {
+  return {
+      {"not_yaml", "subclusters: [a, b\n", "line", "not valid YAML"},
+      {"root_not_mapping", "- 1\n- 2\n", "<root>", "must be a mapping"},
+      {"bad_version", "version: 7\nsubclusters:\n" + kSubA, "version", "not a supported version"},
+      {"no_subclusters", "version: 1\n", "subclusters", "non-empty list"},
+      {"empty_subclusters", "version: 1\nsubclusters: []\n", "subclusters", "non-empty list"},
+      {"unknown_device",
+       "subclusters:\n  - {name: a, device: V200, nodes: 1, devices_per_node: 1}\n",
+       "subclusters[0].device", "not a known device type"},
+      {"zero_devices",
+       "subclusters:\n  - {name: a, device: T4, nodes: 1, devices_per_node: 0}\n",
+       "subclusters[0].devices_per_node", "at least 1"},
+      {"zero_nodes", "subclusters:\n  - {name: a, device: T4, nodes: 0, devices_per_node: 1}\n",
+       "subclusters[0].nodes", "at least 1"},
+      {"fractional_nodes",
+       "subclusters:\n  - {name: a, device: T4, nodes: 1.5, devices_per_node: 1}\n",
+       "subclusters[0].nodes", "whole number"},
+      {"text_nodes", "subclusters:\n  - {name: a, device: T4, nodes: two, devices_per_node: 1}\n",
+       "subclusters[0].nodes", "whole number"},
+      {"missing_name", "subclusters:\n  - {device: T4, nodes: 1, devices_per_node: 1}\n",
+       "subclusters[0].name", "required"},
+      {"duplicate_name", "subclusters:\n" + kSubA + kSubA, "subclusters[1].name", "another subcluster"},
+      {"missing_intra",
+       "subclusters:\n  - {name: a, device: T4, nodes: 1, devices_per_node: 2}\n",
+       "subclusters[0].intra_node", "required"},
+      {"missing_inter",
+       "subclusters:\n  - {name: a, device: T4, nodes: 2, devices_per_node: 1}\n",
+       "subclusters[0].inter_node", "required"},
+      {"negative_bandwidth",
+       "subclusters:\n  - {name: a, device: T4, nodes: 1, devices_per_node: 2,\n"
+       "     intra_node: {bandwidth_gbps: -5, latency_us: 1}}\n",
+       "subclusters[0].intra_node.bandwidth_gbps", "greater than 0"},
+      {"negative_latency",
+       "subclusters:\n  - {name: a, device: T4, nodes: 1, devices_per_node: 2,\n"
+       "     intra_node: {bandwidth_gbps: 5, latency_us: -1}}\n",
+       "subclusters[0].intra_node.latency_us", "must not be negative"},
+      {"unknown_field",
+       "subclusters:\n  - {name: a, device: T4, nodes: 1, devices_per_node: 1, gpus: 4}\n",
+       "subclusters[0].gpus", "not a known field"},
+      {"missing_link",
+       "subclusters:\n" + kSubA + "  - {name: b, device: T4, nodes: 1, devices_per_node: 1}\n",
+       "links", "no link between consecutive subclusters"},
+      {"link_unknown_subcluster",
+       "subclusters:\n" + kSubA +
+           "links: [{between: [a, zz], bandwidth_gbps: 5, latency_ms: 1}]\n",
+       "links[0].between", "unknown subcluster"},
+      {"link_to_itself",
+       "subclusters:\n" + kSubA + "links: [{between: [a, a], bandwidth_gbps: 5, latency_ms: 1}]\n",
+       "links[0].between", "itself"},
+      {"link_three_ends",
+       "subclusters:\n" + kSubA + "links: [{between: [a, b, c], bandwidth_gbps: 5}]\n",
+       "links[0].between", "exactly two"},
+      {"link_zero_bandwidth",
+       "subclusters:\n" + kSubA + "  - {name: b, device: T4, nodes: 1, devices_per_node: 1}\n" +
+           "links: [{between: [a, b], bandwidth_gbps: 0, latency_ms: 1}]\n",
+       "links[0].bandwidth_gbps", "greater than 0"},
+      {"user_device_shadows_builtin",
+       "devices: [{name: T4, peak_tflops: 1, memory_gib: 1, memory_bandwidth_gbs: 1}]\n"
+       "subclusters:\n" + kSubA,
+       "devices[0].name", "already defined"},
+      {"user_device_zero_memory",
+       "devices: [{name: X, peak_tflops: 1, memory_gib: 0, memory_bandwidth_gbs: 1}]\n"
+       "subclusters:\n" + kSubA,
+       "devices[0].memory_gib", "greater than 0"},
+      {"slowdown_below_one",
+       "devices: [{name: X, peak_tflops: 1, memory_gib: 1, memory_bandwidth_gbs: 1, "
+       "emulated_slowdown: 0.5}]\nsubclusters:\n" + kSubA,
+       "devices[0].emulated_slowdown", "at least 1"},
+  };
+}
+
+class ClusterBadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(ClusterBadInput, GivesItsMessage) {
+  const BadCase& c = GetParam();
+  auto r = parse(c.yaml);
+  ASSERT_FALSE(r.ok()) << c.name << " was accepted";
+  const std::string& m = r.status().message();
+  EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(m.find("c.yaml"), std::string::npos) << m;
+  EXPECT_NE(m.find(c.path), std::string::npos) << "path missing: " << m;
+  EXPECT_NE(m.find(c.phrase), std::string::npos) << "rule missing: " << m;
+  if (std::string(c.name) != "not_yaml") {
+    EXPECT_NE(m.find("fix:"), std::string::npos) << m;
+  }
+  EXPECT_EQ(m.find('\n'), std::string::npos) << "one line expected: " << m;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllClasses, ClusterBadInput, ::testing::ValuesIn(bad_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST(ClusterIo, MissingFileIsAnIoError) {
+  auto r = load_cluster("/nonexistent/cluster.yaml");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kIoError);
+  EXPECT_NE(r.status().message().find("/nonexistent/cluster.yaml"), std::string::npos);
+}
+
+TEST(ClusterIo, ExamplesLoad) {
+  for (const char* f : {"paper_v100_a100.yaml", "three_subclusters.yaml"}) {
+    auto c = load_cluster(std::string(HARP_SOURCE_DIR) + "/examples/clusters/" + f);
+    EXPECT_TRUE(c.ok()) << f << ": " << c.status().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace harp::cluster

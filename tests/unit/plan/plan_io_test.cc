@@ -1,0 +1,168 @@
+// Plan JSON: the minimal hand-written form is accepted, the full form round-trips, the
+// closed form matches hand arithmetic, and every bad input class gets its message.
+#include <gtest/gtest.h>
+
+#include "harp/plan/closed_form.h"
+#include "harp/plan/plan_io.h"
+
+namespace harp::plan {
+namespace {
+
+StatusOr<Plan> parse(const std::string& text) {
+  auto j = parse_json_text(text, "p.json");
+  if (!j.ok()) return j.status();
+  return parse_plan(*j, "p.json");
+}
+
+TEST(PlanIo, MinimalHandWrittenPlan) {
+  auto p = parse(R"({"microbatches": 4, "schedule": "1f1b", "stages": [
+      {"fwd_s": 1, "bwd_s": 2, "comm_s": 0.5}, {"fwd_s": 1, "bwd_s": 2}]})");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->num_stages(), 2);
+  EXPECT_EQ(p->schedule, ScheduleKind::k1F1B);
+  // T = (3 + 1) + (3 + 0) + (4 - 1) * 3 = 16
+  EXPECT_DOUBLE_EQ(p->predicted.iteration_s, 16.0);
+  EXPECT_DOUBLE_EQ(p->predicted.period_s, 3.0);
+}
+
+TEST(PlanIo, ClosedFormTerms) {
+  Plan p;
+  p.microbatches = 10;
+  for (double t : {2.0, 5.0, 3.0}) {
+    Stage s;
+    s.fwd_s = t / 2;
+    s.bwd_s = t / 2;
+    s.comm_s = 6.0;  // a link slower than any stage sets the period
+    s.allreduce_s = t;
+    s.optimizer_s = 0.25;
+    p.stages.push_back(s);
+  }
+  p.stages.back().comm_s = 0;
+  Prediction pr = closed_form(p);
+  EXPECT_DOUBLE_EQ(pr.round_trip_s, 2 + 5 + 3 + 2 * 6 + 2 * 6);
+  EXPECT_DOUBLE_EQ(pr.period_s, 6.0);
+  EXPECT_DOUBLE_EQ(pr.iteration_s, 34 + 9 * 6 + 5 + 0.25);
+}
+
+TEST(PlanIo, DeltaRule) {
+  Plan p;
+  p.microbatches = 64;
+  // Paper example: stage costs 0.2143, 0.2202, cut 0.0760 -> N = [3, 1].
+  Stage a, b;
+  a.fwd_s = 0.2143 / 3;
+  a.bwd_s = 0.2143 * 2 / 3;
+  a.comm_s = 0.0760;
+  a.crosses_subclusters = true;
+  b.fwd_s = 0.2202 / 3;
+  b.bwd_s = 0.2202 * 2 / 3;
+  p.stages = {a, b};
+  EXPECT_EQ(delta_rule_launch_counts(p, closed_form(p).period_s), (std::vector<int>{3, 1}));
+  p.stages[0].comm_s = 0.01;  // below P/10
+  EXPECT_EQ(delta_rule_launch_counts(p, 0.2202), (std::vector<int>{2, 1}));
+  p.stages[0].comm_s = 0.2;  // at least P/2
+  EXPECT_EQ(delta_rule_launch_counts(p, 0.2202), (std::vector<int>{4, 1}));
+  p.stages[0].crosses_subclusters = false;  // inside a subcluster δ = 1 whatever c is
+  EXPECT_EQ(delta_rule_launch_counts(p, 0.2202), (std::vector<int>{2, 1}));
+  p.microbatches = 1;  // clamped to B
+  p.stages[0].crosses_subclusters = true;
+  EXPECT_EQ(delta_rule_launch_counts(p, 0.2202), (std::vector<int>{1, 1}));
+}
+
+TEST(PlanIo, FullPlanRoundTrips) {
+  auto p = parse(R"({"version": 1, "microbatches": 8, "microbatch_size": 4, "schedule": "harp-1f1b",
+      "model": "gpt-760m", "stages": [
+      {"layers": [0, 22], "subcluster": 0, "subcluster_name": "v100", "devices": [0, 1], "dp": 2,
+       "launch_count": 3, "fwd_s": 0.07, "bwd_s": 0.14, "comm_s": 0.076, "comm_latency_s": 0.001,
+       "allreduce_s": 0.01, "optimizer_s": 0.002, "memory_static_bytes": 1e9,
+       "activation_bytes": 2e8, "memory_bytes": 1.6e9, "comm_bytes": 5e7},
+      {"layers": [22, 50], "subcluster": 1, "devices": [2], "launch_count": 1,
+       "fwd_s": 0.073, "bwd_s": 0.147}]})");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  Json j = plan_to_json(*p);
+  auto again = parse_plan(j, "again.json");
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(plan_to_json(*again), j);
+  EXPECT_EQ(again->stages[0].devices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(again->stages[1].first_layer, 22);
+}
+
+TEST(PlanIo, SaveIsAtomicAndLoads) {
+  auto p = parse(R"({"microbatches": 2, "schedule": "gpipe", "stages": [{"fwd_s": 1, "bwd_s": 1}]})");
+  ASSERT_TRUE(p.ok());
+  std::string path = std::string(HARP_BINARY_DIR) + "/plan_io_test_plan.json";
+  ASSERT_TRUE(save_plan(*p, path).ok());
+  auto back = load_plan(path);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->schedule, ScheduleKind::kGpipe);
+  Status bad = save_plan(*p, "/nonexistent-dir/x/plan.json");
+  EXPECT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("/nonexistent-dir/x/plan.json"), std::string::npos);
+}
+
+struct BadCase {
+  const char* name;
+  std::string json, path, phrase;
+};
+
+std::vector<BadCase> bad_cases() {
+  const std::string head = R"({"microbatches": 4, "schedule": "1f1b", "stages": )";
+  return {
+      {"not_json", "{\"microbatches\": 4,", "p.json", "not valid JSON"},
+      {"not_object", "[1, 2]", "<root>", "must be a mapping"},
+      {"no_microbatches", R"({"schedule": "1f1b", "stages": [{"fwd_s": 1, "bwd_s": 1}]})",
+       "microbatches", "required"},
+      {"zero_microbatches", R"({"microbatches": 0, "schedule": "1f1b", "stages": []})",
+       "microbatches", "at least 1"},
+      {"bad_schedule", R"({"microbatches": 4, "schedule": "zb", "stages": []})", "schedule",
+       "not one of"},
+      {"no_stages", R"({"microbatches": 4, "schedule": "1f1b"})", "stages", "non-empty list"},
+      {"empty_stages", head + "[]}", "stages", "non-empty list"},
+      {"stage_not_object", head + "[3]}", "stages[0]", "must be a mapping"},
+      {"missing_fwd", head + R"([{"bwd_s": 1}]})", "stages[0].fwd_s", "required"},
+      {"negative_bwd", head + R"([{"fwd_s": 1, "bwd_s": -1}]})", "stages[0].bwd_s", "negative"},
+      {"text_time", head + R"([{"fwd_s": "fast", "bwd_s": 1}]})", "stages[0].fwd_s", "number"},
+      {"zero_compute", head + R"([{"fwd_s": 0, "bwd_s": 0}]})", "stages[0].bwd_s", "greater than 0"},
+      {"negative_comm", head + R"([{"fwd_s": 1, "bwd_s": 1, "comm_s": -2}]})", "stages[0].comm_s",
+       "negative"},
+      {"latency_above_comm", head + R"([{"fwd_s": 1, "bwd_s": 1, "comm_s": 1, "comm_latency_s": 2}]})",
+       "stages[0].comm_latency_s", "must not exceed comm_s"},
+      {"launch_above_b", head + R"([{"fwd_s": 1, "bwd_s": 1, "launch_count": 9}]})",
+       "stages[0].launch_count", "must not exceed microbatches"},
+      {"launch_increasing",
+       head + R"([{"fwd_s": 1, "bwd_s": 1, "launch_count": 1}, {"fwd_s": 1, "bwd_s": 1, "launch_count": 2}]})",
+       "stages[1].launch_count", "must not increase"},
+      {"launch_partial",
+       head + R"([{"fwd_s": 1, "bwd_s": 1, "launch_count": 2}, {"fwd_s": 1, "bwd_s": 1}]})",
+       "stages", "every stage or on none"},
+      {"bad_layers", head + R"([{"fwd_s": 1, "bwd_s": 1, "layers": [5, 2]}]})", "stages[0].layers",
+       "first < last"},
+      {"gap_in_layers",
+       head + R"([{"fwd_s": 1, "bwd_s": 1, "layers": [0, 5]}, {"fwd_s": 1, "bwd_s": 1, "layers": [6, 9]}]})",
+       "stages[0].layers", "not followed"},
+      {"devices_vs_dp", head + R"([{"fwd_s": 1, "bwd_s": 1, "dp": 2, "devices": [0]}]})",
+       "stages[0].devices", "dp x tp = 2"},
+      {"unknown_stage_field", head + R"([{"fwd_s": 1, "bwd_s": 1, "fwd_ms": 3}]})",
+       "stages[0].fwd_ms", "not a known field"},
+      {"bad_version", R"({"version": 2, "microbatches": 4, "schedule": "1f1b", "stages": []})",
+       "version", "not a supported"},
+  };
+}
+
+class PlanBadInput : public ::testing::TestWithParam<BadCase> {};
+
+TEST_P(PlanBadInput, GivesItsMessage) {
+  const BadCase& c = GetParam();
+  auto r = parse(c.json);
+  ASSERT_FALSE(r.ok()) << c.name << " was accepted";
+  const std::string& m = r.status().message();
+  EXPECT_NE(m.find("p.json"), std::string::npos) << m;
+  EXPECT_NE(m.find(c.path), std::string::npos) << "path missing: " << m;
+  EXPECT_NE(m.find(c.phrase), std::string::npos) << "rule missing: " << m;
+  EXPECT_NE(m.find("fix"), std::string::npos) << m;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllClasses, PlanBadInput, ::testing::ValuesIn(bad_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace harp::plan
