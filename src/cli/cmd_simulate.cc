@@ -3,10 +3,7 @@
 #include "commands.h"
 #include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
-#include "harp/schedule/generators.h"
-#include "harp/schedule/lowering.h"
-#include "harp/schedule/validate.h"
-#include "harp/sim/simulator.h"
+#include "harp/sim/run.h"
 #include "harp/sim/svg.h"
 #include "harp/sim/trace.h"
 #include "table.h"
@@ -27,19 +24,11 @@ int run_simulate(const Opts& o, Context& ctx) {
   if (!p.ok()) return ctx.fail("simulate", p.status());
   plan::ScheduleKind kind = p->schedule;
   if (!o.schedule.empty()) plan::parse_schedule_kind(o.schedule, &kind);
-  // Launch counts stored in the plan belong to its own schedule; another kind derives its own.
-  if (kind != p->schedule)
-    for (auto& s : p->stages) s.launch_count = 0;
-  std::vector<int> counts = schedule::launch_counts_for(*p, kind);
+  auto run = sim::simulate_plan(*p, kind);
+  if (!run.ok()) return ctx.fail("simulate", run.status());
+  const std::vector<int>& counts = run->launch_counts;
+  const sim::SimResult* r = &run->result;
   for (int i = 0; i < p->num_stages(); ++i) p->stages[i].launch_count = counts[i];
-  auto compute = schedule::generate_for_plan(*p, kind);
-  if (!compute.ok()) return ctx.fail("simulate", compute.status());
-  auto lowered = schedule::lower(*compute);
-  if (!lowered.ok()) return ctx.fail("simulate", lowered.status());
-  auto check = schedule::validate(*lowered, schedule::SendMode::kRendezvous);
-  if (!check.ok) return ctx.fail("simulate", failed_precondition("schedule does not drain:\n" + check.error));
-  auto r = sim::simulate(*p, *lowered);
-  if (!r.ok()) return ctx.fail("simulate", r.status());
   const plan::Prediction cf = plan::closed_form(*p);
 
   if (!o.trace_file.empty()) {

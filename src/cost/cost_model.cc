@@ -44,21 +44,15 @@ Bytes CostModel::cut_bytes(int layer, int microbatch_size) const {
 }
 
 Seconds CostModel::allreduce_s(int sub, int first, int last, int dp, int tp) const {
-  if (dp <= 1) return 0;
   Bytes grads = 0;
   for (int i = first; i < last; ++i) grads += model_.layers[i].param_bytes;
-  const auto& s = cluster_.subclusters.at(sub);
-  const cluster::Link& link = dp * tp <= s.devices_per_node ? s.intra_node : s.inter_node;
-  return ring_allreduce_s(grads / tp, dp, link);
+  return dp_allreduce_s(grads, dp, tp, cluster_.subclusters.at(sub));
 }
 
 Seconds CostModel::optimizer_s(int sub, int first, int last, int tp) const {
   Bytes params = 0;
   for (int i = first; i < last; ++i) params += model_.layers[i].param_bytes;
-  const auto& device = cluster_.device_of(sub);
-  const double bytes_per_s =
-      gbs_to_bytes_per_s(device.memory_bandwidth_gbs) * config_.memory_efficiency;
-  return 2.0 * config_.state_bytes_per_param_byte * params / tp / bytes_per_s;
+  return optimizer_step_s(params, tp, cluster_.device_of(sub), config_);
 }
 
 StageMemory CostModel::memory(int first, int last, int microbatch_size, int dp, int tp) const {

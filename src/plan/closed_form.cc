@@ -11,13 +11,12 @@ Prediction closed_form(const Plan& plan) {
     p.round_trip_s += s.compute_s() + 2 * s.comm_s;
     max_t = std::max(max_t, s.compute_s());
     max_c = std::max(max_c, s.comm_s);
-    p.allreduce_s = std::max(p.allreduce_s, s.allreduce_s);
-    p.optimizer_s = std::max(p.optimizer_s, s.optimizer_s);
+    p.end_s = std::max(p.end_s, s.allreduce_s + s.optimizer_s);
     compute_sum += s.compute_s();
   }
   p.period_s = std::max(max_t, max_c);
   p.steady_s = (plan.microbatches - 1) * p.period_s;
-  p.iteration_s = p.round_trip_s + p.steady_s + p.allreduce_s + p.optimizer_s;
+  p.iteration_s = p.round_trip_s + p.steady_s + p.end_s;
   const double ranks = static_cast<double>(plan.stages.size());
   p.bubble_fraction =
       p.iteration_s > 0 ? 1.0 - plan.microbatches * compute_sum / (ranks * p.iteration_s) : 0.0;

@@ -170,7 +170,7 @@ Json plan_to_json(const Plan& p) {
   const Prediction& pr = p.predicted;
   j["predicted"] = {{"iteration_s", pr.iteration_s},   {"period_s", pr.period_s},
                     {"round_trip_s", pr.round_trip_s}, {"steady_s", pr.steady_s},
-                    {"allreduce_s", pr.allreduce_s},   {"optimizer_s", pr.optimizer_s},
+                    {"end_s", pr.end_s},
                     {"bubble_fraction", pr.bubble_fraction}};
   if (!p.strategy.empty()) j["search"] = {{"strategy", p.strategy}, {"wall_s", p.search_wall_s}};
   return j;

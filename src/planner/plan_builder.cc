@@ -3,19 +3,25 @@
 
 #include <cstdio>
 
+#include "harp/cost/comm_cost.h"
 #include "harp/plan/closed_form.h"
 
 namespace harp::planner {
 
-plan::Plan build_plan(const cost::CostModel& costs, const std::vector<Placement>& placements,
+cluster::Link boundary_link(const cluster::Cluster& cluster, const Placement& a, const Placement& b) {
+  const auto& sub = cluster.subclusters.at(a.subcluster);
+  return cluster.link_for(a.subcluster, a.last_node(sub.devices_per_node), b.subcluster, b.first_node);
+}
+
+plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& placements,
                       const BuildOptions& options) {
   const auto& cluster = costs.cluster();
   plan::Plan p;
-  p.model_name = costs.model().gpt.name;
+  p.model_name = options.model_name;
   p.cluster_fingerprint = cluster.fingerprint();
-  p.model_fingerprint = costs.model().fingerprint();
+  p.model_fingerprint = options.model_fingerprint;
   p.microbatches = options.microbatches;
-  p.microbatch_size = options.microbatch_size;
+  p.microbatch_size = costs.microbatch_size();
   p.schedule = options.schedule;
   p.strategy = options.strategy;
   const int S = static_cast<int>(placements.size());
@@ -32,21 +38,17 @@ plan::Plan build_plan(const cost::CostModel& costs, const std::vector<Placement>
     const int base = cluster.first_device_id(pl.subcluster) + pl.first_node * sub.devices_per_node +
                      pl.first_local;
     for (int d = 0; d < pl.devices; ++d) s.devices.push_back(base + d);
-    cost::StageTime t =
-        costs.stage_time(pl.subcluster, pl.first_layer, pl.last_layer, options.microbatch_size, pl.dp, pl.tp);
-    s.fwd_s = t.fwd_s;
-    s.bwd_s = t.bwd_s;
-    s.allreduce_s = costs.allreduce_s(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);
-    s.optimizer_s = costs.optimizer_s(pl.subcluster, pl.first_layer, pl.last_layer, pl.tp);
-    cost::StageMemory mem =
-        costs.memory(pl.first_layer, pl.last_layer, options.microbatch_size, pl.dp, pl.tp);
-    s.memory_static_bytes = mem.static_bytes;
-    s.activation_bytes = mem.activation_bytes;
+    StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);
+    s.fwd_s = f.fwd_s;
+    s.bwd_s = f.bwd_s;
+    s.allreduce_s = f.allreduce_s;
+    s.optimizer_s = f.optimizer_s;
+    s.memory_static_bytes = f.static_bytes;
+    s.activation_bytes = f.activation_bytes;
     if (i + 1 < S) {
       const Placement& next = placements[i + 1];
-      cluster::Link link = cluster.link_for(pl.subcluster, pl.last_node(sub.devices_per_node),
-                                            next.subcluster, next.first_node);
-      s.comm_bytes = costs.cut_bytes(pl.last_layer - 1, options.microbatch_size);
+      cluster::Link link = boundary_link(cluster, pl, next);
+      s.comm_bytes = costs.cut_bytes(pl.last_layer - 1);
       s.comm_s = cost::p2p_s(s.comm_bytes, link);
       s.comm_latency_s = s.comm_bytes > 0 ? link.latency_s : 0;
       s.crosses_subclusters = next.subcluster != pl.subcluster;
@@ -68,11 +70,11 @@ plan::Plan build_plan(const cost::CostModel& costs, const std::vector<Placement>
   return p;
 }
 
-Status check_memory(const cost::CostModel& costs, const plan::Plan& plan) {
+Status check_memory(const StageCosts& costs, const plan::Plan& plan) {
   for (int i = 0; i < plan.num_stages(); ++i) {
     const auto& s = plan.stages[i];
     const auto& device = costs.cluster().device_of(s.subcluster);
-    Bytes usable = cost::usable_memory_bytes(device, costs.config());
+    Bytes usable = costs.usable_memory_bytes(s.subcluster);
     if (s.memory_bytes <= usable) continue;
     char buf[512];
     std::snprintf(buf, sizeof buf,

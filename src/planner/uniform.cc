@@ -5,11 +5,11 @@
 
 namespace harp::planner {
 
-StatusOr<plan::Plan> plan_uniform(const cost::CostModel& costs, const BuildOptions& options) {
+StatusOr<plan::Plan> plan_uniform(const StageCosts& costs, const BuildOptions& options) {
   const auto& cluster = costs.cluster();
   int nodes = 0;
   for (const auto& s : cluster.subclusters) nodes += s.nodes;
-  const int L = costs.model().num_layers();
+  const int L = costs.num_layers();
   if (L < nodes)
     return infeasible("the uniform strategy puts one stage on each of the " + std::to_string(nodes) +
                       " nodes but the model has only " + std::to_string(L) +
@@ -24,8 +24,12 @@ StatusOr<plan::Plan> plan_uniform(const cost::CostModel& costs, const BuildOptio
       pl.first_node = node;
       pl.devices = sub.devices_per_node;
       // Data parallel as far as the microbatch splits evenly, tensor parallel for the rest.
-      pl.dp = std::gcd(options.microbatch_size, sub.devices_per_node);
+      pl.dp = std::gcd(costs.microbatch_size(), sub.devices_per_node);
       pl.tp = sub.devices_per_node / pl.dp;
+      if (!costs.has(sc, pl.dp, pl.tp))
+        return not_found("the uniform strategy needs times for " + costs.missing_entry(sc, pl.dp, pl.tp) +
+                         " (node " + std::to_string(node) + " of subcluster " + sub.name +
+                         " as dp " + std::to_string(pl.dp) + " x tp " + std::to_string(pl.tp) + ")");
       const int count = L / nodes + (stage < L % nodes ? 1 : 0);
       pl.first_layer = layer;
       pl.last_layer = layer + count;

@@ -82,8 +82,11 @@ class Picture {
 void Picture::box(std::string* out, const char* cls, const char* color, Nanos start, Nanos end,
                   double y, double h, const std::string& tip, const std::string& label) {
   const double x0 = x(start), w = std::max(0.0, x(end) - x0);
-  put(out, "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\">",
-      cls, x0, y, w, h, color);
+  // A white edge separates back-to-back boxes; on boxes of a few pixels it would hide
+  // the colour, so they go without.
+  put(out,
+      "<rect class=\"%s\" x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s>",
+      cls, x0, y, w, h, color, w >= 4 ? " stroke=\"#fff\" stroke-width=\"0.6\"" : "");
   put(out, "<title>%s %.4f-%.4f ms</title></rect>\n", tip.c_str(), static_cast<double>(start) / 1e6,
       static_cast<double>(end) / 1e6);
   // Roughly 6.5 px per digit at font-size 11; skip labels that would spill over.
@@ -129,7 +132,8 @@ std::string Picture::draw(const std::string& title) {
     out += "</text>\n";
   }
   if (result_.spans.empty())
-    put(&out, "<text x=\"%.0f\" y=\"%.1f\">(no spans recorded: simulate with record_spans)</text>\n",
+    put(&out,
+        "<text x=\"%.0f\" y=\"%.1f\">(no spans recorded: simulate with record_spans)</text>\n",
         kLeft + 8, kTop + 16);
 
   for (const Span& sp : result_.spans) {

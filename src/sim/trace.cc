@@ -56,7 +56,8 @@ Json chrome_trace(const SimResult& result, const plan::Plan& plan) {
   timed.reserve(result.spans.size());
   for (const Span& sp : result.spans) {
     if (sp.action.is_send())
-      timed.push_back({sp.link_start_ns, sp.link_end_ns - sp.link_start_ns, sp.rank, kSendTid, &sp});
+      timed.push_back(
+          {sp.link_start_ns, sp.link_end_ns - sp.link_start_ns, sp.rank, kSendTid, &sp});
     else if (sp.action.is_recv())
       timed.push_back({sp.start_ns, std::max<Nanos>(0, sp.arrive_ns - sp.start_ns), sp.rank,
                        kRecvTid, &sp});

@@ -20,6 +20,13 @@ struct StageMemory {
 StageMemory stage_memory(const model::ModelSpec& model, int first, int last, int microbatch_size,
                          int dp, int tp, const CostConfig& config);
 
+// Optimizer step for `param_bytes` of fp16 parameters split tp ways: memory bound, it
+// reads and writes the training state once.
+Seconds optimizer_step_s(Bytes param_bytes, int tp, const cluster::DeviceType& device,
+                         const CostConfig& config);
+// Seconds per parameter byte of optimizer_step_s (it is linear).
+Seconds optimizer_s_per_param_byte(int tp, const cluster::DeviceType& device, const CostConfig& config);
+
 // Usable bytes of a device: memory x (1 - reserve).
 Bytes usable_memory_bytes(const cluster::DeviceType& device, const CostConfig& config);
 

@@ -1,7 +1,9 @@
 // The closed-form iteration time of DESIGN.md (the planner's objective):
 //
-//   T = sum_i (t_i + 2 c_i) + (B - 1) * max(max_i t_i, max_i c_i) + max_i ar_i + opt
+//   T = sum_i (t_i + 2 c_i) + (B - 1) * max(max_i t_i, max_i c_i) + max_i (ar_i + opt_i)
 //
+// The end term pairs each stage's all-reduce with its own optimizer step (a stage steps
+// right after its all-reduce), rather than adding the two maxima of different stages.
 // with t_i = fwd_i + bwd_i and c_i the one-way transfer to stage i+1. It is exact when
 // the schedule hides every transfer but the first microbatch's round trip; it ignores
 // launch counts too small to hide the links (the simulator measures that).

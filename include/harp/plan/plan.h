@@ -47,8 +47,7 @@ struct Prediction {
   Seconds period_s = 0;        // P = max(max t_i, max c_i)
   Seconds round_trip_s = 0;    // sum(t_i + 2 c_i)
   Seconds steady_s = 0;        // (B - 1) P
-  Seconds allreduce_s = 0;     // max ar_i
-  Seconds optimizer_s = 0;     // max opt_i
+  Seconds end_s = 0;           // max_i (ar_i + opt_i): the stage that finishes last
   double bubble_fraction = 0;
 };
 

@@ -1,15 +1,15 @@
-// Turns placement decisions into a complete, self-contained Plan: per-stage times from
-// the cost model, boundary transfers, all-reduce and optimizer terms, launch counts,
-// memory and the closed-form prediction. Every strategy (uniform, harp, homogeneous)
-// builds its plan here, so their figures are comparable.
+// Turns placement decisions into a complete, self-contained Plan: per-stage times,
+// boundary transfers, all-reduce and optimizer terms, launch counts, memory and the
+// closed-form prediction. Every strategy (uniform, harp, homogeneous) and the
+// brute-force reference build their plans here, so their figures are comparable.
 #pragma once
 
 #include <string>
 #include <vector>
 
 #include "harp/common/status.h"
-#include "harp/cost/cost_model.h"
 #include "harp/plan/plan.h"
+#include "harp/planner/stage_costs.h"
 
 namespace harp::planner {
 
@@ -31,18 +31,22 @@ struct Placement {
 
 struct BuildOptions {
   int microbatches = 1;
-  int microbatch_size = 1;
   plan::ScheduleKind schedule = plan::ScheduleKind::k1F1B;
   std::string strategy;
+  std::string model_name, model_fingerprint;
 };
+
+// The link a transfer from placement `a` to the next placement `b` crosses.
+cluster::Link boundary_link(const cluster::Cluster& cluster, const Placement& a, const Placement& b);
 
 // Builds the plan. Launch counts follow the schedule kind (δ rule with the plan's own
 // period for harp-1f1b). Memory is computed but not enforced: check_memory reports it.
-plan::Plan build_plan(const cost::CostModel& costs, const std::vector<Placement>& placements,
+// REQUIRES: costs.has(p.subcluster, p.dp, p.tp) for every placement.
+plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& placements,
                       const BuildOptions& options);
 
-// Infeasible with the first stage whose device memory is exceeded (needed vs usable,
+// Infeasible naming the first stage whose device memory is exceeded (needed vs usable,
 // and what would help); ok if every stage fits.
-Status check_memory(const cost::CostModel& costs, const plan::Plan& plan);
+Status check_memory(const StageCosts& costs, const plan::Plan& plan);
 
 }  // namespace harp::planner

@@ -4,13 +4,13 @@
 #pragma once
 
 #include "harp/common/status.h"
-#include "harp/cost/cost_model.h"
 #include "harp/plan/plan.h"
 #include "harp/planner/plan_builder.h"
 
 namespace harp::planner {
 
-// Infeasible if the model has fewer layers than the cluster has nodes.
-StatusOr<plan::Plan> plan_uniform(const cost::CostModel& costs, const BuildOptions& options);
+// Infeasible if the model has fewer layers than the cluster has nodes, or the cost
+// source lacks the times a node's shape needs.
+StatusOr<plan::Plan> plan_uniform(const StageCosts& costs, const BuildOptions& options);
 
 }  // namespace harp::planner

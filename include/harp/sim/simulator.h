@@ -26,7 +26,8 @@ struct Span {
   int rank = 0;
   schedule::Action action;
   Nanos start_ns = 0, end_ns = 0;
-  // For sends: when the transfer occupies the link and when it arrives.
+  // For sends: when the transfer occupies the link and when it arrives. For receives,
+  // arrive_ns is when the data arrived (start_ns if it never did).
   Nanos link_start_ns = 0, link_end_ns = 0, arrive_ns = 0;
 };
 

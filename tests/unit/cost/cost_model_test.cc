@@ -110,10 +110,10 @@ TEST(UniformPlan, OneStagePerNodeEqualLayers) {
   auto c = test_cluster();
   auto m = model::load_model("gpt-350m", 2);  // 50 layers over 3 nodes: 17, 17, 16
   ASSERT_TRUE(m.ok());
-  CostModel costs(c, *m, nullptr, CostConfig{});
+  CostModel model_costs(c, *m, nullptr, CostConfig{});
+  auto costs = planner::StageCosts::from_cost_model(model_costs, 4, 4);
   planner::BuildOptions o;
   o.microbatches = 16;
-  o.microbatch_size = 4;
   auto p = planner::plan_uniform(costs, o);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   ASSERT_EQ(p->num_stages(), 3);
@@ -138,10 +138,11 @@ TEST(UniformPlan, MoreNodesThanLayersIsInfeasible) {
   g.num_blocks = 1;
   g.granularity = 1;
   auto m = model::build_gpt(g);  // 3 layers, 3 nodes: fits exactly
-  CostModel costs(c, *m, nullptr, CostConfig{});
-  EXPECT_TRUE(planner::plan_uniform(costs, {}).ok());
+  CostModel model_costs(c, *m, nullptr, CostConfig{});
+  EXPECT_TRUE(planner::plan_uniform(planner::StageCosts::from_cost_model(model_costs, 4, 4), {}).ok());
   c.subclusters[1].nodes = 3;
-  auto p = planner::plan_uniform(costs, {});
+  CostModel more_nodes(c, *m, nullptr, CostConfig{});
+  auto p = planner::plan_uniform(planner::StageCosts::from_cost_model(more_nodes, 4, 4), {});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInfeasible);
 }

@@ -41,7 +41,8 @@ TEST(PlanIo, ClosedFormTerms) {
   Prediction pr = closed_form(p);
   EXPECT_DOUBLE_EQ(pr.round_trip_s, 2 + 5 + 3 + 2 * 6 + 2 * 6);
   EXPECT_DOUBLE_EQ(pr.period_s, 6.0);
-  EXPECT_DOUBLE_EQ(pr.iteration_s, 34 + 9 * 6 + 5 + 0.25);
+  EXPECT_DOUBLE_EQ(pr.end_s, 5.25);  // the stage with ar = 5 plus its own step
+  EXPECT_DOUBLE_EQ(pr.iteration_s, 34 + 9 * 6 + 5.25);
 }
 
 TEST(PlanIo, DeltaRule) {

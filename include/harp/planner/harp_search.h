@@ -1,0 +1,59 @@
+// HARP's planner, made exact (DESIGN.md, Planner; docs/planner.md): the plan that
+// minimises
+//
+//   T = Σ_i (t_i + 2 c_i) + (B − 1) · P + max_i (ar_i + opt_i),  P = max(max t_i, max c_i)
+//
+// over the search space below, with launch counts from the δ rule evaluated with the
+// plan's own P and every device's memory checked with its stage's launch count.
+//
+// Search space: a pipeline of stages over contiguous layer ranges; stages follow the
+// subcluster order (fixed, or every linked order); the stages of one subcluster take its
+// devices consecutively from the highest id down (the tail-most stage gets the highest
+// ids; idle devices, when allowed, are the lowest ids); a stage's mesh is a power-of-two
+// group inside one node or whole nodes; its (dp, tp) shape has tp a power of two inside a
+// node, dp dividing the microbatch size, and times available from the cost source.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harp/common/status.h"
+#include "harp/planner/plan_builder.h"
+#include "harp/planner/stage_costs.h"
+
+namespace harp::planner {
+
+struct SearchOptions {
+  int microbatches = 8;             // B
+  int max_tp = 0;                   // 0: up to devices_per_node (and the cost source)
+  bool allow_idle_devices = false;  // false: every device is used (the paper's rule)
+  bool fixed_order = true;          // false: also search the order of subclusters
+  bool harp_schedule = true;        // false: δ = 1 everywhere (standard 1F1B)
+  int threads = 0;                  // 0: all hardware threads
+};
+
+struct SearchStats {
+  double wall_s = 0;
+  long long caps_total = 0;      // distinct candidate periods
+  long long caps_evaluated = 0;  // DP runs
+  long long states_visited = 0;  // DP states with a non-empty front
+  long long front_entries = 0;   // Pareto entries created
+  int orders_tried = 0;
+};
+
+struct SearchResult {
+  bool feasible = false;
+  std::vector<Placement> placements;  // pipeline order
+  std::vector<int> launch_counts;
+  Seconds iteration_s = 0;            // T of the plan
+  Seconds period_s = 0;               // its P
+  SearchStats stats;
+  // When infeasible: which resource is short and by how much, and what would help.
+  std::string infeasible_reason;
+};
+
+// REQUIRES: options.microbatches >= 1. Returns an error only for a malformed problem;
+// an infeasible one is a result with feasible == false.
+StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOptions& options);
+
+}  // namespace harp::planner

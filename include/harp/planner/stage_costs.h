@@ -1,0 +1,127 @@
+// StageCosts: everything a search needs about a candidate stage, answered in O(1) from
+// prefix sums: compute time of a layer range on a subcluster's mesh, the all-reduce and
+// optimizer terms, memory, and the bytes crossing a cut. Built once per problem from
+// either the cost model (analytic + profile DB) or an explicit cost table (cost_table.h),
+// so every strategy and the brute-force reference see identical numbers.
+//
+// Thread-safe for concurrent const calls.
+#pragma once
+
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "harp/cluster/cluster.h"
+#include "harp/common/status.h"
+#include "harp/cost/comm_cost.h"
+#include "harp/cost/cost_config.h"
+#include "harp/cost/cost_model.h"
+
+namespace harp::planner {
+
+struct StageFigures {
+  Seconds fwd_s = 0, bwd_s = 0;
+  Seconds allreduce_s = 0, optimizer_s = 0;
+  Bytes static_bytes = 0;      // per device: training state + workspace
+  Bytes activation_bytes = 0;  // per device per in-flight microbatch
+
+  Seconds compute_s() const { return fwd_s + bwd_s; }
+  Seconds end_s() const { return allreduce_s + optimizer_s; }
+  Bytes memory_bytes(int launch_count) const { return static_bytes + launch_count * activation_bytes; }
+};
+
+class StageCosts;
+
+// A fast handle for one (subcluster, dp, tp): figures of any layer range in O(1) with no
+// lookups, for search inner loops. Valid while its StageCosts lives.
+class RangeView {
+ public:
+  StageFigures at(int first, int last) const;
+  Seconds compute_s(int first, int last) const {
+    return fwd_[last] - fwd_[first] + bwd_[last] - bwd_[first];
+  }
+  Bytes static_bytes(int first, int last) const {
+    return state_per_param_byte_ * (params_[last] - params_[first]) + workspace_bytes_;
+  }
+  Bytes activation_bytes(int first, int last) const {
+    return (acts_[last] - acts_[first]) * act_scale_;
+  }
+  // All-reduce plus optimizer step of the range.
+  Seconds end_s(int first, int last) const {
+    const Bytes params = params_[last] - params_[first];
+    return allreduce_.at(params) + opt_per_param_byte_ * params;
+  }
+
+ private:
+  friend class StageCosts;
+  cost::AffineTime allreduce_;
+  Seconds opt_per_param_byte_ = 0;
+  double state_per_param_byte_ = 0, workspace_bytes_ = 0, act_scale_ = 0;
+  const Seconds* fwd_ = nullptr;
+  const Seconds* bwd_ = nullptr;
+  const Bytes* params_ = nullptr;
+  const Bytes* acts_ = nullptr;
+  int sub_ = 0, dp_ = 1, tp_ = 1;
+};
+
+class StageCosts {
+ public:
+  // Per-layer figures every source provides (per sample).
+  struct LayerBytes {
+    Bytes param_bytes = 0, activation_bytes = 0, output_bytes = 0;
+  };
+  // Forward and backward seconds of every layer for one (device type, samples, tp).
+  struct LayerTimes {
+    std::vector<Seconds> fwd_s, bwd_s;
+  };
+
+  // From the cost model: layer times for every samples = microbatch_size / dp with dp
+  // dividing microbatch_size, and every power-of-two tp up to max_tp.
+  static StageCosts from_cost_model(const cost::CostModel& costs, int microbatch_size, int max_tp);
+
+  // From explicit tables: `times[device][samples]` (tp = 1 only).
+  static StageCosts from_tables(const cluster::Cluster& cluster, std::vector<LayerBytes> layers,
+                                const std::map<std::string, std::map<int, LayerTimes>>& times,
+                                int microbatch_size, const cost::CostConfig& config);
+
+  const cluster::Cluster& cluster() const { return cluster_; }
+  const cost::CostConfig& config() const { return config_; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+  int microbatch_size() const { return microbatch_size_; }
+  int max_tp() const { return max_tp_; }
+  const std::vector<LayerBytes>& layers() const { return layers_; }
+
+  // Whether times exist for subcluster `sub` with this dp x tp shape.
+  bool has(int sub, int dp, int tp) const;
+  // Which entry is missing for (sub, dp, tp), for error messages.
+  std::string missing_entry(int sub, int dp, int tp) const;
+  // REQUIRES: has(sub, dp, tp), 0 <= first < last <= num_layers().
+  StageFigures stage(int sub, int first, int last, int dp, int tp) const;
+  // REQUIRES: has(sub, dp, tp).
+  RangeView view(int sub, int dp, int tp) const;
+  // Bytes crossing a cut after layer `layer` for one microbatch.
+  Bytes cut_bytes(int layer) const { return layers_[layer].output_bytes * microbatch_size_; }
+  Bytes usable_memory_bytes(int sub) const;
+  // Time of one layer range per microbatch on one device of `sub` with dp = tp = 1 and
+  // the whole microbatch (for lower bounds). REQUIRES has(sub, 1, 1).
+  Seconds single_device_s(int sub) const;
+
+ private:
+  friend class RangeView;
+  struct Prefix {
+    std::vector<Seconds> fwd, bwd;  // size L + 1
+  };
+  const Prefix* prefix(int sub, int samples, int tp) const;
+
+  cluster::Cluster cluster_;
+  cost::CostConfig config_;
+  int microbatch_size_ = 1;
+  int max_tp_ = 1;
+  std::vector<LayerBytes> layers_;
+  std::vector<Bytes> param_prefix_, act_prefix_;  // size L + 1
+  // key (device name, samples, tp)
+  std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;
+};
+
+}  // namespace harp::planner

@@ -1,0 +1,54 @@
+// Planning problems and the three strategies on them, in one cost model so that their
+// figures compare fairly: `harp` (the exact search with HARP's 1F1B), `homogeneous`
+// (Alpa-style: the same search believing every device is the slowest type, standard
+// 1F1B, then scored with the true costs) and `uniform` (uniform.h).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "harp/cluster/cluster.h"
+#include "harp/cost/cost_config.h"
+#include "harp/profile/profile_db.h"
+#include "harp/model/model_spec.h"
+#include "harp/plan/plan.h"
+#include "harp/planner/cost_table.h"
+#include "harp/planner/harp_search.h"
+#include "harp/planner/stage_costs.h"
+
+namespace harp::planner {
+
+struct PlanningProblem {
+  StageCosts costs;        // the true costs
+  StageCosts homogeneous;  // every subcluster as the slowest device type (and least memory)
+  std::string slowest_device;
+  int microbatches = 1;
+  Seconds lower_bound_s = 0;     // no plan can be faster
+  std::string lower_bound_rule;  // how lower_bound_s was computed
+  std::string model_name, model_fingerprint;
+};
+
+// From a model and the cost model (analytic, plus a profile DB if given).
+// Lower bound: total FLOPs / (Σ device peak × compute efficiency).
+PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model::ModelSpec& model,
+                                   const cost::CostConfig& config, const profile::ProfileDb* db,
+                                   int microbatches, int microbatch_size, int max_tp);
+
+// From an explicit cost table (checked against the cluster first).
+// Lower bound: perfect balance of every device's best per-sample time.
+StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, const CostTable& table,
+                                             int microbatches, const std::string& table_file);
+
+struct StrategyResult {
+  std::string strategy;
+  bool feasible = false;
+  plan::Plan plan;      // when feasible
+  SearchStats stats;    // for the searching strategies
+  std::string reason;   // when infeasible: what is short and what would help
+};
+
+// strategy: "harp", "homogeneous" or "uniform".
+StrategyResult run_strategy(const PlanningProblem& problem, const std::string& strategy,
+                            const SearchOptions& options);
+
+}  // namespace harp::planner

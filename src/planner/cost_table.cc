@@ -1,0 +1,112 @@
+// Cost table parsing and validation; messages name the file, the field path and the fix.
+#include "harp/planner/cost_table.h"
+
+#include "harp/common/fields.h"
+
+namespace harp::planner {
+namespace {
+
+Status read_times(const Json& node, const std::string& file, const std::string& path, size_t L,
+                  std::vector<Seconds>* out) {
+  if (!node.is_array() || node.size() != L)
+    return field_error(file, path, node.is_array() ? "a list of " + std::to_string(node.size()) : node.dump(),
+                       "must be a list of one time per layer (" + std::to_string(L) + ")",
+                       "give one number in seconds for each entry of `layers`");
+  for (size_t i = 0; i < L; ++i) {
+    if (!node[i].is_number() || node[i].get<double>() < 0)
+      return field_error(file, path + "[" + std::to_string(i) + "]", node[i].dump(),
+                         "must be a number of seconds >= 0", "write the layer's measured time");
+    out->push_back(node[i].get<double>());
+  }
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) {
+  FieldReader r(node, file, "");
+  if (r.failed()) return r.finish();
+  CostTable t;
+  std::int64_t version = r.integer("version", 1);
+  if (!r.failed() && version != 1)
+    r.fail("version", std::to_string(version), "is not a supported version", "write `\"version\": 1`");
+  t.microbatch_size = static_cast<int>(r.integer("microbatch_size", 1));
+  const Json* layers = r.get("layers");
+  const Json* devices = r.get("devices");
+  HARP_RETURN_IF_ERROR(r.finish());
+  if (layers == nullptr || !layers->is_array() || layers->empty())
+    return field_error(file, "layers", layers ? layers->dump() : "", "must be a non-empty list",
+                       "add one {name, param_bytes, output_bytes, activation_bytes} per layer");
+  for (size_t i = 0; i < layers->size(); ++i) {
+    FieldReader lr((*layers)[i], file, "layers[" + std::to_string(i) + "]");
+    t.layer_names.push_back(lr.string("name", "layer" + std::to_string(i)));
+    StageCosts::LayerBytes b;
+    b.param_bytes = lr.non_negative("param_bytes");
+    b.output_bytes = lr.non_negative("output_bytes");
+    b.activation_bytes = lr.non_negative("activation_bytes");
+    HARP_RETURN_IF_ERROR(lr.finish());
+    t.layers.push_back(b);
+  }
+  if (devices == nullptr || !devices->is_object() || devices->empty())
+    return field_error(file, "devices", devices ? devices->dump() : "",
+                       "must map device types to per-microbatch-size times",
+                       "add {\"A100-40GB\": {\"4\": {\"fwd_s\": [...], \"bwd_s\": [...]}}}");
+  for (const auto& [dev, sizes] : devices->items()) {
+    const std::string dpath = "devices." + dev;
+    if (!sizes.is_object() || sizes.empty())
+      return field_error(file, dpath, sizes.dump(), "must map microbatch sizes to times",
+                         "add {\"" + std::to_string(t.microbatch_size) + "\": {\"fwd_s\": [...], \"bwd_s\": [...]}}");
+    for (const auto& [key, entry] : sizes.items()) {
+      const std::string kpath = dpath + "." + key;
+      int samples = 0;
+      try {
+        size_t used = 0;
+        samples = std::stoi(key, &used);
+        if (used != key.size()) samples = 0;
+      } catch (...) {
+        samples = 0;
+      }
+      if (samples < 1 || t.microbatch_size % samples != 0)
+        return field_error(file, kpath, "", "is not a microbatch size dividing " + std::to_string(t.microbatch_size),
+                           "use keys such as \"" + std::to_string(t.microbatch_size) + "\", \"" +
+                               std::to_string(std::max(1, t.microbatch_size / 2)) + "\"");
+      FieldReader er(entry, file, kpath);
+      const Json* fwd = er.get("fwd_s");
+      const Json* bwd = er.get("bwd_s");
+      HARP_RETURN_IF_ERROR(er.finish());
+      if (fwd == nullptr || bwd == nullptr)
+        return field_error(file, kpath + (fwd ? ".bwd_s" : ".fwd_s"), "", "is required",
+                           "give fwd_s and bwd_s lists with one time per layer");
+      StageCosts::LayerTimes lt;
+      HARP_RETURN_IF_ERROR(read_times(*fwd, file, kpath + ".fwd_s", t.layers.size(), &lt.fwd_s));
+      HARP_RETURN_IF_ERROR(read_times(*bwd, file, kpath + ".bwd_s", t.layers.size(), &lt.bwd_s));
+      t.times[dev][samples] = std::move(lt);
+    }
+  }
+  return t;
+}
+
+StatusOr<CostTable> load_cost_table(const std::string& file) {
+  HARP_ASSIGN_OR_RETURN(Json doc, load_document(file));
+  return parse_cost_table(doc, file);
+}
+
+Status check_cost_table(const CostTable& table, const cluster::Cluster& cluster,
+                        const std::string& file) {
+  for (const auto& [dev, sizes] : table.times)
+    if (!cluster.devices.count(dev))
+      return field_error(file, "devices." + dev, "", "is not a device type of the cluster",
+                         "use the device names of the cluster's subclusters");
+  for (const auto& s : cluster.subclusters) {
+    auto it = table.times.find(s.device);
+    if (it == table.times.end() || !it->second.count(table.microbatch_size))
+      return field_error(file, "devices." + s.device + "." + std::to_string(table.microbatch_size), "",
+                         "is missing: subcluster `" + s.name + "` runs on " + s.device +
+                             " and the search needs its times for the whole microbatch",
+                         "add fwd_s and bwd_s lists for " + s.device + " at microbatch size " +
+                             std::to_string(table.microbatch_size));
+  }
+  return Status();
+}
+
+}  // namespace harp::planner

@@ -1,0 +1,264 @@
+// The per-cap DP of the exact search (see dp_table.h for the state and its invariants).
+#include "dp_table.h"
+
+#include <algorithm>
+
+#include "harp/cost/comm_cost.h"
+
+namespace harp::planner {
+namespace {
+
+bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
+
+}  // namespace
+
+DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order,
+                          const SearchOptions& options) {
+  DpProblem p;
+  const auto& cluster = costs.cluster();
+  p.costs = &costs;
+  p.order = order;
+  p.C = static_cast<int>(order.size());
+  p.L = costs.num_layers();
+  p.B = options.microbatches;
+  p.allow_idle = options.allow_idle_devices;
+  p.harp = options.harp_schedule;
+  const int mbs = costs.microbatch_size();
+  for (int pos = 0; pos < p.C; ++pos) {
+    const int sub = order[pos];
+    const auto& sc = cluster.subclusters[sub];
+    const int dpn = sc.devices_per_node;
+    p.devices.push_back(sc.num_devices());
+    p.devices_per_node.push_back(dpn);
+    p.max_devices = std::max(p.max_devices, sc.num_devices());
+    p.usable.push_back(costs.usable_memory_bytes(sub));
+    p.intra.push_back(sc.intra_node);
+    p.inter.push_back(sc.inter_node);
+    const int max_tp = options.max_tp > 0 ? std::min(options.max_tp, dpn) : dpn;
+    std::vector<std::pair<int, bool>> sizes;  // (devices, whole nodes)
+    for (int z = 1; z <= dpn; z *= 2) sizes.push_back({z, false});
+    for (int m = 1; m <= sc.nodes; ++m)
+      if (m > 1 || !is_power_of_two(dpn)) sizes.push_back({m * dpn, true});
+    std::vector<DpMesh> meshes;
+    for (auto [z, whole] : sizes)
+      for (int tp = 1; tp <= max_tp; tp *= 2) {
+        if (z % tp != 0 || (whole && dpn % tp != 0)) continue;
+        const int dp = z / tp;
+        if (mbs % dp != 0 || !costs.has(sub, dp, tp)) continue;
+        meshes.push_back({z, dp, tp, whole, costs.view(sub, dp, tp)});
+      }
+    p.meshes.push_back(std::move(meshes));
+  }
+  p.linked.assign(p.C, std::vector<char>(p.C, 0));
+  p.cross.assign(p.C, std::vector<cluster::Link>(p.C));
+  for (int a = 0; a < p.C; ++a)
+    for (int b = a + 1; b < p.C; ++b)
+      if (auto link = cluster.link_between(order[a], order[b])) {
+        p.linked[a][b] = 1;
+        p.cross[a][b] = *link;
+      }
+  for (int l = 0; l < p.L; ++l) p.cut_bytes.push_back(costs.cut_bytes(l));
+  p.valid = true;
+  if (!p.allow_idle)
+    for (int pos = 0; pos + 1 < p.C; ++pos) p.valid = p.valid && p.linked[pos][pos + 1];
+  return p;
+}
+
+std::vector<Seconds> candidate_caps(const DpProblem& p) {
+  std::vector<Seconds> caps;
+  for (int pos = 0; pos < p.C; ++pos) {
+    for (const DpMesh& m : p.meshes[pos])
+      for (int l = 0; l < p.L; ++l)
+        for (int l1 = l + 1; l1 <= p.L; ++l1) {
+          if (m.view.static_bytes(l, l1) > p.usable[pos]) break;
+          caps.push_back(m.view.compute_s(l, l1));
+        }
+    for (int l = 0; l + 1 < p.L; ++l) {
+      if (p.devices_per_node[pos] > 1) caps.push_back(cost::p2p_s(p.cut_bytes[l], p.intra[pos]));
+      if (p.devices[pos] > p.devices_per_node[pos])
+        caps.push_back(cost::p2p_s(p.cut_bytes[l], p.inter[pos]));
+      for (int q = pos + 1; q < p.C; ++q)
+        if (p.linked[pos][q]) caps.push_back(cost::p2p_s(p.cut_bytes[l], p.cross[pos][q]));
+    }
+  }
+  std::sort(caps.begin(), caps.end());
+  caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
+  return caps;
+}
+
+DpTable::DpTable(const DpProblem& problem) : p_(problem) {
+  const size_t states = static_cast<size_t>(p_.L) * p_.C * (p_.max_devices + 1) * 2;
+  off_.assign(states, 0);
+  cnt_.assign(states, 0);
+  moff_.assign(static_cast<size_t>(p_.L) * p_.C * 2, 0);
+  mcnt_.assign(static_cast<size_t>(p_.L) * p_.C * 2, 0);
+}
+
+// x dominates y when no upstream completion can make y better: the upstream part adds
+// the same amount to both sums and replaces e by max(e, E) for some E >= 0, so x must
+// not lose for E = 0 (sum + e) nor for E large (sum), and x's launch count must not be
+// larger (more memory upstream).
+static bool dominates(double xs, double xe, int xn, double ys, double ye, int yn) {
+  return xn <= yn && xs <= ys && xs + xe <= ys + ye;
+}
+
+void DpTable::offer(std::vector<Entry>& front, const Entry& c) {
+  for (const Entry& x : front)
+    if (dominates(x.sum, x.e, x.n, c.sum, c.e, c.n)) return;
+  front.erase(std::remove_if(front.begin(), front.end(),
+                             [&](const Entry& x) { return dominates(c.sum, c.e, c.n, x.sum, x.e, x.n); }),
+              front.end());
+  front.push_back(c);
+}
+
+void DpTable::fill_state(int l, int pos, int u, Seconds cap) {
+  scratch_[0].clear();
+  scratch_[1].clear();
+  const int D = p_.devices[pos];
+  const int offset = D - u;
+  const Bytes usable = p_.usable[pos];
+  const auto& meshes = p_.meshes[pos];
+  for (int mi = 0; mi < static_cast<int>(meshes.size()); ++mi) {
+    const DpMesh& m = meshes[mi];
+    if (m.devices > u || !p_.fits(pos, m, offset)) continue;
+    const int u1 = u - m.devices;
+    const cluster::Link& same_link =
+        (D - u1) % p_.devices_per_node[pos] == 0 ? p_.inter[pos] : p_.intra[pos];
+    for (int l1 = l + 1; l1 <= p_.L; ++l1) {
+      const Seconds t = m.view.compute_s(l, l1);
+      if (t > cap) break;
+      const Bytes stat = m.view.static_bytes(l, l1);
+      if (stat > usable) break;
+      const Bytes act = m.view.activation_bytes(l, l1);
+      const bool t_att = t == cap;
+      // Extends every entry of a downstream front through a link of time c.
+      auto extend = [&](int first, int count, int att1, Seconds c, int delta) {
+        const int att = (att1 || t_att || c == cap) ? 1 : 0;
+        const double e_head = m.view.end_s(l, l1);
+        for (int k = first; k < first + count; ++k) {
+          const Entry& x = entries_[k];
+          const int n = std::min(x.n + delta, p_.B);
+          if (stat + n * act > usable) continue;
+          offer(scratch_[att], Entry{x.sum + t + 2 * c, std::max(x.e, e_head), n, k, l, pos, u, mi});
+        }
+      };
+      if (u1 > 0) {
+        if (l1 == p_.L) break;  // the stages after this one need layers
+        const int s0 = state(l1, pos, u1, 0), s1 = state(l1, pos, u1, 1);
+        if (cnt_[s0] + cnt_[s1] == 0) continue;
+        const Seconds c = cost::p2p_s(p_.cut_bytes[l1 - 1], same_link);
+        if (c > cap) continue;
+        extend(off_[s0], cnt_[s0], 0, c, 1);
+        extend(off_[s1], cnt_[s1], 1, c, 1);
+      } else if (l1 == p_.L) {
+        if (!p_.allow_idle && pos != p_.C - 1) continue;  // later subclusters would be idle
+        if (stat + act > usable) continue;
+        offer(scratch_[t_att ? 1 : 0], Entry{t, m.view.end_s(l, l1), 1, -1, l, pos, u, mi});
+      } else {
+        for (int pos1 = pos + 1; pos1 < p_.C; ++pos1) {
+          if (p_.linked[pos][pos1]) {
+            const int m0 = merged(l1, pos1, 0), m1 = merged(l1, pos1, 1);
+            if (mcnt_[m0] + mcnt_[m1] > 0) {
+              const Seconds c = cost::p2p_s(p_.cut_bytes[l1 - 1], p_.cross[pos][pos1]);
+              if (c <= cap) {
+                const int delta = p_.delta(true, c, cap);
+                extend(moff_[m0], mcnt_[m0], 0, c, delta);
+                extend(moff_[m1], mcnt_[m1], 1, c, delta);
+              }
+            }
+          }
+          if (!p_.allow_idle) break;  // only the next subcluster; skipping leaves one idle
+        }
+      }
+    }
+  }
+  for (int att = 0; att < 2; ++att) {
+    const int s = state(l, pos, u, att);
+    off_[s] = static_cast<int>(entries_.size());
+    cnt_[s] = static_cast<int>(scratch_[att].size());
+    entries_.insert(entries_.end(), scratch_[att].begin(), scratch_[att].end());
+  }
+  if (!scratch_[0].empty() || !scratch_[1].empty()) ++states_;
+}
+
+void DpTable::fill_merged(int l, int pos) {
+  const int D = p_.devices[pos];
+  for (int att = 0; att < 2; ++att) {
+    const int mg = merged(l, pos, att);
+    if (!p_.allow_idle) {
+      // Every device of the subcluster is used: only the full state leaves it.
+      const int s = state(l, pos, D, att);
+      moff_[mg] = off_[s];
+      mcnt_[mg] = cnt_[s];
+      continue;
+    }
+    scratch_[0].clear();
+    for (int u = 1; u <= D; ++u) {
+      const int s = state(l, pos, u, att);
+      for (int k = off_[s]; k < off_[s] + cnt_[s]; ++k) offer(scratch_[0], entries_[k]);
+    }
+    moff_[mg] = static_cast<int>(entries_.size());
+    mcnt_[mg] = static_cast<int>(scratch_[0].size());
+    entries_.insert(entries_.end(), scratch_[0].begin(), scratch_[0].end());
+  }
+}
+
+DpOutcome DpTable::run(Seconds cap) {
+  entries_.clear();
+  states_ = 0;
+  std::fill(cnt_.begin(), cnt_.end(), 0);
+  std::fill(mcnt_.begin(), mcnt_.end(), 0);
+  for (int l = p_.L - 1; l >= 0; --l) {
+    for (int pos = 0; pos < p_.C; ++pos)
+      for (int u = 1; u <= p_.devices[pos]; ++u) fill_state(l, pos, u, cap);
+    for (int pos = 0; pos < p_.C; ++pos) fill_merged(l, pos);
+  }
+  DpOutcome out;
+  auto consider = [&](int first, int count, int att) {
+    for (int k = first; k < first + count; ++k) {
+      const double v = entries_[k].sum + entries_[k].e;
+      if (v < out.relaxed) {
+        out.relaxed = v;
+        out.relaxed_entry = k;
+      }
+      if (att == 1 && v < out.exact) {
+        out.exact = v;
+        out.exact_entry = k;
+      }
+    }
+  };
+  for (int att = 0; att < 2; ++att) {
+    if (!p_.allow_idle) {
+      const int s = state(0, 0, p_.devices[0], att);
+      consider(off_[s], cnt_[s], att);
+    } else {
+      for (int pos = 0; pos < p_.C; ++pos) consider(moff_[merged(0, pos, att)], mcnt_[merged(0, pos, att)], att);
+    }
+  }
+  out.states = states_;
+  out.entries = static_cast<long long>(entries_.size());
+  return out;
+}
+
+std::vector<Placement> DpTable::placements(int entry) const {
+  std::vector<Placement> out;
+  for (int k = entry; k >= 0; k = entries_[k].prev) {
+    const Entry& x = entries_[k];
+    const DpMesh& m = p_.meshes[x.pos][x.mesh];
+    const int dpn = p_.devices_per_node[x.pos];
+    const int offset = p_.devices[x.pos] - x.u;
+    Placement pl;
+    pl.subcluster = p_.order[x.pos];
+    pl.first_node = offset / dpn;
+    pl.first_local = offset % dpn;
+    pl.devices = m.devices;
+    pl.dp = m.dp;
+    pl.tp = m.tp;
+    pl.first_layer = x.l;
+    pl.last_layer = x.prev >= 0 ? entries_[x.prev].l : p_.L;
+    out.push_back(pl);
+  }
+  return out;
+}
+
+}  // namespace harp::planner

@@ -1,0 +1,110 @@
+// The DP of the exact HARP search for one cap on the period (internal to the planner).
+//
+// A state is (l, pos, u, att): the downstream part of the pipeline covers layers
+// [l, L); its head stage starts at layer l on the subcluster at position `pos` of the
+// order; u devices of that subcluster are used by the head and the stages after it in the
+// same subcluster; att says whether some stage time or link time equals the cap. Each
+// state keeps the Pareto front of (sum = Σ(t + 2c), n = head launch count,
+// e = max(ar + opt)) over its partial pipelines. The upstream part only needs these
+// three numbers, so keeping every entry no other entry dominates is exact (dominance is
+// defined in dp_table.cc: it compares sum and sum + e, not e alone).
+//
+// Invariants: states are filled for l from L-1 down to 0; an entry's `prev` points to an
+// entry of a state with a larger l (or -1 for the tail stage).
+#pragma once
+
+#include <limits>
+#include <vector>
+
+#include "harp/cluster/cluster.h"
+#include "harp/planner/harp_search.h"
+#include "harp/planner/stage_costs.h"
+
+namespace harp::planner {
+
+struct DpMesh {
+  int devices = 1, dp = 1, tp = 1;
+  bool whole_nodes = false;
+  RangeView view;
+};
+
+struct DpProblem {
+  bool valid = false;
+  const StageCosts* costs = nullptr;
+  std::vector<int> order;  // position -> subcluster index
+  int C = 0, L = 0, B = 1, max_devices = 0;
+  bool allow_idle = false, harp = true;
+  std::vector<int> devices, devices_per_node;  // per position
+  std::vector<Bytes> usable;                   // per position
+  std::vector<std::vector<DpMesh>> meshes;     // per position
+  std::vector<cluster::Link> intra, inter;     // per position
+  std::vector<std::vector<char>> linked;       // [p][q]: a link joins positions p < q
+  std::vector<std::vector<cluster::Link>> cross;
+  std::vector<Bytes> cut_bytes;                // per layer: bytes after it per microbatch
+
+  // Devices a mesh occupies from `offset` (index inside the subcluster) stay in one node
+  // (groups) or start at a node boundary (whole nodes).
+  bool fits(int pos, const DpMesh& m, int offset) const {
+    const int dpn = devices_per_node[pos];
+    if (m.whole_nodes) return offset % dpn == 0;
+    return offset / dpn == (offset + m.devices - 1) / dpn;
+  }
+  // δ of the launch-count rule for a link time c under period cap.
+  int delta(bool cross_subclusters, Seconds c, Seconds cap) const {
+    if (!harp || !cross_subclusters) return 1;
+    return c < cap / 10 ? 1 : c < cap / 2 ? 2 : 3;
+  }
+};
+
+// Builds the problem for one subcluster order. `valid` is false when the order cannot
+// hold a pipeline (consecutive subclusters not linked while every device must be used).
+DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order,
+                          const SearchOptions& options);
+
+// Every distinct stage time and link time a plan can have: the periods worth trying.
+std::vector<Seconds> candidate_caps(const DpProblem& problem);
+
+struct DpOutcome {
+  // min over plans with every t, c <= cap of (sum + e); the entry that reaches it.
+  double relaxed = std::numeric_limits<double>::infinity();
+  int relaxed_entry = -1;
+  // the same over plans where some t or c equals the cap.
+  double exact = std::numeric_limits<double>::infinity();
+  int exact_entry = -1;
+  long long states = 0, entries = 0;
+};
+
+class DpTable {
+ public:
+  explicit DpTable(const DpProblem& problem);
+  DpTable(const DpTable&) = delete;
+  DpTable& operator=(const DpTable&) = delete;
+
+  // Runs the DP for one cap. Reuses its buffers: no allocation once they have grown.
+  DpOutcome run(Seconds cap);
+  // The pipeline an entry of the last run describes, head first.
+  std::vector<Placement> placements(int entry) const;
+
+ private:
+  struct Entry {
+    double sum, e;
+    int n, prev;
+    int l, pos, u, mesh;
+  };
+  int state(int l, int pos, int u, int att) const {
+    return ((l * p_.C + pos) * (p_.max_devices + 1) + u) * 2 + att;
+  }
+  int merged(int l, int pos, int att) const { return (l * p_.C + pos) * 2 + att; }
+  void offer(std::vector<Entry>& front, const Entry& candidate);
+  void fill_state(int l, int pos, int u, Seconds cap);
+  void fill_merged(int l, int pos);
+
+  const DpProblem& p_;
+  std::vector<Entry> entries_;
+  std::vector<int> off_, cnt_;    // per state
+  std::vector<int> moff_, mcnt_;  // per merged (l, pos, att)
+  std::vector<Entry> scratch_[2];
+  long long states_ = 0;
+};
+
+}  // namespace harp::planner

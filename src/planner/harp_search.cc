@@ -1,0 +1,127 @@
+// The exact HARP search (docs/planner.md). For a cap X on the period, a DP from the tail
+// of the model keeps, per state (first layer, subcluster position, devices used there,
+// whether some stage or link attains X), the Pareto front of (Σ(t + 2c), launch count of
+// the head stage, max(ar + opt)). Keeping the whole front, not one greedy value per cell
+// as the authors' code does, is what makes the memory check and the end term exact.
+// Caps are searched by branch and bound over the sorted candidate periods.
+#include "harp/planner/harp_search.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <optional>
+
+#include "harp/cost/comm_cost.h"
+#include "cap_search.h"
+#include "dp_table.h"
+
+namespace harp::planner {
+namespace {
+
+// Every subcluster order the search may use.
+std::vector<std::vector<int>> subcluster_orders(const cluster::Cluster& cluster, bool fixed_order) {
+  const int C = static_cast<int>(cluster.subclusters.size());
+  std::vector<int> order(C);
+  for (int i = 0; i < C; ++i) order[i] = i;
+  if (fixed_order) return {order};
+  std::vector<std::vector<int>> out;
+  do {
+    out.push_back(order);
+  } while (std::next_permutation(order.begin(), order.end()));
+  return out;
+}
+
+std::string gib(Bytes b) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes_to_gib(b));
+  return buf;
+}
+
+// Explains an infeasible problem: memory of the hungriest layer, or device counts.
+std::string explain_infeasible(const StageCosts& costs, const SearchOptions& options) {
+  const auto& cluster = costs.cluster();
+  const int L = costs.num_layers();
+  // The least memory each layer needs alone, over every subcluster and shape.
+  int worst_layer = -1;
+  Bytes worst_need = 0, best_usable = 0;
+  for (int i = 0; i < L; ++i) {
+    Bytes least = std::numeric_limits<double>::infinity();
+    Bytes usable_there = 0;
+    for (int sub = 0; sub < static_cast<int>(cluster.subclusters.size()); ++sub) {
+      const int dpn = cluster.subclusters[sub].devices_per_node;
+      for (int tp = 1; tp <= dpn && (options.max_tp == 0 || tp <= options.max_tp); tp *= 2)
+        for (int dp = 1; dp <= costs.microbatch_size(); ++dp) {
+          if (!costs.has(sub, dp, tp)) continue;
+          StageFigures f = costs.stage(sub, i, i + 1, dp, tp);
+          Bytes need = f.memory_bytes(1);
+          Bytes slack = costs.usable_memory_bytes(sub) - need;
+          if (need - costs.usable_memory_bytes(sub) < least - usable_there) {
+            least = need;
+            usable_there = costs.usable_memory_bytes(sub);
+          }
+          (void)slack;
+        }
+    }
+    if (least > usable_there && (worst_layer < 0 || least - usable_there > worst_need - best_usable)) {
+      worst_layer = i;
+      worst_need = least;
+      best_usable = usable_there;
+    }
+  }
+  if (worst_layer >= 0)
+    return "layer " + std::to_string(worst_layer) + " alone needs at least " + gib(worst_need) +
+           " per device on every mesh it can use, but at most " + gib(best_usable) +
+           " is usable there (short by " + gib(worst_need - best_usable) +
+           "); use a finer granularity, a smaller microbatch_size or more tensor parallelism";
+  if (!options.allow_idle_devices && cluster.num_devices() > L)
+    return "every one of the " + std::to_string(cluster.num_devices()) +
+           " devices must be used, but the model has only " + std::to_string(L) +
+           " layers and meshes this shape cannot cover them; allow idle devices or use a finer "
+           "granularity";
+  return "no placement fits every stage's memory with the launch counts its schedule needs "
+         "(the devices must all be used: " +
+         std::string(options.allow_idle_devices ? "no" : "yes") +
+         "); allow idle devices, use more devices, a smaller microbatch_size or fewer microbatches";
+}
+
+}  // namespace
+
+StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.microbatches < 1)
+    return invalid_argument("microbatches must be at least 1; got " + std::to_string(options.microbatches));
+  SearchResult result;
+  Seconds best_t = std::numeric_limits<double>::infinity();
+  for (const auto& order : subcluster_orders(costs.cluster(), options.fixed_order)) {
+    DpProblem problem = make_dp_problem(costs, order, options);
+    if (!problem.valid) continue;
+    ++result.stats.orders_tried;
+    CapSearchResult r = search_caps(problem);
+    result.stats.caps_total += r.caps_total;
+    result.stats.caps_evaluated += r.caps_evaluated;
+    result.stats.states_visited += r.states_visited;
+    result.stats.front_entries += r.front_entries;
+    if (r.feasible && r.iteration_s < best_t) {
+      best_t = r.iteration_s;
+      result.feasible = true;
+      result.placements = r.placements;
+      result.iteration_s = r.iteration_s;
+      result.period_s = r.period_s;
+    }
+  }
+  if (result.feasible) {
+    BuildOptions b;
+    b.microbatches = options.microbatches;
+    b.schedule = options.harp_schedule ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
+    plan::Plan p = build_plan(costs, result.placements, b);
+    for (const auto& s : p.stages) result.launch_counts.push_back(s.launch_count);
+  } else {
+    result.infeasible_reason = explain_infeasible(costs, options);
+  }
+  result.stats.wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return result;
+}
+
+}  // namespace harp::planner

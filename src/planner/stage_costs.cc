@@ -1,0 +1,138 @@
+// Prefix sums over the layer sequence so a search asks for any range in O(1).
+#include "harp/planner/stage_costs.h"
+
+#include "harp/cost/comm_cost.h"
+#include "harp/cost/memory_cost.h"
+
+namespace harp::planner {
+namespace {
+
+std::vector<Seconds> prefix_of(const std::vector<Seconds>& v) {
+  std::vector<Seconds> p(v.size() + 1, 0.0);
+  for (size_t i = 0; i < v.size(); ++i) p[i + 1] = p[i] + v[i];
+  return p;
+}
+
+}  // namespace
+
+StageCosts StageCosts::from_cost_model(const cost::CostModel& costs, int microbatch_size,
+                                       int max_tp) {
+  StageCosts s;
+  s.cluster_ = costs.cluster();
+  s.config_ = costs.config();
+  s.microbatch_size_ = microbatch_size;
+  s.max_tp_ = max_tp;
+  const auto& model = costs.model();
+  const int L = model.num_layers();
+  for (const auto& l : model.layers)
+    s.layers_.push_back({l.param_bytes, l.activation_bytes, l.output_bytes});
+  for (int sub = 0; sub < static_cast<int>(s.cluster_.subclusters.size()); ++sub) {
+    const std::string& dev = s.cluster_.subclusters[sub].device;
+    for (int dp = 1; dp <= microbatch_size; ++dp) {
+      if (microbatch_size % dp != 0) continue;
+      const int samples = microbatch_size / dp;
+      for (int tp = 1; tp <= max_tp; tp *= 2) {
+        auto key = std::make_tuple(dev, samples, tp);
+        if (s.prefixes_.count(key)) continue;
+        std::vector<Seconds> f(L), b(L);
+        for (int i = 0; i < L; ++i) {
+          cost::LayerTime t = costs.layer_time(sub, i, samples, tp);
+          f[i] = t.fwd_s;
+          b[i] = t.bwd_s;
+        }
+        s.prefixes_[key] = Prefix{prefix_of(f), prefix_of(b)};
+      }
+    }
+  }
+  s.param_prefix_.assign(L + 1, 0);
+  s.act_prefix_.assign(L + 1, 0);
+  for (int i = 0; i < L; ++i) {
+    s.param_prefix_[i + 1] = s.param_prefix_[i] + s.layers_[i].param_bytes;
+    s.act_prefix_[i + 1] = s.act_prefix_[i] + s.layers_[i].activation_bytes;
+  }
+  return s;
+}
+
+StageCosts StageCosts::from_tables(const cluster::Cluster& cluster, std::vector<LayerBytes> layers,
+                                   const std::map<std::string, std::map<int, LayerTimes>>& times,
+                                   int microbatch_size, const cost::CostConfig& config) {
+  StageCosts s;
+  s.cluster_ = cluster;
+  s.config_ = config;
+  s.microbatch_size_ = microbatch_size;
+  s.max_tp_ = 1;
+  s.layers_ = std::move(layers);
+  const int L = static_cast<int>(s.layers_.size());
+  for (const auto& [dev, by_samples] : times)
+    for (const auto& [samples, t] : by_samples)
+      s.prefixes_[std::make_tuple(dev, samples, 1)] = Prefix{prefix_of(t.fwd_s), prefix_of(t.bwd_s)};
+  s.param_prefix_.assign(L + 1, 0);
+  s.act_prefix_.assign(L + 1, 0);
+  for (int i = 0; i < L; ++i) {
+    s.param_prefix_[i + 1] = s.param_prefix_[i] + s.layers_[i].param_bytes;
+    s.act_prefix_[i + 1] = s.act_prefix_[i] + s.layers_[i].activation_bytes;
+  }
+  return s;
+}
+
+const StageCosts::Prefix* StageCosts::prefix(int sub, int samples, int tp) const {
+  auto it = prefixes_.find(std::make_tuple(cluster_.subclusters[sub].device, samples, tp));
+  return it == prefixes_.end() ? nullptr : &it->second;
+}
+
+bool StageCosts::has(int sub, int dp, int tp) const {
+  if (dp < 1 || microbatch_size_ % dp != 0) return false;
+  return prefix(sub, microbatch_size_ / dp, tp) != nullptr;
+}
+
+std::string StageCosts::missing_entry(int sub, int dp, int tp) const {
+  return "device " + cluster_.subclusters[sub].device + ", microbatch size " +
+         std::to_string(dp > 0 ? microbatch_size_ / dp : 0) + ", tp " + std::to_string(tp);
+}
+
+RangeView StageCosts::view(int sub, int dp, int tp) const {
+  const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
+  HARP_CHECK(p != nullptr) << "no times for " << missing_entry(sub, dp, tp);
+  RangeView v;
+  v.fwd_ = p->fwd.data();
+  v.bwd_ = p->bwd.data();
+  v.params_ = param_prefix_.data();
+  v.acts_ = act_prefix_.data();
+  v.sub_ = sub;
+  v.dp_ = dp;
+  v.tp_ = tp;
+  v.allreduce_ = cost::dp_allreduce_time(dp, tp, cluster_.subclusters[sub]);
+  v.opt_per_param_byte_ = cost::optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
+  v.state_per_param_byte_ = config_.state_bytes_per_param_byte / tp;
+  v.workspace_bytes_ = config_.workspace_bytes;
+  v.act_scale_ = static_cast<double>(microbatch_size_ / dp) / tp;
+  return v;
+}
+
+StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp) const {
+  return view(sub, dp, tp).at(first, last);
+}
+
+StageFigures RangeView::at(int first, int last) const {
+  StageFigures f;
+  f.fwd_s = fwd_[last] - fwd_[first];
+  f.bwd_s = bwd_[last] - bwd_[first];
+  const Bytes params = params_[last] - params_[first];
+  f.allreduce_s = allreduce_.at(params);
+  f.optimizer_s = opt_per_param_byte_ * params;
+  f.static_bytes = static_bytes(first, last);
+  f.activation_bytes = activation_bytes(first, last);
+  return f;
+}
+
+Bytes StageCosts::usable_memory_bytes(int sub) const {
+  return cost::usable_memory_bytes(cluster_.device_of(sub), config_);
+}
+
+Seconds StageCosts::single_device_s(int sub) const {
+  const Prefix* p = prefix(sub, microbatch_size_, 1);
+  HARP_CHECK(p != nullptr);
+  return p->fwd.back() + p->bwd.back();
+}
+
+}  // namespace harp::planner

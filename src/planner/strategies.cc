@@ -1,0 +1,149 @@
+// Problem construction (true and homogeneous views, lower bounds) and the strategies.
+#include "harp/planner/strategies.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "harp/planner/uniform.h"
+
+namespace harp::planner {
+namespace {
+
+constexpr const char* kHomogeneousDevice = "homogeneous-view";
+
+// A copy of `cluster` where every subcluster runs `device` (with `memory_gib`).
+cluster::Cluster as_homogeneous(const cluster::Cluster& cluster, cluster::DeviceType device,
+                                double memory_gib) {
+  cluster::Cluster c = cluster;
+  device.name = kHomogeneousDevice;
+  device.memory_gib = memory_gib;
+  c.devices[kHomogeneousDevice] = device;
+  for (auto& s : c.subclusters) s.device = kHomogeneousDevice;
+  return c;
+}
+
+double least_memory_gib(const cluster::Cluster& cluster) {
+  double m = std::numeric_limits<double>::infinity();
+  for (const auto& s : cluster.subclusters) m = std::min(m, cluster.devices.at(s.device).memory_gib);
+  return m;
+}
+
+}  // namespace
+
+PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model::ModelSpec& model,
+                                   const cost::CostConfig& config, const profile::ProfileDb* db,
+                                   int microbatches, int microbatch_size, int max_tp) {
+  PlanningProblem p;
+  p.microbatches = microbatches;
+  p.model_name = model.gpt.name;
+  p.model_fingerprint = model.fingerprint();
+  cost::CostModel true_model(cluster, model, db, config);
+  p.costs = StageCosts::from_cost_model(true_model, microbatch_size, max_tp);
+  const cluster::DeviceType* slowest = nullptr;
+  for (const auto& s : cluster.subclusters) {
+    const auto& d = cluster.devices.at(s.device);
+    if (slowest == nullptr || d.peak_tflops < slowest->peak_tflops) slowest = &d;
+  }
+  p.slowest_device = slowest->name;
+  cluster::Cluster homo = as_homogeneous(cluster, *slowest, least_memory_gib(cluster));
+  cost::CostModel homo_model(homo, model, nullptr, config);
+  p.homogeneous = StageCosts::from_cost_model(homo_model, microbatch_size, max_tp);
+  double peak = 0;
+  for (const auto& s : cluster.subclusters)
+    peak += s.num_devices() * tflops_to_flops_per_s(cluster.devices.at(s.device).peak_tflops);
+  const double flops = (1.0 + config.backward_factor) * model.fwd_flops_per_sample() *
+                       microbatch_size * microbatches;
+  p.lower_bound_s = flops / (peak * config.compute_efficiency);
+  p.lower_bound_rule = "total FLOPs / (sum of device peaks x compute efficiency)";
+  return p;
+}
+
+StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, const CostTable& table,
+                                             int microbatches, const std::string& table_file) {
+  HARP_RETURN_IF_ERROR(check_cost_table(table, cluster, table_file));
+  PlanningProblem p;
+  p.microbatches = microbatches;
+  p.model_name = table_file;
+  cost::CostConfig config;
+  p.costs = StageCosts::from_tables(cluster, table.layers, table.times, table.microbatch_size, config);
+  // The slowest device type: the longest time for the whole model on one device.
+  std::string slowest;
+  Seconds slowest_s = -1;
+  double throughput = 0;  // iterations per second of all devices together, perfectly balanced
+  for (int sub = 0; sub < static_cast<int>(cluster.subclusters.size()); ++sub) {
+    const Seconds one = p.costs.single_device_s(sub);
+    if (one > slowest_s) {
+      slowest_s = one;
+      slowest = cluster.subclusters[sub].device;
+    }
+    double best_per_sample = std::numeric_limits<double>::infinity();
+    for (const auto& [samples, t] : table.times.at(cluster.subclusters[sub].device)) {
+      double total = 0;
+      for (size_t i = 0; i < t.fwd_s.size(); ++i) total += t.fwd_s[i] + t.bwd_s[i];
+      best_per_sample = std::min(best_per_sample, total / samples);
+    }
+    throughput += cluster.subclusters[sub].num_devices() /
+                  (best_per_sample * table.microbatch_size * microbatches);
+  }
+  p.slowest_device = slowest;
+  cluster::Cluster homo =
+      as_homogeneous(cluster, cluster.devices.at(slowest), least_memory_gib(cluster));
+  std::map<std::string, std::map<int, StageCosts::LayerTimes>> homo_times = {
+      {kHomogeneousDevice, table.times.at(slowest)}};
+  p.homogeneous = StageCosts::from_tables(homo, table.layers, homo_times, table.microbatch_size, config);
+  p.lower_bound_s = 1.0 / throughput;
+  p.lower_bound_rule = "every device busy at its best per-sample time (perfect balance)";
+  return p;
+}
+
+StrategyResult run_strategy(const PlanningProblem& problem, const std::string& strategy,
+                            const SearchOptions& options) {
+  StrategyResult r;
+  r.strategy = strategy;
+  BuildOptions build;
+  build.microbatches = problem.microbatches;
+  build.strategy = strategy;
+  build.model_name = problem.model_name;
+  build.model_fingerprint = problem.model_fingerprint;
+  if (strategy == "uniform") {
+    build.schedule = plan::ScheduleKind::k1F1B;
+    auto p = plan_uniform(problem.costs, build);
+    if (!p.ok()) {
+      r.reason = p.status().message();
+      return r;
+    }
+    r.plan = *p;
+  } else {
+    SearchOptions o = options;
+    o.microbatches = problem.microbatches;
+    o.harp_schedule = strategy == "harp";
+    const StageCosts& view = strategy == "harp" ? problem.costs : problem.homogeneous;
+    auto found = search_pipeline(view, o);
+    if (!found.ok()) {
+      r.reason = found.status().message();
+      return r;
+    }
+    r.stats = found->stats;
+    if (!found->feasible) {
+      r.reason = found->infeasible_reason;
+      return r;
+    }
+    for (const auto& pl : found->placements)
+      if (!problem.costs.has(pl.subcluster, pl.dp, pl.tp)) {
+        r.reason = "its plan needs times for " + problem.costs.missing_entry(pl.subcluster, pl.dp, pl.tp);
+        return r;
+      }
+    build.schedule = o.harp_schedule ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
+    r.plan = build_plan(problem.costs, found->placements, build);
+    r.plan.search_wall_s = found->stats.wall_s;
+  }
+  Status memory = check_memory(problem.costs, r.plan);
+  if (!memory.ok()) {
+    r.reason = memory.message();
+    return r;
+  }
+  r.feasible = true;
+  return r;
+}
+
+}  // namespace harp::planner
