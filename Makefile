@@ -37,6 +37,7 @@ demo: build
 
 bench: build
 	$(BUILD)/bench/sim_bench
+	$(BUILD)/bench/planner_bench
 
 clean:
 	rm -rf $(BUILD)

@@ -24,7 +24,7 @@ Plan make_plan(int stages, int microbatches) {
     s.fwd_s = 1e-3 * (1.0 + 0.05 * (i % 3));
     s.bwd_s = 2 * s.fwd_s;
     const bool cross = i == stages / 2 - 1;
-    s.crosses_subclusters = cross;
+    s.crosses_nodes = cross;
     s.comm_s = i == stages - 1 ? 0.0 : (cross ? 1e-3 : 5e-5);
     s.comm_latency_s = i == stages - 1 ? 0.0 : 1e-5;
     s.allreduce_s = 2e-3;

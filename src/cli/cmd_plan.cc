@@ -1,6 +1,11 @@
 // `harp plan`: search a plan for a job (or a cluster + explicit cost table), print it as
 // a table or JSON, and with --compare put the baselines beside it.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 #include <limits>
+#include <memory>
 
 #include "commands.h"
 #include "harp/cluster/cluster_io.h"
@@ -71,6 +76,17 @@ int parse_count_or_auto(const std::string& s) {
 
 planner::SearchOptions search_options(const Opts& o) {
   planner::SearchOptions s;
+  // Long searches show progress on a terminal; pipes and tests stay quiet.
+  if (isatty(STDERR_FILENO)) {
+    auto start = std::make_shared<std::chrono::steady_clock::time_point>(std::chrono::steady_clock::now());
+    auto runs = std::make_shared<int>(0);
+    s.progress = [start, runs](Seconds cap, long long states) {
+      const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - *start).count();
+      if (++*runs % 4 == 0 || elapsed > 1.0)
+        std::fprintf(stderr, "\r  searching: %d DP runs, cap %s, %lld states, %.1f s   ", *runs,
+                     fmt_time(cap).c_str(), states, elapsed);
+    };
+  }
   s.max_tp = o.max_tp;
   s.allow_idle_devices = o.allow_idle;
   s.fixed_order = o.fixed_order;
@@ -213,6 +229,7 @@ int run_plan(const Opts& o, Context& ctx) {
   }
   if (strategy.empty() || o.compare) strategy = o.compare ? "harp" : strategy.empty() ? "harp" : strategy;
   auto c = best_candidate(o, strategy, ctx);
+  if (isatty(STDERR_FILENO)) std::fprintf(stderr, "\r\033[K");  // clear the progress line
   if (!c.ok()) return ctx.fail("plan", c.status());
   const auto& r = c->result;
   if (!r.feasible) {

@@ -29,7 +29,7 @@ std::vector<int> delta_rule_launch_counts(const Plan& plan, Seconds period_s) {
   for (int i = S - 2; i >= 0; --i) {
     const Stage& s = plan.stages[i];
     int delta = 1;
-    if (s.crosses_subclusters) {
+    if (s.crosses_nodes) {
       if (s.comm_s < period_s / 10)
         delta = 1;
       else if (s.comm_s < period_s / 2)

@@ -26,7 +26,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->memory_bytes = r.non_negative("memory_bytes", 0.0);
   s->comm_bytes = r.non_negative("comm_bytes", 0.0);
   if (r.failed()) return r.finish();
-  s->crosses_subclusters = r.boolean("crosses_subclusters", true);
+  s->crosses_nodes = r.boolean("crosses_nodes", true);
   if (!r.failed() && s->fwd_s + s->bwd_s <= 0)
     r.fail("bwd_s", Json(s->bwd_s).dump(), "fwd_s + bwd_s must be greater than 0",
            "give the stage its measured or estimated compute time");
@@ -157,7 +157,7 @@ Json plan_to_json(const Plan& p) {
     sj["bwd_s"] = s.bwd_s;
     sj["comm_s"] = s.comm_s;
     sj["comm_latency_s"] = s.comm_latency_s;
-    sj["crosses_subclusters"] = s.crosses_subclusters;
+    sj["crosses_nodes"] = s.crosses_nodes;
     sj["allreduce_s"] = s.allreduce_s;
     sj["optimizer_s"] = s.optimizer_s;
     sj["comm_bytes"] = s.comm_bytes;

@@ -1,6 +1,7 @@
 // Branch and bound over the sorted candidate periods (see cap_search.h for why it is exact).
 #include "cap_search.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -8,7 +9,7 @@
 
 namespace harp::planner {
 
-CapSearchResult search_caps(const DpProblem& problem) {
+CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress) {
   CapSearchResult result;
   const std::vector<Seconds> caps = candidate_caps(problem);
   const int K = static_cast<int>(caps.size());
@@ -33,12 +34,17 @@ CapSearchResult search_caps(const DpProblem& problem) {
     }
   };
   // Runs the DP at caps[i]; records R and updates the best plan from both outcomes.
-  auto evaluate = [&](int i) {
-    DpOutcome out = table.run(caps[i]);
+  // `low` is the smallest cap R(caps[i]) will bound: partial plans that cannot beat the
+  // best plan with a period of at least caps[low] are dropped (R stays exact below
+  // best - (B - 1) caps[low], which is all the bound test needs).
+  auto evaluate = [&](int i, int low) {
+    const double prune_at = low < 0 ? inf : best - B1 * caps[low];
+    DpOutcome out = table.run(caps[i], prune_at);
     ++result.caps_evaluated;
     result.states_visited += out.states;
     result.front_entries += out.entries;
     relaxed[i] = out.relaxed;
+    if (progress) progress(caps[i], out.states);
     if (out.exact_entry >= 0) keep(table.placements(out.exact_entry), out.exact + B1 * caps[i], caps[i]);
     if (out.relaxed_entry >= 0 && out.relaxed_entry != out.exact_entry) {
       // The relaxed optimum has a smaller period; with its own δ it may need more memory.
@@ -47,30 +53,46 @@ CapSearchResult search_caps(const DpProblem& problem) {
       if (check_memory(*problem.costs, p).ok()) keep(std::move(pl), p.predicted.iteration_s, p.predicted.period_s);
     }
   };
-  auto r_at = [&](int i) {
-    if (std::isnan(relaxed[i])) evaluate(i);
+  auto r_at = [&](int i, int low = -1) {
+    if (std::isnan(relaxed[i])) evaluate(i, low);
     return relaxed[i];
   };
 
-  if (r_at(K - 1) == inf) return result;  // nothing fits even with no cap
-  int lo = 0, hi = K - 1;                  // smallest feasible cap
-  while (lo < hi) {
+  // No smaller cap can be feasible (min_feasible_period_bound): start there.
+  const Seconds floor_cap = min_feasible_period_bound(problem);
+  int lo = static_cast<int>(std::lower_bound(caps.begin(), caps.end(), floor_cap) - caps.begin());
+  if (lo >= K) return result;
+  // Gallop upward: low caps are cheap to evaluate (short stages), high ones are not.
+  // Feasibility probes keep one entry per state (DpTable::feasible): much cheaper.
+  auto probe = [&](int i) {
+    ++result.caps_evaluated;
+    return table.feasible(caps[i]);
+  };
+  int step = 1, hi = lo;
+  while (!probe(hi)) {
+    if (hi == K - 1) return result;  // nothing fits even with the largest cap
+    lo = hi + 1;
+    hi = std::min(K - 1, hi + step);
+    step *= 2;
+  }
+  while (lo < hi) {  // smallest feasible cap in [lo, hi]
     const int mid = lo + (hi - lo) / 2;
-    if (r_at(mid) < inf)
+    if (probe(mid))
       hi = mid;
     else
       lo = mid + 1;
   }
-  const double r_floor = relaxed[K - 1];
+  r_at(lo);  // the smallest feasible cap: the first plans, exact and relaxed
+  // (B - 1) X alone must stay below the best plan (the paper's cut); R >= 0 below.
   int top = K - 1;
-  while (top >= lo && B1 * caps[top] + r_floor >= best) --top;
+  while (top > lo && B1 * caps[top] >= best) --top;
 
-  std::vector<std::pair<int, int>> stack = {{lo, top}};
+  std::vector<std::pair<int, int>> stack = {{lo + 1, top}};
   while (!stack.empty()) {
     auto [i, j] = stack.back();
     stack.pop_back();
-    if (i > j || B1 * caps[i] + r_floor >= best) continue;
-    if (B1 * caps[i] + r_at(j) >= best) continue;
+    if (i > j || B1 * caps[i] >= best) continue;
+    if (B1 * caps[i] + r_at(j, i) >= best) continue;
     if (i == j) continue;  // r_at(j) ran the DP at caps[j]: its exact plan is considered
     const int mid = i + (j - i) / 2;
     stack.push_back({mid + 1, j});

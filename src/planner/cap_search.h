@@ -21,6 +21,7 @@ struct CapSearchResult {
   long long caps_total = 0, caps_evaluated = 0, states_visited = 0, front_entries = 0;
 };
 
-CapSearchResult search_caps(const DpProblem& problem);
+// `progress` (may be empty) is called after each full DP run with its cap and states.
+CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress);
 
 }  // namespace harp::planner

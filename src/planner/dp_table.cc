@@ -2,6 +2,7 @@
 #include "dp_table.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "harp/cost/comm_cost.h"
 
@@ -58,6 +59,25 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
         p.cross[a][b] = *link;
       }
   for (int l = 0; l < p.L; ++l) p.cut_bytes.push_back(costs.cut_bytes(l));
+  auto times_over = [&](const cluster::Link& link) {
+    std::vector<Seconds> t(p.L);
+    for (int l = 0; l < p.L; ++l) t[l] = cost::p2p_s(p.cut_bytes[l], link);
+    return t;
+  };
+  p.cut_cross_s.assign(p.C * p.C, {});
+  for (int a = 0; a < p.C; ++a) {
+    p.cut_intra_s.push_back(times_over(p.intra[a]));
+    p.cut_inter_s.push_back(times_over(p.inter[a]));
+    for (int b = a + 1; b < p.C; ++b)
+      if (p.linked[a][b]) p.cut_cross_s[a * p.C + b] = times_over(p.cross[a][b]);
+  }
+  p.upstream_floor.assign(p.L + 1, 0.0);
+  for (int l = 0; l < p.L; ++l) {
+    Seconds cheapest = std::numeric_limits<double>::infinity();
+    for (int pos = 0; pos < p.C; ++pos)
+      for (const DpMesh& m : p.meshes[pos]) cheapest = std::min(cheapest, m.view.compute_s(l, l + 1));
+    p.upstream_floor[l + 1] = p.upstream_floor[l] + (std::isfinite(cheapest) ? cheapest : 0.0);
+  }
   p.valid = true;
   if (!p.allow_idle)
     for (int pos = 0; pos + 1 < p.C; ++pos) p.valid = p.valid && p.linked[pos][pos + 1];
@@ -74,16 +94,34 @@ std::vector<Seconds> candidate_caps(const DpProblem& p) {
           caps.push_back(m.view.compute_s(l, l1));
         }
     for (int l = 0; l + 1 < p.L; ++l) {
-      if (p.devices_per_node[pos] > 1) caps.push_back(cost::p2p_s(p.cut_bytes[l], p.intra[pos]));
-      if (p.devices[pos] > p.devices_per_node[pos])
-        caps.push_back(cost::p2p_s(p.cut_bytes[l], p.inter[pos]));
+      if (p.devices_per_node[pos] > 1) caps.push_back(p.cut_intra_s[pos][l]);
+      if (p.devices[pos] > p.devices_per_node[pos]) caps.push_back(p.cut_inter_s[pos][l]);
       for (int q = pos + 1; q < p.C; ++q)
-        if (p.linked[pos][q]) caps.push_back(cost::p2p_s(p.cut_bytes[l], p.cross[pos][q]));
+        if (p.linked[pos][q]) caps.push_back(p.cut_cross_s[pos * p.C + q][l]);
     }
   }
   std::sort(caps.begin(), caps.end());
   caps.erase(std::unique(caps.begin(), caps.end()), caps.end());
   return caps;
+}
+
+Seconds min_feasible_period_bound(const DpProblem& p) {
+  Seconds bound = 0;
+  for (int l = 0; l < p.L; ++l) {
+    Seconds cheapest = std::numeric_limits<double>::infinity();
+    for (int pos = 0; pos < p.C; ++pos)
+      for (const DpMesh& m : p.meshes[pos]) cheapest = std::min(cheapest, m.view.compute_s(l, l + 1));
+    bound = std::max(bound, cheapest);
+  }
+  // With every device used, the pipeline crosses each link between consecutive
+  // subclusters at some cut.
+  if (!p.allow_idle)
+    for (int pos = 0; pos + 1 < p.C; ++pos) {
+      Seconds cheapest = std::numeric_limits<double>::infinity();
+      for (int l = 0; l + 1 < p.L; ++l) cheapest = std::min(cheapest, p.cut_cross_s[pos * p.C + pos + 1][l]);
+      if (std::isfinite(cheapest)) bound = std::max(bound, cheapest);
+    }
+  return bound;
 }
 
 DpTable::DpTable(const DpProblem& problem) : p_(problem) {
@@ -103,6 +141,10 @@ static bool dominates(double xs, double xe, int xn, double ys, double ye, int yn
 }
 
 void DpTable::offer(std::vector<Entry>& front, const Entry& c) {
+  if (feasibility_only_) {
+    if (front.empty() || c.n < front[0].n) front.assign(1, c);
+    return;
+  }
   for (const Entry& x : front)
     if (dominates(x.sum, x.e, x.n, c.sum, c.e, c.n)) return;
   front.erase(std::remove_if(front.begin(), front.end(),
@@ -111,7 +153,8 @@ void DpTable::offer(std::vector<Entry>& front, const Entry& c) {
   front.push_back(c);
 }
 
-void DpTable::fill_state(int l, int pos, int u, Seconds cap) {
+void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
+  const double floor = p_.upstream_floor[l];
   scratch_[0].clear();
   scratch_[1].clear();
   const int D = p_.devices[pos];
@@ -122,8 +165,8 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap) {
     const DpMesh& m = meshes[mi];
     if (m.devices > u || !p_.fits(pos, m, offset)) continue;
     const int u1 = u - m.devices;
-    const cluster::Link& same_link =
-        (D - u1) % p_.devices_per_node[pos] == 0 ? p_.inter[pos] : p_.intra[pos];
+    const bool same_crosses_nodes = (D - u1) % p_.devices_per_node[pos] == 0;
+    const std::vector<Seconds>& same_cut = same_crosses_nodes ? p_.cut_inter_s[pos] : p_.cut_intra_s[pos];
     for (int l1 = l + 1; l1 <= p_.L; ++l1) {
       const Seconds t = m.view.compute_s(l, l1);
       if (t > cap) break;
@@ -133,33 +176,36 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap) {
       const bool t_att = t == cap;
       // Extends every entry of a downstream front through a link of time c.
       auto extend = [&](int first, int count, int att1, Seconds c, int delta) {
-        const int att = (att1 || t_att || c == cap) ? 1 : 0;
+        const int att = (att1 || t_att || c == cap) && !feasibility_only_ ? 1 : 0;
         const double e_head = m.view.end_s(l, l1);
         for (int k = first; k < first + count; ++k) {
           const Entry& x = entries_[k];
           const int n = std::min(x.n + delta, p_.B);
           if (stat + n * act > usable) continue;
-          offer(scratch_[att], Entry{x.sum + t + 2 * c, std::max(x.e, e_head), n, k, l, pos, u, mi});
+          const double sum = x.sum + t + 2 * c, e = std::max(x.e, e_head);
+          if (sum + floor + e >= prune_at) continue;
+          offer(scratch_[att], Entry{sum, e, n, k, l, pos, u, mi});
         }
       };
       if (u1 > 0) {
         if (l1 == p_.L) break;  // the stages after this one need layers
         const int s0 = state(l1, pos, u1, 0), s1 = state(l1, pos, u1, 1);
         if (cnt_[s0] + cnt_[s1] == 0) continue;
-        const Seconds c = cost::p2p_s(p_.cut_bytes[l1 - 1], same_link);
+        const Seconds c = same_cut[l1 - 1];
         if (c > cap) continue;
-        extend(off_[s0], cnt_[s0], 0, c, 1);
-        extend(off_[s1], cnt_[s1], 1, c, 1);
+        const int delta = p_.delta(same_crosses_nodes, c, cap);
+        extend(off_[s0], cnt_[s0], 0, c, delta);
+        extend(off_[s1], cnt_[s1], 1, c, delta);
       } else if (l1 == p_.L) {
         if (!p_.allow_idle && pos != p_.C - 1) continue;  // later subclusters would be idle
         if (stat + act > usable) continue;
-        offer(scratch_[t_att ? 1 : 0], Entry{t, m.view.end_s(l, l1), 1, -1, l, pos, u, mi});
+        offer(scratch_[t_att && !feasibility_only_ ? 1 : 0], Entry{t, m.view.end_s(l, l1), 1, -1, l, pos, u, mi});
       } else {
         for (int pos1 = pos + 1; pos1 < p_.C; ++pos1) {
           if (p_.linked[pos][pos1]) {
             const int m0 = merged(l1, pos1, 0), m1 = merged(l1, pos1, 1);
             if (mcnt_[m0] + mcnt_[m1] > 0) {
-              const Seconds c = cost::p2p_s(p_.cut_bytes[l1 - 1], p_.cross[pos][pos1]);
+              const Seconds c = p_.cut_cross_s[pos * p_.C + pos1][l1 - 1];
               if (c <= cap) {
                 const int delta = p_.delta(true, c, cap);
                 extend(moff_[m0], mcnt_[m0], 0, c, delta);
@@ -203,14 +249,14 @@ void DpTable::fill_merged(int l, int pos) {
   }
 }
 
-DpOutcome DpTable::run(Seconds cap) {
+DpOutcome DpTable::run(Seconds cap, double prune_at) {
   entries_.clear();
   states_ = 0;
   std::fill(cnt_.begin(), cnt_.end(), 0);
   std::fill(mcnt_.begin(), mcnt_.end(), 0);
   for (int l = p_.L - 1; l >= 0; --l) {
     for (int pos = 0; pos < p_.C; ++pos)
-      for (int u = 1; u <= p_.devices[pos]; ++u) fill_state(l, pos, u, cap);
+      for (int u = 1; u <= p_.devices[pos]; ++u) fill_state(l, pos, u, cap, prune_at);
     for (int pos = 0; pos < p_.C; ++pos) fill_merged(l, pos);
   }
   DpOutcome out;
@@ -238,6 +284,13 @@ DpOutcome DpTable::run(Seconds cap) {
   out.states = states_;
   out.entries = static_cast<long long>(entries_.size());
   return out;
+}
+
+bool DpTable::feasible(Seconds cap) {
+  feasibility_only_ = true;
+  DpOutcome out = run(cap);
+  feasibility_only_ = false;
+  return out.relaxed_entry >= 0;
 }
 
 std::vector<Placement> DpTable::placements(int entry) const {

@@ -41,6 +41,12 @@ struct DpProblem {
   std::vector<std::vector<char>> linked;       // [p][q]: a link joins positions p < q
   std::vector<std::vector<cluster::Link>> cross;
   std::vector<Bytes> cut_bytes;                // per layer: bytes after it per microbatch
+  // Transfer time of a cut after layer l: inside a node, between nodes of a position,
+  // and over the link from position p to q (indexed [p * C + q][l]).
+  std::vector<std::vector<Seconds>> cut_intra_s, cut_inter_s, cut_cross_s;
+  // upstream_floor[l]: no stages covering layers [0, l) can sum to less (each layer on
+  // its cheapest mesh anywhere, links free). Bounds partial plans in run().
+  std::vector<Seconds> upstream_floor;
 
   // Devices a mesh occupies from `offset` (index inside the subcluster) stay in one node
   // (groups) or start at a node boundary (whole nodes).
@@ -49,9 +55,9 @@ struct DpProblem {
     if (m.whole_nodes) return offset % dpn == 0;
     return offset / dpn == (offset + m.devices - 1) / dpn;
   }
-  // δ of the launch-count rule for a link time c under period cap.
-  int delta(bool cross_subclusters, Seconds c, Seconds cap) const {
-    if (!harp || !cross_subclusters) return 1;
+  // δ of the launch-count rule for a link time c under period cap (closed_form.h).
+  int delta(bool crosses_nodes, Seconds c, Seconds cap) const {
+    if (!harp || !crosses_nodes) return 1;
     return c < cap / 10 ? 1 : c < cap / 2 ? 2 : 3;
   }
 };
@@ -63,6 +69,10 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
 
 // Every distinct stage time and link time a plan can have: the periods worth trying.
 std::vector<Seconds> candidate_caps(const DpProblem& problem);
+
+// A period no plan can beat: the heaviest layer on its cheapest mesh, and (every device
+// used) the cheapest crossing of each link between consecutive subclusters.
+Seconds min_feasible_period_bound(const DpProblem& problem);
 
 struct DpOutcome {
   // min over plans with every t, c <= cap of (sum + e); the entry that reaches it.
@@ -80,8 +90,13 @@ class DpTable {
   DpTable(const DpTable&) = delete;
   DpTable& operator=(const DpTable&) = delete;
 
-  // Runs the DP for one cap. Reuses its buffers: no allocation once they have grown.
-  DpOutcome run(Seconds cap);
+  // Runs the DP for one cap. Partial plans that cannot end below `prune_at` in
+  // sum + e (their sum + upstream floor + e reaches it) are dropped; pass infinity to
+  // keep all. Reuses its buffers: no allocation once they have grown.
+  DpOutcome run(Seconds cap, double prune_at = std::numeric_limits<double>::infinity());
+  // Whether any plan has every t, c <= cap (δ from cap): the same DP keeping one entry
+  // per state, the smallest launch count, which is all that memory feasibility needs.
+  bool feasible(Seconds cap);
   // The pipeline an entry of the last run describes, head first.
   std::vector<Placement> placements(int entry) const;
 
@@ -96,7 +111,7 @@ class DpTable {
   }
   int merged(int l, int pos, int att) const { return (l * p_.C + pos) * 2 + att; }
   void offer(std::vector<Entry>& front, const Entry& candidate);
-  void fill_state(int l, int pos, int u, Seconds cap);
+  void fill_state(int l, int pos, int u, Seconds cap, double prune_at);
   void fill_merged(int l, int pos);
 
   const DpProblem& p_;
@@ -105,6 +120,7 @@ class DpTable {
   std::vector<int> moff_, mcnt_;  // per merged (l, pos, att)
   std::vector<Entry> scratch_[2];
   long long states_ = 0;
+  bool feasibility_only_ = false;
 };
 
 }  // namespace harp::planner

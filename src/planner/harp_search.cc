@@ -7,6 +7,8 @@
 #include "harp/planner/harp_search.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -92,16 +94,32 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   if (options.microbatches < 1)
     return invalid_argument("microbatches must be at least 1; got " + std::to_string(options.microbatches));
   SearchResult result;
-  Seconds best_t = std::numeric_limits<double>::infinity();
+  // Subcluster orders are independent problems: search them on all cores.
+  std::vector<DpProblem> problems;
   for (const auto& order : subcluster_orders(costs.cluster(), options.fixed_order)) {
     DpProblem problem = make_dp_problem(costs, order, options);
-    if (!problem.valid) continue;
+    if (problem.valid) problems.push_back(std::move(problem));
+  }
+  std::vector<CapSearchResult> found(problems.size());
+  const int threads = std::max(1, std::min<int>(static_cast<int>(problems.size()),
+                                                static_cast<int>(std::thread::hardware_concurrency())));
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < problems.size(); i = next++)
+      found[i] = search_caps(problems[i], threads == 1 ? options.progress : ProgressFn());
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  Seconds best_t = std::numeric_limits<double>::infinity();
+  for (const CapSearchResult& r : found) {
     ++result.stats.orders_tried;
-    CapSearchResult r = search_caps(problem);
     result.stats.caps_total += r.caps_total;
     result.stats.caps_evaluated += r.caps_evaluated;
     result.stats.states_visited += r.states_visited;
     result.stats.front_entries += r.front_entries;
+    // Ties keep the earliest order, so the answer does not depend on thread timing.
     if (r.feasible && r.iteration_s < best_t) {
       best_t = r.iteration_s;
       result.feasible = true;

@@ -51,9 +51,10 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
       s.comm_bytes = costs.cut_bytes(pl.last_layer - 1);
       s.comm_s = cost::p2p_s(s.comm_bytes, link);
       s.comm_latency_s = s.comm_bytes > 0 ? link.latency_s : 0;
-      s.crosses_subclusters = next.subcluster != pl.subcluster;
+      s.crosses_nodes = next.subcluster != pl.subcluster ||
+                        next.first_node != pl.last_node(sub.devices_per_node);
     } else {
-      s.crosses_subclusters = false;
+      s.crosses_nodes = false;
     }
     p.stages.push_back(s);
   }

@@ -11,10 +11,17 @@ namespace {
 
 bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
+bool same_placement(const Placement& a, const Placement& b) {
+  return a.subcluster == b.subcluster && a.first_node == b.first_node &&
+         a.first_local == b.first_local && a.devices == b.devices && a.dp == b.dp &&
+         a.tp == b.tp && a.first_layer == b.first_layer && a.last_layer == b.last_layer;
+}
+
 class Enumerator {
  public:
-  Enumerator(const StageCosts& costs, const SearchOptions& options)
-      : costs_(costs), options_(options), cluster_(costs.cluster()) {}
+  Enumerator(const StageCosts& costs, const SearchOptions& options,
+             const std::vector<Placement>* probe)
+      : costs_(costs), options_(options), cluster_(costs.cluster()), probe_(probe) {}
 
   BruteForceResult run() {
     const int C = static_cast<int>(cluster_.subclusters.size());
@@ -80,6 +87,12 @@ class Enumerator {
     }
   }
 
+  static std::vector<int> launch_counts(const plan::Plan& plan) {
+    std::vector<int> n;
+    for (const auto& s : plan.stages) n.push_back(s.launch_count);
+    return n;
+  }
+
   // Scores the complete pipeline with the same plan assembly every strategy uses.
   void score() {
     BuildOptions build;
@@ -88,21 +101,30 @@ class Enumerator {
     const plan::Plan plan = build_plan(costs_, pipeline_, build);
     const Seconds t = plan.predicted.iteration_s;
     ++result_.plans_enumerated;
-    result_.iteration_ignoring_memory_s = std::min(result_.iteration_ignoring_memory_s, t);
-    if (!check_memory(costs_, plan).ok()) return;
+    if (t < result_.iteration_ignoring_memory_s) {
+      result_.iteration_ignoring_memory_s = t;
+      result_.launch_counts_ignoring_memory = launch_counts(plan);
+    }
+    const bool fits = check_memory(costs_, plan).ok();
+    if (probe_ != nullptr && probe_->size() == pipeline_.size() &&
+        std::equal(pipeline_.begin(), pipeline_.end(), probe_->begin(), same_placement)) {
+      result_.probe_enumerated = true;
+      result_.probe_fits = fits;
+    }
+    if (!fits) return;
     ++result_.plans_memory_feasible;
     if (t < result_.iteration_s) {
       result_.feasible = true;
       result_.iteration_s = t;
       result_.placements = pipeline_;
-      result_.launch_counts.clear();
-      for (const auto& s : plan.stages) result_.launch_counts.push_back(s.launch_count);
+      result_.launch_counts = launch_counts(plan);
     }
   }
 
   const StageCosts& costs_;
   const SearchOptions& options_;
   const cluster::Cluster& cluster_;
+  const std::vector<Placement>* probe_;
   std::vector<int> order_;            // position -> subcluster index
   std::vector<Placement> pipeline_;   // stages placed so far, head first
   BruteForceResult result_;
@@ -143,8 +165,9 @@ std::vector<MeshShape> meshes_at(const StageCosts& costs, const SearchOptions& o
   return out;
 }
 
-BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options) {
-  return Enumerator(costs, options).run();
+BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options,
+                                    const std::vector<Placement>* probe) {
+  return Enumerator(costs, options, probe).run();
 }
 
 }  // namespace harp::planner::reference

@@ -20,16 +20,23 @@ struct BruteForceResult {
   Seconds iteration_s = std::numeric_limits<double>::infinity();  // its closed-form T
   std::vector<Placement> placements;    // the first cheapest plan found, pipeline order
   std::vector<int> launch_counts;
-  // Over every plan regardless of memory: shows whether memory decided the answer.
+  // The cheapest plan regardless of memory: shows whether memory decided the answer.
   Seconds iteration_ignoring_memory_s = std::numeric_limits<double>::infinity();
-  long long plans_enumerated = 0;
+  std::vector<int> launch_counts_ignoring_memory;
+  long long plans_enumerated = 0;  // a plan reachable in several orders counts once per order
   long long plans_memory_feasible = 0;
+  // Whether the `probe` plan passed to brute_force_search was among those enumerated
+  // (so it lies in the search space), and whether it fits in memory.
+  bool probe_enumerated = false;
+  bool probe_fits = false;
 };
 
 // Minimises T over the search space that harp_search.h defines, for `options`
-// (microbatches, max_tp, allow_idle_devices, fixed_order, harp_schedule; threads is
-// ignored). REQUIRES: options.microbatches >= 1; a small problem (it is exponential).
-BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options);
+// (microbatches, max_tp, allow_idle_devices, fixed_order, harp_schedule; progress is
+// never called). When `probe` is given, also reports whether that exact plan is enumerated.
+// REQUIRES: options.microbatches >= 1; a small problem (it is exponential).
+BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options,
+                                    const std::vector<Placement>* probe = nullptr);
 
 // Every mesh a stage may use on subcluster `sub` when it starts at device `offset`
 // (index inside the subcluster) and may take at most `free_devices` devices.

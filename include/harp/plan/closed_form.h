@@ -16,8 +16,11 @@ namespace harp::plan {
 Prediction closed_form(const Plan& plan);
 
 // HARP's δ rule (DESIGN.md): launch counts from the last stage back, N_{S-1} = 1,
-// N_i = N_{i+1} + δ_i, δ_i = 1 inside a subcluster, else 1/2/3 for c_i < P/10,
-// c_i < P/2, otherwise. Each N_i is clamped to B. `period_s` is the plan's P.
+// N_i = N_{i+1} + δ_i, δ_i = 1 inside a node, else 1/2/3 for c_i < P/10, c_i < P/2,
+// otherwise. Each N_i is clamped to B. `period_s` is the plan's P.
+// DESIGN.md and the paper give δ = 1 to every link inside a subcluster; our search space
+// also cuts between nodes of one subcluster, whose links can be slow, so the rule
+// applies to every link that leaves a node (an intra-node link is fast: δ = 1).
 std::vector<int> delta_rule_launch_counts(const Plan& plan, Seconds period_s);
 
 // The launch count of standard 1F1B: min(S - i, B); of GPipe: B.

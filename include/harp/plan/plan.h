@@ -31,7 +31,9 @@ struct Stage {
   Seconds fwd_s = 0, bwd_s = 0;           // per microbatch on this stage's mesh
   Seconds comm_s = 0;                     // one-way transfer to the next stage (0 for the last)
   Seconds comm_latency_s = 0;             // latency part of comm_s (link stays free meanwhile)
-  bool crosses_subclusters = false;       // the link to the next stage joins two subclusters
+  // The link to the next stage leaves the node (another node or another subcluster):
+  // the δ rule applies to it. Inside a node δ = 1.
+  bool crosses_nodes = false;
   Seconds allreduce_s = 0;                // data-parallel gradient all-reduce
   Seconds optimizer_s = 0;                // optimizer step
   Bytes memory_static_bytes = 0;          // params, grads, optimizer state, workspace per device

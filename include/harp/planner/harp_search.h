@@ -14,6 +14,7 @@
 // node, dp dividing the microbatch size, and times available from the cost source.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,13 +24,17 @@
 
 namespace harp::planner {
 
+// Called during long searches: the cap (candidate period) just evaluated and the
+// number of DP states it filled.
+using ProgressFn = std::function<void(Seconds cap, long long states)>;
+
 struct SearchOptions {
   int microbatches = 8;             // B
   int max_tp = 0;                   // 0: up to devices_per_node (and the cost source)
   bool allow_idle_devices = false;  // false: every device is used (the paper's rule)
   bool fixed_order = true;          // false: also search the order of subclusters
   bool harp_schedule = true;        // false: δ = 1 everywhere (standard 1F1B)
-  int threads = 0;                  // 0: all hardware threads
+  ProgressFn progress;              // optional
 };
 
 struct SearchStats {

@@ -142,6 +142,67 @@ TEST(Cli, PlanUniformThenSimulate) {
   EXPECT_EQ((*j)["stages"].size(), 3u);
 }
 
+TEST(Cli, PlanFromMeasuredCostTableAndCompare) {
+  const std::vector<std::string> base = {"plan", "--cluster", example("clusters/a100_v100_sailor.yaml"),
+                                         "--costs", example("costs/opt350_sailor_mbs4.json"),
+                                         "--microbatches", "32"};
+  auto args = base;
+  args.push_back("--json");
+  Result r = harp(args);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto j = parse_json_text(r.out, "stdout");
+  ASSERT_TRUE(j.ok()) << r.out;
+  EXPECT_GT((*j)["predicted"]["iteration_s"].get<double>(), 0);
+  EXPECT_GT((*j)["predicted"]["period_s"].get<double>(), 0);
+  for (const auto& s : (*j)["stages"]) {
+    for (const char* key : {"layers", "subcluster", "dp", "launch_count", "fwd_s", "bwd_s", "comm_s"})
+      EXPECT_TRUE(s.contains(key)) << key;
+  }
+  args = base;
+  args.push_back("--compare");
+  args.push_back("--json");
+  r = harp(args);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  j = parse_json_text(r.out, "stdout");
+  ASSERT_TRUE(j.ok()) << r.out;
+  ASSERT_EQ((*j)["strategies"].size(), 3u);
+  const double harp_s = (*j)["strategies"][0]["simulated_s"].get<double>();
+  for (const auto& s : (*j)["strategies"]) {
+    ASSERT_TRUE(s["feasible"].get<bool>()) << s.dump();
+    // Never worse than a baseline under the simulator, and never below the lower bound.
+    EXPECT_LE(harp_s, s["simulated_s"].get<double>() * (1 + 1e-12)) << s.dump();
+    EXPECT_GE(s["lower_bound_ratio"].get<double>(), 1.0);
+  }
+}
+
+TEST(Cli, PlanInputErrors) {
+  Result r = harp({"plan", "--cluster", example("clusters/a100_v100_sailor.yaml")});
+  EXPECT_EQ(r.rc, kExitUsage);
+  r = harp({"plan", "--job", example("jobs/demo.yaml"), "--microbatches", "zero"});
+  EXPECT_EQ(r.rc, kExitUsage);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  // A cost table without the cluster's second device type names the missing entry.
+  std::string costs = write_temp("one_device.json", R"({"version": 1, "microbatch_size": 1,
+      "layers": [{"param_bytes": 1, "output_bytes": 1, "activation_bytes": 1}],
+      "devices": {"A100-40GB": {"1": {"fwd_s": [1], "bwd_s": [2]}}}})");
+  r = harp({"plan", "--cluster", example("clusters/a100_v100_sailor.yaml"), "--costs", costs,
+            "--microbatches", "4"});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_NE(r.err.find("devices.V100-16GB.1"), std::string::npos) << r.err;
+}
+
+TEST(Cli, InfeasibleIsAnAnswerWithExitThree) {
+  // One huge layer that no device can hold.
+  std::string costs = write_temp("huge.json", R"({"version": 1, "microbatch_size": 1,
+      "layers": [{"param_bytes": 1e12, "output_bytes": 1, "activation_bytes": 1}],
+      "devices": {"A100-40GB": {"1": {"fwd_s": [1], "bwd_s": [2]}},
+                  "V100-16GB": {"1": {"fwd_s": [1], "bwd_s": [2]}}}})");
+  Result r = harp({"plan", "--cluster", example("clusters/a100_v100_sailor.yaml"), "--costs", costs,
+                   "--microbatches", "4", "--allow-idle-devices"});
+  EXPECT_EQ(r.rc, kExitInfeasible) << r.out << r.err;
+  EXPECT_NE(r.err.find("GiB"), std::string::npos) << r.err;
+}
+
 // --help and --help-all exist everywhere and are left out.
 // Adding a flag is a conscious change: update this list with it (STYLE habit 11).
 TEST(Cli, FlagSurfaceIsFrozen) {

@@ -123,8 +123,8 @@ TEST(UniformPlan, OneStagePerNodeEqualLayers) {
   EXPECT_EQ(p->stages[0].dp, 4);
   EXPECT_EQ(p->stages[1].devices, (std::vector<int>{4, 5}));
   EXPECT_EQ(p->stages[2].devices, (std::vector<int>{6, 7}));
-  EXPECT_TRUE(p->stages[0].crosses_subclusters);
-  EXPECT_FALSE(p->stages[1].crosses_subclusters);
+  EXPECT_TRUE(p->stages[0].crosses_nodes);
+  EXPECT_TRUE(p->stages[1].crosses_nodes);  // the two A100 nodes: a link between nodes
   // Boundary 0 uses the 8 Gbit/s cross link, boundary 1 the A100 inter-node link.
   const double bytes = m->layers[16].output_bytes * 4;
   EXPECT_DOUBLE_EQ(p->stages[0].comm_s, bytes / 1e9 + 1e-3);

@@ -53,7 +53,7 @@ TEST(PlanIo, DeltaRule) {
   a.fwd_s = 0.2143 / 3;
   a.bwd_s = 0.2143 * 2 / 3;
   a.comm_s = 0.0760;
-  a.crosses_subclusters = true;
+  a.crosses_nodes = true;
   b.fwd_s = 0.2202 / 3;
   b.bwd_s = 0.2202 * 2 / 3;
   p.stages = {a, b};
@@ -62,10 +62,10 @@ TEST(PlanIo, DeltaRule) {
   EXPECT_EQ(delta_rule_launch_counts(p, 0.2202), (std::vector<int>{2, 1}));
   p.stages[0].comm_s = 0.2;  // at least P/2
   EXPECT_EQ(delta_rule_launch_counts(p, 0.2202), (std::vector<int>{4, 1}));
-  p.stages[0].crosses_subclusters = false;  // inside a subcluster δ = 1 whatever c is
+  p.stages[0].crosses_nodes = false;  // inside a subcluster δ = 1 whatever c is
   EXPECT_EQ(delta_rule_launch_counts(p, 0.2202), (std::vector<int>{2, 1}));
   p.microbatches = 1;  // clamped to B
-  p.stages[0].crosses_subclusters = true;
+  p.stages[0].crosses_nodes = true;
   EXPECT_EQ(delta_rule_launch_counts(p, 0.2202), (std::vector<int>{1, 1}));
 }
 

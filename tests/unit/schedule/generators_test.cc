@@ -85,9 +85,9 @@ TEST(Generators, LaunchCountsForPlan) {
   EXPECT_EQ(launch_counts_for(p, plan::ScheduleKind::k1F1B), (std::vector<int>{3, 2, 1}));
   // P = max(t = 3, c = 2) = 3: the 0->1 link (c = 2 >= P/2) gets δ = 3, the 1->2 link
   // (c = 0.1 < P/10) δ = 1, so N = {1 + 1 + 3, 1 + 1, 1}.
-  p.stages[0].crosses_subclusters = true;
+  p.stages[0].crosses_nodes = true;
   p.stages[0].comm_s = 2;
-  p.stages[1].crosses_subclusters = true;
+  p.stages[1].crosses_nodes = true;
   p.stages[1].comm_s = 0.1;
   EXPECT_EQ(launch_counts_for(p, plan::ScheduleKind::kHarp1F1B), (std::vector<int>{5, 2, 1}));
   // Only some launch counts set: the δ rule still decides.

@@ -49,8 +49,8 @@ TEST(ClosedFormTest, ExactWhenTheDeltaRuleHidesTheLinks) {
     plan::Plan plan = testing::equal_plan(S, 1, 1000, 2000);
     for (int i = 0; i + 1 < S; ++i) {
       plan::Stage& s = plan.stages[i];
-      s.crosses_subclusters = rng() % 3 == 0;
-      if (!s.crosses_subclusters) continue;
+      s.crosses_nodes = rng() % 3 == 0;
+      if (!s.crosses_nodes) continue;
       const std::int64_t c = t / 10 + static_cast<std::int64_t>(rng() % (3 * t / 4 - t / 10 + 1));
       s.comm_s = ns(c);
       s.comm_latency_s = ns(static_cast<std::int64_t>(rng() % (c / 5 + 1)));
@@ -102,8 +102,8 @@ TEST(ClosedFormTest, BoundsTheSimulationForHeterogeneousStages) {
     }
     for (int i = 0; i + 1 < S; ++i) {
       plan::Stage& s = plan.stages[i];
-      s.crosses_subclusters = rng() % 5 < 2;
-      const std::int64_t cap = s.crosses_subclusters ? t_max / 2 - 1 : t_max / 20;
+      s.crosses_nodes = rng() % 5 < 2;
+      const std::int64_t cap = s.crosses_nodes ? t_max / 2 - 1 : t_max / 20;
       const std::int64_t c = static_cast<std::int64_t>(rng() % (cap + 1));
       s.comm_s = ns(c);
       s.comm_latency_s = ns(static_cast<std::int64_t>(rng() % (c / 5 + 1)));

@@ -47,7 +47,7 @@ std::vector<int> one_f_one_b_counts(const plan::Plan& p) {
 TEST(HarpVs1F1BTest, OneSlowLinkByHand) {
   for (int M = 1; M <= 16; ++M) {
     plan::Plan p = testing::equal_plan(2, M, 1000, 2000, 750);
-    p.stages[0].crosses_subclusters = true;
+    p.stages[0].crosses_nodes = true;
     p.stages[0].subcluster_name = "a";
     p.stages[1].subcluster_name = "b";
     const Nanos t = 3000, c = 750;
@@ -92,7 +92,7 @@ TEST(HarpVs1F1BTest, DeltaRuleCanLoseWhenUpstreamIsSlowToFeedWarmUp) {
     p.stages.push_back(s);
   }
   p.stages[1].comm_s = ns(1000);
-  p.stages[1].crosses_subclusters = true;
+  p.stages[1].crosses_nodes = true;
   ASSERT_EQ(delta_counts(p), (std::vector<int>{4, 3, 1}));
   EXPECT_EQ(testing::iteration_ns(p, delta_counts(p)), 73000);
   EXPECT_EQ(testing::iteration_ns(p, one_f_one_b_counts(p)), 72000);
@@ -128,7 +128,7 @@ TEST(HarpVs1F1BTest, NeverSlowerInTheSweptRegion) {
     const int cut = static_cast<int>(rng() % (S - 1));
     for (int i = 0; i + 1 < S; ++i) {
       plan::Stage& s = p.stages[i];
-      s.crosses_subclusters = i == cut;
+      s.crosses_nodes = i == cut;
       const std::int64_t cap = i == cut ? t_max * 6 / 5 : t_max / 20;
       const std::int64_t c = static_cast<std::int64_t>(rng() % (cap + 1));
       s.comm_s = ns(c);
