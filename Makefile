@@ -5,8 +5,10 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD_TYPE ?= Release
 
-# Debian packages the torch-free core needs (the runtime adds libtorch later).
+# Debian packages: the core needs the first line; the runtime libtorch (CPU, Gloo) and
+# OpenBLAS (without it libtorch falls back to a reference BLAS, 10x slower).
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev libcli11-dev \
+                libtorch-dev libgloo-dev libopenblas0-pthread \
                 libgtest-dev libgmock-dev libbenchmark-dev
 
 .PHONY: all deps configure build test demo bench clean

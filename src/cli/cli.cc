@@ -22,6 +22,11 @@ void build_app(CLI::App& app, Context& ctx) {
   add_schedule_command(app, ctx);
   add_simulate_command(app, ctx);
   add_plan_command(app, ctx);
+  add_launch_command(app, ctx);
+  add_data_command(app, ctx);
+#if HARP_WITH_TORCH
+  add_train_command(app, ctx);
+#endif
 }
 
 void list_flags(const CLI::App& app, const std::string& prefix, std::vector<std::string>* out) {

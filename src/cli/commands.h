@@ -38,5 +38,9 @@ void add_model_command(CLI::App& root, Context& ctx);
 void add_schedule_command(CLI::App& root, Context& ctx);
 void add_simulate_command(CLI::App& root, Context& ctx);
 void add_plan_command(CLI::App& root, Context& ctx);
+void add_launch_command(CLI::App& root, Context& ctx);
+void add_data_command(CLI::App& root, Context& ctx);
+// Only when built with libtorch (HARP_WITH_TORCH).
+void add_train_command(CLI::App& root, Context& ctx);
 
 }  // namespace harp::cli

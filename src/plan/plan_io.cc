@@ -25,6 +25,10 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->activation_bytes = r.non_negative("activation_bytes", 0.0);
   s->memory_bytes = r.non_negative("memory_bytes", 0.0);
   s->comm_bytes = r.non_negative("comm_bytes", 0.0);
+  s->emulated_slowdown = r.number("emulated_slowdown", 1.0);
+  if (!r.failed() && s->emulated_slowdown < 1.0)
+    r.fail("emulated_slowdown", Json(s->emulated_slowdown).dump(), "must be at least 1",
+           "use 1 for a real device, or a factor > 1 to emulate a slower one");
   if (r.failed()) return r.finish();
   s->crosses_nodes = r.boolean("crosses_nodes", true);
   if (!r.failed() && s->fwd_s + s->bwd_s <= 0)
@@ -164,6 +168,7 @@ Json plan_to_json(const Plan& p) {
     sj["memory_static_bytes"] = s.memory_static_bytes;
     sj["activation_bytes"] = s.activation_bytes;
     sj["memory_bytes"] = s.memory_bytes;
+    if (s.emulated_slowdown != 1.0) sj["emulated_slowdown"] = s.emulated_slowdown;
     stages.push_back(sj);
   }
   j["stages"] = stages;

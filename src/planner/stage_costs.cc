@@ -44,12 +44,7 @@ StageCosts StageCosts::from_cost_model(const cost::CostModel& costs, int microba
       }
     }
   }
-  s.param_prefix_.assign(L + 1, 0);
-  s.act_prefix_.assign(L + 1, 0);
-  for (int i = 0; i < L; ++i) {
-    s.param_prefix_[i + 1] = s.param_prefix_[i] + s.layers_[i].param_bytes;
-    s.act_prefix_[i + 1] = s.act_prefix_[i] + s.layers_[i].activation_bytes;
-  }
+  s.build_byte_prefixes();
   return s;
 }
 
@@ -62,17 +57,21 @@ StageCosts StageCosts::from_tables(const cluster::Cluster& cluster, std::vector<
   s.microbatch_size_ = microbatch_size;
   s.max_tp_ = 1;
   s.layers_ = std::move(layers);
-  const int L = static_cast<int>(s.layers_.size());
   for (const auto& [dev, by_samples] : times)
     for (const auto& [samples, t] : by_samples)
       s.prefixes_[std::make_tuple(dev, samples, 1)] = Prefix{prefix_of(t.fwd_s), prefix_of(t.bwd_s)};
-  s.param_prefix_.assign(L + 1, 0);
-  s.act_prefix_.assign(L + 1, 0);
-  for (int i = 0; i < L; ++i) {
-    s.param_prefix_[i + 1] = s.param_prefix_[i] + s.layers_[i].param_bytes;
-    s.act_prefix_[i + 1] = s.act_prefix_[i] + s.layers_[i].activation_bytes;
-  }
+  s.build_byte_prefixes();
   return s;
+}
+
+void StageCosts::build_byte_prefixes() {
+  const size_t L = layers_.size();
+  param_prefix_.assign(L + 1, 0);
+  act_prefix_.assign(L + 1, 0);
+  for (size_t i = 0; i < L; ++i) {
+    param_prefix_[i + 1] = param_prefix_[i] + layers_[i].param_bytes;
+    act_prefix_[i + 1] = act_prefix_[i] + layers_[i].activation_bytes;
+  }
 }
 
 const StageCosts::Prefix* StageCosts::prefix(int sub, int samples, int tp) const {

@@ -8,8 +8,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <map>
+#include <ostream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -95,9 +95,10 @@ struct RandomCase {
   SearchOptions options;
 };
 
+// Everything needed to rebuild a case by hand (or rerun it from its seed).
 std::string describe_case(const RandomCase& rc) {
   std::ostringstream s;
-  s.precision(12);
+  s.precision(17);
   s << "cluster:\n" << rc.cluster_yaml << "microbatch_size " << rc.microbatch_size << "\n";
   for (size_t i = 0; i < rc.layers.size(); ++i)
     s << "layer " << i << ": param " << rc.layers[i].param_bytes << " act "
@@ -114,12 +115,13 @@ std::string describe_case(const RandomCase& rc) {
   return s.str();
 }
 
-// Sizes are bounded so that the brute force stays fast: at most 3 subclusters of
-// 1-2 nodes x 1-4 devices and 2-7 layers. Each case draws a regime, so that every group
-// sees roomy problems, problems where memory binds, slow cross links (δ = 2 or 3, whose
-// extra launch counts then meet the memory limit), and both at once. The memory of the
-// user devices SmallA/SmallB is sized from the model itself (a fraction of its state plus
-// a few microbatches of activations), so that it binds for some placements and not others.
+// Sizes are bounded so that the brute force stays fast: at most 3 subclusters of 1-2
+// nodes x 1-4 devices (or 3 nodes x 1-2) and 2-7 layers. Each case draws a regime, so
+// that every group sees roomy problems, problems where memory binds, slow cross links
+// (δ = 2 or 3, whose extra launch counts then meet the memory limit), and both at once.
+// The memory of the user devices SmallA/SmallB is sized from the model itself (a
+// fraction of its state plus a few microbatches of activations), so that it binds for
+// some placements and not others.
 RandomCase make_random_case(std::uint32_t seed, bool interplay_only) {
   std::mt19937 rng(seed);
   auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
@@ -165,6 +167,10 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only) {
     return need / (1 - cost::CostConfig{}.memory_reserve_fraction) / kGiB;
   };
 
+  // A slow link makes a mean cut cost 2.5-30% of the whole model's time on one device:
+  // for two to four stages that is the band of δ = 2 and 3, c >= P/10.
+  auto slow_gbps = [&]() { return cut_bytes / (uni(0.025, 0.3) * model_s) * 8 / 1e9; };
+
   const std::vector<std::string> kinds =
       tight_memory ? std::vector<std::string>{"SmallA", "SmallB"}
                    : std::vector<std::string>{"V100-32GB", "A100-40GB", "T4", "SmallA", "SmallB"};
@@ -180,19 +186,23 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only) {
   for (int c = 0; c < C; ++c) {
     const std::string kind = kinds[pick(0, static_cast<int>(kinds.size()) - 1)];
     used_kinds.push_back(kind);
-    y << "  - {name: s" << c << ", device: " << kind << ", nodes: " << pick(1, 2)
-      << ", devices_per_node: " << pick(1, 4) << ",\n     intra_node: {bandwidth_gbps: "
+    // Up to 3 nodes when nodes are small: whole-node meshes of 3 nodes, and of 2 or 3
+    // single-device nodes.
+    const int dpn = pick(1, 4);
+    const int nodes = pick(1, dpn <= 2 ? 3 : 2);
+    // The δ rule applies to every link that leaves a node, so with slow links the
+    // network between nodes of a subcluster is sometimes slow too.
+    const double inter_gbps = slow_links && chance(0.5) ? slow_gbps() : uni(10, 100);
+    y << "  - {name: s" << c << ", device: " << kind << ", nodes: " << nodes
+      << ", devices_per_node: " << dpn << ",\n     intra_node: {bandwidth_gbps: "
       << uni(50, 300) << ", latency_us: " << uni(2, 20) << "},\n     inter_node: {bandwidth_gbps: "
-      << uni(10, 100) << ", latency_us: " << uni(5, 50) << "}}\n";
+      << inter_gbps << ", latency_us: " << uni(5, 50) << "}}\n";
   }
   if (C > 1) {
     y << "links:\n";
     auto link = [&](int a, int b) {
-      // A slow link makes a mean cut cost 2.5-30% of the whole model's time on one
-      // device: for two to four stages that is the band of δ = 2 and 3, c >= P/10.
-      const double slow_gbps = cut_bytes / (uni(0.025, 0.3) * model_s) * 8 / 1e9;
       y << "  - {between: [s" << a << ", s" << b << "], bandwidth_gbps: "
-        << (slow_links ? slow_gbps : uni(1, 20)) << ", latency_ms: "
+        << (slow_links ? slow_gbps() : uni(1, 20)) << ", latency_ms: "
         << (slow_links ? uni(0.01, 0.3) : uni(0.05, 2)) << "}\n";
     };
     for (int c = 0; c + 1 < C; ++c) link(c, c + 1);
@@ -255,9 +265,11 @@ void check_case(std::uint32_t seed, bool interplay_only, Coverage* cov) {
 
   ++cov->cases;
   cov->plans += want.plans_enumerated;
-  const std::string both = "\n" + describe_case(rc) + "planner (T " + std::to_string(got->iteration_s) +
-                           "):\n" + describe_plan(costs, got->placements, o) +
-                           "brute force (T " + std::to_string(want.iteration_s) + "):\n" +
+  char totals[128];
+  std::snprintf(totals, sizeof totals, "planner T %.17g, brute force T %.17g\n", got->iteration_s,
+                want.iteration_s);
+  const std::string both = "\n" + describe_case(rc) + totals + "planner's plan:\n" +
+                           describe_plan(costs, got->placements, o) + "brute force's plan:\n" +
                            describe_plan(costs, want.placements, o);
   ASSERT_EQ(got->feasible, want.feasible) << both;
   if (!want.feasible) {
@@ -324,11 +336,19 @@ TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
   const int soak = soak_env != nullptr ? std::max(1, std::atoi(soak_env)) : 1;
   const int cases = kCasesPerGroup * soak;
   Coverage cov;
+  int failing_cases = 0;
+  const ::testing::TestResult* result = ::testing::UnitTest::GetInstance()->current_test_info()->result();
   for (int k = 0; k < cases; ++k) {
     const std::uint32_t seed =
         1000003u * static_cast<std::uint32_t>(GetParam()) + static_cast<std::uint32_t>(k);
     SCOPED_TRACE("case seed " + std::to_string(seed) + (interplay_only ? " (interplay)" : ""));
+    const int parts_before = result->total_part_count();
     check_case(seed, interplay_only, &cov);
+    // A few failing cases say enough; hundreds would bury them.
+    if (result->total_part_count() > parts_before && ++failing_cases == 3) {
+      ADD_FAILURE() << "stopping this group after 3 failing cases";
+      return;
+    }
   }
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("group %d: %d cases, %d feasible, %d infeasible, %d memory-bound, %d with delta > 1, "
@@ -337,18 +357,19 @@ TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
               GetParam(), cov.cases, cov.feasible, cov.infeasible, cov.memory_binds,
               cov.delta_above_one, cov.memory_binds_with_delta, cov.idle_devices,
               cov.permuted_order, cov.data_parallel, cov.plans, wall_s);
-  // Every group exercises each feature. The floors sit at about a third of the counts
-  // measured with libstdc++, so another standard library's random streams pass too.
+  // Every group exercises each feature. The floors sit well below the counts measured
+  // with libstdc++ (a quarter or less), so another standard library's random streams
+  // pass too; a zero means the generator stopped producing that kind of case.
   EXPECT_EQ(cov.cases, cases);
   EXPECT_GE(cov.feasible, 30 * soak);
   EXPECT_GE(cov.infeasible, 5 * soak);
-  EXPECT_GE(cov.memory_binds, 3 * soak);
+  EXPECT_GE(cov.memory_binds, 2 * soak);
   EXPECT_GE(cov.delta_above_one, 4 * soak);
   EXPECT_GE(cov.idle_devices, 10 * soak);
-  EXPECT_GE(cov.permuted_order, 2 * soak);
+  EXPECT_GE(cov.permuted_order, 1 * soak);
   EXPECT_GE(cov.data_parallel, 15 * soak);
   if (interplay_only) {
-    EXPECT_GE(cov.memory_binds_with_delta, 3 * soak);
+    EXPECT_GE(cov.memory_binds_with_delta, 1 * soak);
   }
 }
 
@@ -370,9 +391,10 @@ subclusters:
 links:
   - {between: [p2, p3], bandwidth_gbps: 5, latency_ms: 1}
 )");
-  const int L = 2, mbs = 6;
+  // A microbatch of 12 lets every mesh size here divide it; times exist for all of them.
+  const int L = 2, mbs = 12;
   Times times;
-  for (int samples : {1, 2, 3, 6}) times["T4"][samples] = uniform_times(L, 0.01 * samples);
+  for (int samples : {1, 2, 3, 4, 6, 12}) times["T4"][samples] = uniform_times(L, 0.01 * samples);
   const StageCosts costs = StageCosts::from_tables(
       cluster, std::vector<StageCosts::LayerBytes>(L, {kMiB, kMiB, 1e6}), times, mbs, cost::CostConfig{});
   auto sizes = [&](int sub, int offset, int free) {
@@ -384,12 +406,16 @@ links:
   EXPECT_EQ(sizes(0, 0, 4), (std::vector<int>{1, 2, 4}));
   EXPECT_EQ(sizes(0, 1, 3), (std::vector<int>{1}));  // a pair from device 1 would straddle
   EXPECT_EQ(sizes(0, 2, 2), (std::vector<int>{1, 2}));
-  // dpn = 3 (not a power of two): groups 1 and 2, and whole nodes of 3 and 6 devices;
-  // dp = 4 would not divide the microbatch of 6, but no mesh here needs it.
+  // dpn = 3 (not a power of two): groups 1 and 2, and whole nodes of 3 and 6 devices.
   EXPECT_EQ(sizes(1, 0, 6), (std::vector<int>{1, 2, 3, 6}));
   EXPECT_EQ(sizes(1, 2, 4), (std::vector<int>{1}));  // 2..3 straddles; not a node boundary
   EXPECT_EQ(sizes(1, 3, 3), (std::vector<int>{1, 2, 3}));
   EXPECT_EQ(sizes(1, 1, 5), (std::vector<int>{1, 2}));
+  // Without times for 3 samples, the 4-device mesh (dp = 4) disappears.
+  times["T4"].erase(3);
+  const StageCosts fewer = StageCosts::from_tables(
+      cluster, std::vector<StageCosts::LayerBytes>(L, {kMiB, kMiB, 1e6}), times, mbs, cost::CostConfig{});
+  EXPECT_EQ(reference::meshes_at(fewer, SearchOptions{}, 0, 0, 4).size(), 2u);
 }
 
 TEST(BruteForceReference, CountsPlansByHand) {
@@ -604,6 +630,9 @@ struct ThresholdCase {
   double fwd_s, bwd_s;  // per layer; t = P of the two-stage plan
   std::vector<int> launch_counts;  // expected; empty: infeasible
 };
+
+// Names the case in test listings (gtest would otherwise dump its bytes).
+void PrintTo(const ThresholdCase& tc, std::ostream* os) { *os << tc.name; }
 
 class DeltaThresholds : public ::testing::TestWithParam<ThresholdCase> {};
 

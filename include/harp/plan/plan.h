@@ -40,6 +40,9 @@ struct Stage {
   Bytes activation_bytes = 0;             // kept per in-flight microbatch per device
   Bytes memory_bytes = 0;                 // static + launch_count x activation (planner's figure)
   Bytes comm_bytes = 0;                   // bytes crossing to the next stage per microbatch
+  // Emulation only (cluster devices' emulated_slowdown): the runtime, when asked to
+  // emulate, keeps this stage's compute waiting (factor - 1) x its measured time.
+  double emulated_slowdown = 1.0;
 
   Seconds compute_s() const { return fwd_s + bwd_s; }
 };

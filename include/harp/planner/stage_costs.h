@@ -38,8 +38,10 @@ class StageCosts;
 class RangeView {
  public:
   StageFigures at(int first, int last) const;
+  // Rounded exactly as the plan builder's fwd_s + bwd_s, so a cap equals a plan's P bit
+  // for bit (the δ thresholds and the attained test compare them).
   Seconds compute_s(int first, int last) const {
-    return fwd_[last] - fwd_[first] + bwd_[last] - bwd_[first];
+    return (fwd_[last] - fwd_[first]) + (bwd_[last] - bwd_[first]);
   }
   Bytes static_bytes(int first, int last) const {
     return state_per_param_byte_ * (params_[last] - params_[first]) + workspace_bytes_;
@@ -113,6 +115,7 @@ class StageCosts {
     std::vector<Seconds> fwd, bwd;  // size L + 1
   };
   const Prefix* prefix(int sub, int samples, int tp) const;
+  void build_byte_prefixes();
 
   cluster::Cluster cluster_;
   cost::CostConfig config_;

@@ -232,7 +232,19 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp plan --fixed-order",
       "harp plan --output",
       "harp plan --json",
+      "harp launch --nproc",
+      "harp launch --emulate",
+      "harp launch --grace-s",
+      "harp launch command",
+      "harp data prepare --input",
+      "harp data prepare --output",
   };
+#if HARP_WITH_TORCH
+  for (const char* f : {"--plan", "--model", "--granularity", "--data", "--steps", "--seed", "--lr",
+                        "--warmup-steps", "--grad-clip", "--dtype", "--out", "--checkpoint-every", "--resume",
+                        "--trace-steps", "--timeout-s", "--threads", "--emulate", "--quiet"})
+    expected.push_back(std::string("harp train ") + f);
+#endif
   EXPECT_EQ(accepted_flags(), expected);
 }
 

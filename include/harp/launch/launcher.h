@@ -1,0 +1,46 @@
+// The local launcher behind `harp launch` (torch-free): starts N worker processes with
+// the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
+// MASTER_PORT on a free port of 127.0.0.1), forwards their output line by line with a
+// "[rank r] " prefix, and when one worker fails (non-zero exit or killed) stops all the
+// others (SIGTERM, then SIGKILL after a grace period).
+#pragma once
+
+#include <map>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "harp/common/status.h"
+
+namespace harp::launch {
+
+struct LaunchOptions {
+  int nproc = 1;
+  std::vector<std::string> command;        // argv of each worker; [0] searched in PATH
+  std::map<std::string, std::string> env;  // extra variables for every worker; they override
+                                           // the inherited environment, the torchrun
+                                           // variables above override both
+  double grace_s = 5.0;                    // SIGTERM -> SIGKILL
+};
+
+struct LaunchResult {
+  int exit_code = 0;   // 0 if every worker succeeded, else the first failure's code
+                       // (128 + signal for a signal)
+  int failed_rank = -1;
+  std::string summary;  // one line: who failed and how, or "all N workers exited 0"
+};
+
+// Finds a free TCP port on 127.0.0.1. The port is free when returned; another process
+// may take it before a worker binds it (the same race torchrun accepts).
+StatusOr<int> free_port();
+
+// Runs the workers to completion. `out` receives the prefixed lines of every worker's
+// stdout and stderr, in arrival order. Returns an error only if workers could not start
+// (bad options, no pipes, fork failed); a command that cannot be executed is a worker
+// failing with exit code 127. Each worker runs in its own process group, so stopping it
+// also stops its children. While it runs, SIGINT, SIGTERM and SIGHUP to this process
+// stop the workers (exit code 128 + signal, failed_rank -1) unless the caller ignores
+// that signal; the previous handlers are restored on return. Not thread-safe: call from one thread at a time.
+StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out);
+
+}  // namespace harp::launch

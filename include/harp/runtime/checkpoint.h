@@ -1,0 +1,36 @@
+// Checkpoints: one file per stage (written by the stage's first replica) holding its
+// parameters and optimizer state under global names, plus a manifest. Files are written
+// to a temporary name and renamed (atomic), and carry a checksum that loading verifies.
+// Global names let a checkpoint load into a different layout: a rank reads every stage
+// file of the step and takes the tensors it holds.
+//
+// Layout: DIR/step_000010/stage_2.bin, DIR/step_000010/manifest.json, DIR/latest
+// (the last complete step; written after every stage file exists).
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harp/common/status.h"
+
+namespace harp::runtime {
+
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Writes tensors (contiguous CPU copies) with a trailing FNV-1a checksum, atomically.
+Status write_tensor_file(const std::string& path, const NamedTensors& tensors, long long counter);
+// Reads a tensor file; an error names the file when the checksum or format is wrong.
+StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* counter);
+
+std::string checkpoint_step_dir(const std::string& dir, int step);
+// The step recorded in DIR/latest, or NotFound.
+StatusOr<int> latest_checkpoint_step(const std::string& dir);
+// Marks `step` complete (DIR/latest), atomically.
+Status mark_checkpoint_complete(const std::string& dir, int step, const std::string& manifest_json);
+// Every tensor of every stage file of the step, by name.
+StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long long* optimizer_steps);
+
+}  // namespace harp::runtime

@@ -1,0 +1,115 @@
+// The interpreter: one rank executes its lowered action list (the same list `harp
+// simulate` costs) for one training step. Receives are posted when the list says RECV
+// (an irecv) and waited for by the compute that needs them; sends are asynchronous and
+// waited before their buffers go and before the step ends. Data-parallel replicas of a
+// stage split each microbatch's samples; when neighbouring stages have different dp,
+// each replica sends every replica of the next stage the samples they share.
+//
+// Loss scaling: the tail returns the sum of token cross-entropies; backward starts from
+// sum / (tokens of the global batch), so gradients add up over microbatches and replicas
+// exactly as in one process with gradient accumulation.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harp/model/model_spec.h"
+#include "harp/plan/plan.h"
+#include "harp/runtime/comm.h"
+#include "harp/runtime/data.h"
+#include "harp/runtime/gpt.h"
+#include "harp/runtime/optimizer.h"
+#include "harp/schedule/action.h"
+
+namespace harp::runtime {
+
+struct ExecConfig {
+  std::uint64_t seed = 1234;   // weights and data
+  torch::Dtype dtype = torch::kFloat32;
+  OptimConfig optim;
+  bool emulate = false;        // apply the plan's emulated_slowdown (DESIGN.md, last section)
+};
+
+// One measured action of a traced step (times in µs from the step's start barrier).
+struct TraceEvent {
+  schedule::Action action;
+  double start_us = 0, end_us = 0;
+  bool comm = false;  // a send/recv wait rather than compute
+};
+
+struct StepResult {
+  double loss = 0;             // mean token cross-entropy of the global batch (every rank)
+  double grad_norm = 0;        // global gradient norm before clipping
+  double seconds = 0;          // wall time of the step on this rank
+  double compute_seconds = 0;  // time in F and B
+};
+
+class Executor {
+ public:
+  // Builds this rank's layers from the seed and its action list from the plan.
+  // REQUIRES: layout matches plan; check_plan_matches_model (trainer.h) passed; comm
+  // outlives the executor.
+  Executor(const model::ModelSpec& model, const plan::Plan& plan, Comm& comm,
+           const TokenSource& data, ExecConfig config);
+  Executor(const Executor&) = delete;
+  Executor& operator=(const Executor&) = delete;
+
+  // Runs training step `step` (0-based): the action list, all-reduces, optimizer step.
+  // Throws RuntimeFailure when a peer fails or a wait times out.
+  StepResult run_step(int step, bool trace = false);
+
+  AdamW& optimizer() { return *optimizer_; }
+  const std::vector<GptLayer>& layers() const { return layers_; }
+  // Named parameters and their gradients of the last step (global names).
+  std::vector<std::pair<std::string, torch::Tensor>> named_grads() const;
+  const std::vector<schedule::Action>& actions() const { return actions_; }
+  std::vector<TraceEvent> take_trace() { return std::move(trace_); }
+
+ private:
+  struct Part {  // a slice of a microbatch exchanged with one peer replica
+    int peer;
+    int first, count;  // sample range relative to the receiving tensor's first sample
+    torch::Tensor buffer;
+    Transfer transfer;
+  };
+  struct Stash {
+    torch::Tensor input, output, targets;
+    std::vector<Part> recv_f, recv_b;
+  };
+  // The replicas of `other_stage` that share samples with this replica.
+  std::vector<Part> peers_of(int other_stage) const;
+  void forward(int step, int mb);
+  void backward(int mb);
+  void send(int mb, bool forward_direction);
+  void post_recv(int mb, bool forward_direction, int step);
+  torch::Tensor gather(std::vector<Part>& parts);
+  void reduce_grads(int step);
+  void apply_step(int step, StepResult* result);
+  void emulate_slowdown(double seconds) const;
+
+  const model::ModelSpec& model_;
+  const plan::Plan& plan_;
+  Comm& comm_;
+  const TokenSource& data_;
+  ExecConfig config_;
+  RankLayout layout_;
+  int first_layer_ = 0, last_layer_ = 0;
+  int samples_ = 1, sample_offset_ = 0;  // this replica's share of a microbatch
+  double global_tokens_ = 1;
+  std::vector<GptLayer> layers_;
+  std::unique_ptr<AdamW> optimizer_;
+  std::vector<schedule::Action> actions_;
+  std::vector<Stash> stash_;
+  std::vector<std::pair<torch::Tensor, Transfer>> sends_;
+  double loss_sum_ = 0, compute_s_ = 0;
+  int step_ = 0;
+  bool tracing_ = false;
+  std::chrono::steady_clock::time_point t0_;
+  std::vector<TraceEvent> trace_;
+};
+
+}  // namespace harp::runtime

@@ -1,0 +1,60 @@
+// The GPT model in libtorch, cut into the same fine-grained layer sequence as the model
+// spec (model/model_spec.h): layer 0 the embeddings, then k sub-layers per block, then
+// the tail (final LayerNorm, LM head, cross-entropy). Any cut the planner makes can be
+// executed: the tensor crossing a cut is what the spec's output_bytes counts.
+//
+// Tensors crossing cuts (b samples, s tokens, h hidden, f ffn), dtype = the model's:
+//   after embed / attn_out / mlp_out / a whole block: the hidden state [b, s, h]
+//   after attn_in: q, k, v and the residual concatenated:   [b, s, 3h + h]
+//   after mlp_in:  GELU(FC1) output and the residual:       [b, s, f + h]
+// The head takes token ids [b, s] (int64); the tail takes the hidden state and the
+// targets [b, s] (int64) and returns the *sum* of token cross-entropies (the caller
+// divides by the global token count, so microbatches and replicas add up exactly).
+//
+// Pre-LayerNorm blocks, causal self-attention, GELU MLP, no dropout, no bias-free
+// variants. Initialisation: GPT-2 style (normal 0.02, residual projections scaled by
+// 1/sqrt(2R)). Each (block, piece) draws from its own generator derived from the seed,
+// in float64 on the CPU, then casts: every layout, granularity and device starts from
+// identical weights, a rank allocates only its layers, and the global RNG is untouched.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harp/model/model_spec.h"
+
+namespace harp::runtime {
+
+// One layer of the sequence. Parameter names are global ("block3.attn.qkv.weight"), so
+// a checkpoint written by one layout loads into another.
+class GptLayerImpl : public torch::nn::Module {
+ public:
+  GptLayerImpl(const model::GptConfig& config, const model::Layer& layer);
+  // Head: x = token ids [b, s]. Block parts: x = the incoming cut tensor. Tail: x = the
+  // hidden state and `targets` the next tokens; returns the loss sum (a scalar).
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& targets = {});
+  const model::Layer& layer() const { return layer_; }
+  // The token embedding (head) or LM head weight (tail) when embeddings are tied; the
+  // tail's tied weight is a separate tensor kept equal to the head's by the runtime.
+  torch::Tensor tied_weight() const;
+
+ private:
+  model::GptConfig config_;
+  model::Layer layer_;
+  // submodules registered by name; see gpt.cc
+};
+TORCH_MODULE(GptLayer);
+
+// Builds layers [first, last) with the weights every layout gives them (see above).
+// dtype: torch::kFloat32 or torch::kFloat64.
+std::vector<GptLayer> build_gpt_layers(const model::ModelSpec& model, int first, int last,
+                                       std::uint64_t seed, torch::Dtype dtype,
+                                       const torch::Device& device);
+
+// All named parameters of `layers` with global names, in layer order.
+std::vector<std::pair<std::string, torch::Tensor>> named_parameters(const std::vector<GptLayer>& layers);
+
+}  // namespace harp::runtime

@@ -1,0 +1,59 @@
+// AdamW with warm-up + cosine learning rate and global-norm gradient clipping, written
+// out (not torch::optim) so that its state is explicit: checkpoints store it, resumes
+// are bitwise, and it behaves identically in every layout (it is elementwise per
+// parameter; only the clipping norm is global and is computed by the caller).
+// Update order follows torch.optim.AdamW: decay, then the Adam step.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace harp::runtime {
+
+struct OptimConfig {
+  double lr = 3e-4;           // peak learning rate
+  double min_lr = 3e-5;       // floor of the cosine decay
+  int warmup_steps = 10;      // linear warm-up from lr / warmup_steps
+  int decay_steps = 1000;     // cosine from the end of warm-up to min_lr at this step
+  double weight_decay = 0.1;  // applied to parameters with 2+ dimensions only
+  double beta1 = 0.9, beta2 = 0.95, eps = 1e-8;
+  double grad_clip = 1.0;     // max global gradient norm; 0 disables clipping
+};
+
+// Learning rate of 0-based step `step`.
+double lr_at(const OptimConfig& config, int step);
+
+class AdamW {
+ public:
+  // REQUIRES: the parameters outlive the optimizer.
+  AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, OptimConfig config);
+
+  // Sum of squared gradients of the parameters whose name passes `count` (the caller
+  // adds these across ranks, counting each parameter once, for the global norm).
+  double grad_squared_norm(const std::vector<bool>& count) const;
+  // Multiplier for the gradients given the global norm (1 when within grad_clip).
+  double clip_scale(double global_norm) const;
+  // One update at 0-based step `step` with gradients scaled by `grad_scale`.
+  void step(int step, double grad_scale);
+  void zero_grad();
+
+  const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
+  // State tensors with names "<param>.exp_avg", "<param>.exp_avg_sq"; and the number of
+  // steps taken.
+  std::vector<std::pair<std::string, torch::Tensor>> state() const;
+  long long steps_taken() const { return steps_taken_; }
+  // Restores state() output; InvalidArgument-style message in `error` when a name or
+  // shape does not match. Returns false on error.
+  bool load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state,
+                  long long steps_taken, std::string* error);
+
+ private:
+  std::vector<std::pair<std::string, torch::Tensor>> params_;
+  std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  OptimConfig config_;
+  long long steps_taken_ = 0;
+};
+
+}  // namespace harp::runtime

@@ -1,0 +1,44 @@
+// The training loop of one rank: steps of the plan's schedule, metrics (JSONL, one line
+// per step, written by rank 0), a progress line, Chrome traces of chosen steps (the
+// simulator's format, so predicted and measured timelines open side by side), atomic
+// checksummed checkpoints every K steps and exact resume.
+#pragma once
+
+#include <chrono>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "harp/common/status.h"
+#include "harp/runtime/executor.h"
+
+namespace harp::runtime {
+
+struct TrainOptions {
+  ExecConfig exec;
+  int steps = 10;                   // total steps (a resumed run continues up to it)
+  std::string out_dir = "out/train";
+  int checkpoint_every = 0;         // 0: no checkpoints
+  bool resume = false;              // continue from out_dir/checkpoints/latest
+  std::vector<int> trace_steps;     // steps whose measured timeline is written
+  bool progress = true;             // rank 0 prints a line per step
+  int exit_at_step = -1;            // fault injection for tests: this rank dies there
+  int stall_at_step = -1;           // fault injection for tests: this rank hangs there
+};
+
+struct TrainSummary {
+  int first_step = 0;               // 0, or the resumed step
+  std::vector<double> losses;       // per step run
+  double mean_iteration_s = 0;      // over the steps run, excluding the first
+  double tokens_per_s = 0;
+};
+
+// Checks that the plan fits the model (layer ranges cover [0, L), microbatch divisible
+// by every stage's dp). FailedPrecondition says what does not match and how to fix it.
+Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model);
+
+// Runs the loop. Throws RuntimeFailure on peer failure; returns an error for I/O problems.
+StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& plan, Comm& comm,
+                             const TokenSource& data, const TrainOptions& options, std::ostream& log);
+
+}  // namespace harp::runtime

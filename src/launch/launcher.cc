@@ -1,0 +1,395 @@
+// The local launcher: fork/exec N workers, multiplex their output through poll, and
+// stop the whole job when one worker fails. Single-threaded on purpose: one poll loop
+// with a short timeout also serves as the clock for reaping and for the SIGTERM ->
+// SIGKILL escalation, so there is no SIGCHLD handler and no thread to coordinate.
+// Omitted: restarts (torchrun's --max-restarts), multi-node rendezvous.
+#include "harp/launch/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <sstream>
+
+extern char** environ;  // NOLINT: POSIX global, needed to hand execvp a new environment
+
+namespace harp::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kPollMs = 20;                                 // reaping latency
+constexpr auto kReapBound = std::chrono::seconds(5);        // after SIGKILL
+constexpr auto kDrainBound = std::chrono::milliseconds(500);  // pipes held by grandchildren
+constexpr std::size_t kMaxLineBytes = 64 * 1024;           // progress bars without '\n'
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+// Without this, Ctrl-C (or a closed terminal) would end the launcher and leave the
+// workers, in their own process groups and so untouched by the terminal, as orphans.
+// A signal the caller ignores (e.g. SIGINT of a background job in a script) stays ignored.
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: poll must wake up with EINTR
+    for (int i = 0; i < kCount; ++i) {
+      installed_[i] = sigaction(kSignals[i], nullptr, &old_[i]) == 0 && old_[i].sa_handler != SIG_IGN &&
+                      sigaction(kSignals[i], &sa, nullptr) == 0;
+    }
+  }
+  ~StopSignals() {
+    for (int i = 0; i < kCount; ++i)
+      if (installed_[i]) sigaction(kSignals[i], &old_[i], nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  static constexpr int kCount = 3;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction old_[kCount] {};
+  bool installed_[kCount] = {};
+};
+
+void close_fd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+struct Stream {
+  int fd = -1;
+  std::string pending;  // bytes after the last '\n'
+};
+
+struct Worker {
+  int rank = 0;
+  pid_t pid = -1;
+  bool running = false;
+  Stream streams[2];  // stdout, stderr: separate pipes so the two never split a line
+  int exec_errno = 0;
+  int code = 0;    // exit status, or 128 + signal
+  int signal = 0;  // the signal that ended it, 0 if it exited
+  bool got_sigkill = false;
+};
+
+std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port) {
+  std::map<std::string, std::string> vars;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : o.env) vars[k] = v;
+  vars["RANK"] = std::to_string(rank);
+  vars["LOCAL_RANK"] = std::to_string(rank);
+  vars["WORLD_SIZE"] = std::to_string(o.nproc);
+  vars["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
+  vars["MASTER_ADDR"] = "127.0.0.1";
+  vars["MASTER_PORT"] = std::to_string(port);
+  std::vector<std::string> env;
+  for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
+  return env;
+}
+
+std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> ptrs;
+  for (auto& s : strings) ptrs.push_back(s.data());
+  ptrs.push_back(nullptr);
+  return ptrs;
+}
+
+// Forks one worker. On success w->pid is set and its two output pipes are open; a failed
+// execvp is recorded in w->exec_errno (the child then exits 127).
+Status start_worker(std::vector<std::string> argv, std::vector<std::string> env, Worker* w) {
+  // O_CLOEXEC everywhere: later workers must not inherit earlier workers' pipes, or
+  // EOF would never arrive while any sibling lives.
+  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, exec_p[2] = {-1, -1};
+  if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0 || pipe2(exec_p, O_CLOEXEC) != 0) {
+    const std::string why = std::strerror(errno);
+    for (int* fd : {&out_p[0], &out_p[1], &err_p[0], &err_p[1], &exec_p[0], &exec_p[1]}) close_fd(fd);
+    return io_error("harp launch: cannot create pipes for rank " + std::to_string(w->rank) + ": " + why);
+  }
+  // Everything the child needs is built before fork: after fork only async-signal-safe
+  // calls are allowed if the parent has threads.
+  std::vector<char*> argv_c = c_strings(argv);
+  std::vector<char*> env_c = c_strings(env);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    const std::string why = std::strerror(errno);
+    for (int* fd : {&out_p[0], &out_p[1], &err_p[0], &err_p[1], &exec_p[0], &exec_p[1]}) close_fd(fd);
+    return io_error("harp launch: fork failed for rank " + std::to_string(w->rank) + ": " + why);
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(out_p[1], STDOUT_FILENO);
+    dup2(err_p[1], STDERR_FILENO);
+    environ = env_c.data();
+    execvp(argv_c[0], argv_c.data());
+    const int e = errno;
+    ssize_t ignored = write(exec_p[1], &e, sizeof e);
+    (void)ignored;
+    _exit(127);
+  }
+  // Both parent and child call setpgid so the group exists before either side relies
+  // on it; the parent's call fails harmlessly once the child has exec'd.
+  setpgid(pid, pid);
+  close_fd(&out_p[1]);
+  close_fd(&err_p[1]);
+  close_fd(&exec_p[1]);
+  w->pid = pid;
+  w->running = true;
+  w->streams[0].fd = out_p[0];
+  w->streams[1].fd = err_p[0];
+  // Returns at once: exec closes the pipe (CLOEXEC) or the child writes errno and exits.
+  int e = 0;
+  ssize_t n;
+  do {
+    n = read(exec_p[0], &e, sizeof e);
+  } while (n < 0 && errno == EINTR);
+  if (n == static_cast<ssize_t>(sizeof e)) w->exec_errno = e;
+  close_fd(&exec_p[0]);
+  return Status();
+}
+
+void emit_line(int rank, const std::string& line, std::ostream& out) {
+  out << "[rank " << rank << "] " << line << "\n";
+}
+
+// Reads what is available; at EOF flushes a last partial line and closes the pipe.
+void pump(int rank, Stream* s, std::ostream& out) {
+  char buf[65536];
+  const ssize_t n = read(s->fd, buf, sizeof buf);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return;
+  if (n <= 0) {
+    if (!s->pending.empty()) emit_line(rank, s->pending, out);
+    s->pending.clear();
+    close_fd(&s->fd);
+    return;
+  }
+  s->pending.append(buf, static_cast<std::size_t>(n));
+  std::size_t start = 0, nl;
+  while ((nl = s->pending.find('\n', start)) != std::string::npos) {
+    emit_line(rank, s->pending.substr(start, nl - start), out);
+    start = nl + 1;
+  }
+  s->pending.erase(0, start);
+  if (s->pending.size() > kMaxLineBytes) {
+    emit_line(rank, s->pending, out);
+    s->pending.clear();
+  }
+}
+
+void signal_groups(std::vector<Worker>& workers, int sig) {
+  // The whole group, also for workers that already exited: their children may live on.
+  for (Worker& w : workers) {
+    if (w.pid <= 0) continue;
+    kill(-w.pid, sig);
+    if (sig == SIGKILL && w.running) w.got_sigkill = true;
+  }
+}
+
+// Returns true if w has just exited.
+bool reap(Worker* w) {
+  int st = 0;
+  const pid_t r = waitpid(w->pid, &st, WNOHANG);
+  if (r != w->pid) return false;
+  w->running = false;
+  if (WIFSIGNALED(st)) {
+    w->signal = WTERMSIG(st);
+    w->code = 128 + w->signal;
+  } else {
+    w->code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+  }
+  return true;
+}
+
+std::string describe_failure(const Worker& w, const std::string& cmd) {
+  std::string s = "rank " + std::to_string(w.rank);
+  if (w.exec_errno != 0)
+    return s + " could not execute '" + cmd + "': " + std::strerror(w.exec_errno) + " (exit code 127)";
+  if (w.signal != 0)
+    return s + " was killed by signal " + std::to_string(w.signal) + " (" + strsignal(w.signal) +
+           ", exit code " + std::to_string(w.code) + ")";
+  return s + " exited with code " + std::to_string(w.code);
+}
+
+// "rank 2" or "ranks 0,3"; empty if none is picked.
+std::string rank_list(const std::vector<Worker>& workers, bool (*pick)(const Worker&)) {
+  std::string s;
+  int count = 0;
+  for (const Worker& w : workers)
+    if (pick(w)) s += (count++ == 0 ? "" : ",") + std::to_string(w.rank);
+  return count == 0 ? s : (count == 1 ? "rank " : "ranks ") + s;
+}
+
+std::string seconds_text(double s) {
+  std::ostringstream os;
+  os << s;
+  return os.str();
+}
+
+Status validate(const LaunchOptions& o) {
+  if (o.nproc < 1) return invalid_argument("nproc = " + std::to_string(o.nproc) + ": must be at least 1");
+  if (o.command.empty() || o.command[0].empty())
+    return invalid_argument(
+        "no worker command; fix: give it after `--`, e.g. `harp launch --nproc 2 -- ./train`");
+  if (!std::isfinite(o.grace_s) || o.grace_s < 0)
+    return invalid_argument("grace_s = " + seconds_text(o.grace_s) + ": must be a finite number >= 0");
+  for (const auto& kv : o.env)
+    if (kv.first.empty() || kv.first.find('=') != std::string::npos)
+      return invalid_argument("env key '" + kv.first + "': must be non-empty and contain no '='");
+  return Status();
+}
+
+}  // namespace
+
+StatusOr<int> free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return io_error(std::string("free_port: socket() failed: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;  // the kernel picks an unused ephemeral port
+  socklen_t len = sizeof addr;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    return io_error("free_port: cannot bind a port on 127.0.0.1: " + why);
+  }
+  ::close(fd);
+  return static_cast<int>(ntohs(addr.sin_port));
+}
+
+StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
+  HARP_RETURN_IF_ERROR(validate(options));
+  HARP_ASSIGN_OR_RETURN(const int port, free_port());
+  StopSignals stop_signals;
+
+  std::vector<Worker> workers(options.nproc);
+  for (int r = 0; r < options.nproc; ++r) {
+    workers[r].rank = r;
+    Status s = start_worker(options.command, worker_env(options, r, port), &workers[r]);
+    if (!s.ok()) {
+      // Bounded cleanup of those already started: SIGKILL cannot be ignored.
+      signal_groups(workers, SIGKILL);
+      const auto deadline = Clock::now() + kReapBound;
+      for (Worker& w : workers) {
+        while (w.running && !reap(&w) && Clock::now() < deadline) poll(nullptr, 0, kPollMs);
+        for (Stream& st : w.streams) close_fd(&st.fd);
+      }
+      return s;
+    }
+    if (workers[r].exec_errno != 0)
+      emit_line(r, "harp launch: cannot execute '" + options.command[0] + "': " +
+                       std::strerror(workers[r].exec_errno), out);
+  }
+
+  const auto grace =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.grace_s));
+  int first_failed = -1;
+  int stop_signal = 0;
+  std::optional<Clock::time_point> term_at, kill_at, all_exited_at;
+  bool unreaped = false;
+  std::vector<pollfd> fds;
+  std::vector<Stream*> fd_streams;
+  std::vector<int> fd_ranks;
+  while (true) {
+    fds.clear();
+    fd_streams.clear();
+    fd_ranks.clear();
+    for (Worker& w : workers)
+      for (Stream& s : w.streams)
+        if (s.fd >= 0) {
+          fds.push_back({s.fd, POLLIN, 0});
+          fd_streams.push_back(&s);
+          fd_ranks.push_back(w.rank);
+        }
+    const int ready = poll(fds.data(), fds.size(), kPollMs);
+    if (ready > 0)
+      for (std::size_t i = 0; i < fds.size(); ++i)
+        if (fds[i].revents != 0) pump(fd_ranks[i], fd_streams[i], out);
+    out.flush();
+
+    for (Worker& w : workers)
+      if (w.running && reap(&w) && w.code != 0 && first_failed < 0 && !term_at) first_failed = w.rank;
+    if (!term_at && (first_failed >= 0 || g_stop_signal != 0)) {
+      if (first_failed < 0) stop_signal = g_stop_signal;
+      signal_groups(workers, SIGTERM);
+      term_at = Clock::now();
+    }
+
+    const auto now = Clock::now();
+    const bool any_running =
+        std::any_of(workers.begin(), workers.end(), [](const Worker& w) { return w.running; });
+    if (term_at && !kill_at && any_running && now - *term_at >= grace) {
+      signal_groups(workers, SIGKILL);
+      kill_at = now;
+    }
+    if (kill_at && any_running && now - *kill_at >= kReapBound) {
+      unreaped = true;  // e.g. stuck in uninterruptible I/O; give up rather than hang
+      break;
+    }
+    if (!any_running) {
+      if (!all_exited_at) all_exited_at = now;
+      const bool any_open = std::any_of(workers.begin(), workers.end(), [](const Worker& w) {
+        return w.streams[0].fd >= 0 || w.streams[1].fd >= 0;
+      });
+      // A background grandchild may hold a pipe open forever; its output is not waited for.
+      if (!any_open || now - *all_exited_at >= kDrainBound) break;
+    }
+  }
+  // Children of exited workers may still run (or hold the pipes); a failed job leaves none.
+  if (term_at) signal_groups(workers, SIGKILL);
+  for (Worker& w : workers)
+    for (Stream& s : w.streams) {
+      if (!s.pending.empty()) emit_line(w.rank, s.pending, out);
+      close_fd(&s.fd);
+    }
+  out.flush();
+
+  LaunchResult result;
+  const int n = options.nproc;
+  if (first_failed >= 0) {
+    const Worker& w = workers[first_failed];
+    result.exit_code = w.code;
+    result.failed_rank = w.rank;
+    result.summary = describe_failure(w, options.command[0]);
+    if (n == 2) result.summary += "; stopped the other worker";
+    if (n > 2) result.summary += "; stopped the other " + std::to_string(n - 1) + " workers";
+  } else if (stop_signal != 0) {
+    result.exit_code = 128 + stop_signal;
+    result.summary = "the launcher got signal " + std::to_string(stop_signal) + " (" +
+                     strsignal(stop_signal) + "); stopped all " + std::to_string(n) + " workers";
+  } else {
+    result.summary = "all " + std::to_string(n) + " workers exited 0";
+  }
+  const std::string killed = rank_list(workers, [](const Worker& w) { return w.got_sigkill; });
+  if (!killed.empty())
+    result.summary += "; " + killed + " still ran " + seconds_text(options.grace_s) +
+                      " s after SIGTERM and got SIGKILL";
+  if (unreaped)
+    result.summary += "; " + rank_list(workers, [](const Worker& w) { return w.running; }) +
+                      " did not exit even after SIGKILL";
+  return result;
+}
+
+}  // namespace harp::launch

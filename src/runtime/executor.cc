@@ -1,0 +1,247 @@
+// The per-rank interpreter of lowered action lists (see executor.h for the contract).
+#include "harp/runtime/executor.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "harp/schedule/generators.h"
+#include "harp/schedule/lowering.h"
+
+namespace harp::runtime {
+namespace {
+
+constexpr int kTagsPerMicrobatch = 2;  // forward and backward direction
+
+std::string where(const RankLayout& l, int step) {
+  return "rank " + std::to_string(l.rank) + " (stage " + std::to_string(l.stage) + ") at step " +
+         std::to_string(step);
+}
+
+bool has_head(const std::vector<GptLayer>& layers) {
+  return !layers.empty() && layers.front()->layer().kind == model::LayerKind::kHead;
+}
+bool has_tail(const std::vector<GptLayer>& layers) {
+  return !layers.empty() && layers.back()->layer().kind == model::LayerKind::kTail;
+}
+
+}  // namespace
+
+Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan, Comm& comm,
+                   const TokenSource& data, ExecConfig config)
+    : model_(model), plan_(plan), comm_(comm), data_(data), config_(config), layout_(comm.layout()) {
+  const plan::Stage& st = plan.stages[layout_.stage];
+  first_layer_ = st.first_layer;
+  last_layer_ = st.last_layer;
+  samples_ = plan.microbatch_size / st.dp;
+  sample_offset_ = layout_.dp_rank * samples_;
+  global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
+  layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, config.dtype, torch::kCPU);
+  optimizer_ = std::make_unique<AdamW>(named_parameters(layers_), config.optim);
+  auto compute = schedule::generate_for_plan(plan, plan.schedule);
+  HARP_CHECK(compute.ok()) << compute.status().to_string();
+  auto lowered = schedule::lower(*compute);
+  HARP_CHECK(lowered.ok()) << lowered.status().to_string();
+  actions_ = lowered->actions[layout_.stage];
+  stash_.resize(plan.microbatches);
+}
+
+std::vector<Executor::Part> Executor::peers_of(int other_stage) const {
+  // Replica d of a stage owns samples [d * n, (d + 1) * n) of every microbatch.
+  std::vector<Part> parts;
+  const auto& ranks = layout_.stage_ranks[other_stage];
+  const int n = plan_.microbatch_size / static_cast<int>(ranks.size());
+  for (int d = 0; d < static_cast<int>(ranks.size()); ++d) {
+    const int lo = std::max(d * n, sample_offset_), hi = std::min((d + 1) * n, sample_offset_ + samples_);
+    if (lo < hi) parts.push_back(Part{ranks[d], lo - sample_offset_, hi - lo, {}, {}});
+  }
+  return parts;
+}
+
+void Executor::post_recv(int mb, bool forward_direction, int step) {
+  const int other = layout_.stage + (forward_direction ? -1 : 1);
+  const int cut_layer = forward_direction ? first_layer_ - 1 : last_layer_ - 1;
+  const auto width = static_cast<std::int64_t>(model_.layers[cut_layer].output_bytes / 2 / model_.gpt.seq_len);
+  std::vector<Part> parts = peers_of(other);
+  const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kRecvF : schedule::ActionKind::kRecvB, mb};
+  for (Part& p : parts) {
+    p.buffer = torch::empty({p.count, model_.gpt.seq_len, width}, torch::TensorOptions().dtype(config_.dtype));
+    p.transfer = comm_.irecv(p.buffer, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
+                             where(layout_, step) + " waiting for " + schedule::to_string(a) + " from rank");
+  }
+  (forward_direction ? stash_[mb].recv_f : stash_[mb].recv_b) = std::move(parts);
+}
+
+torch::Tensor Executor::gather(std::vector<Part>& parts) {
+  std::vector<torch::Tensor> pieces;
+  for (Part& p : parts) {
+    p.transfer.wait(comm_.timeout());
+    pieces.push_back(p.buffer);
+  }
+  torch::Tensor t = pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);
+  parts.clear();
+  return t;
+}
+
+void Executor::forward(int step, int mb) {
+  Stash& s = stash_[mb];
+  const auto begin = std::chrono::steady_clock::now();
+  torch::Tensor tokens;
+  if (has_head(layers_) || has_tail(layers_))
+    tokens = sample_tokens(data_, config_.seed, step, mb * plan_.microbatch_size + sample_offset_, samples_,
+                           model_.gpt.seq_len);
+  torch::Tensor x;
+  if (has_head(layers_)) {
+    x = tokens.slice(1, 0, model_.gpt.seq_len);
+  } else {
+    x = gather(s.recv_f).requires_grad_(true);
+    s.input = x;
+  }
+  torch::Tensor y = x;
+  for (auto& layer : layers_) {
+    if (layer->layer().kind == model::LayerKind::kTail) {
+      s.targets = tokens.slice(1, 1, model_.gpt.seq_len + 1);
+      y = layer->forward(y, s.targets);
+    } else {
+      y = layer->forward(y);
+    }
+  }
+  if (has_tail(layers_)) loss_sum_ += y.item<double>();
+  s.output = y;
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  compute_s_ += secs;
+  emulate_slowdown(secs);
+}
+
+void Executor::backward(int mb) {
+  Stash& s = stash_[mb];
+  const auto begin = std::chrono::steady_clock::now();
+  if (has_tail(layers_)) {
+    torch::Tensor loss = s.output / global_tokens_;
+    loss.backward();
+  } else {
+    torch::Tensor dy = gather(s.recv_b);
+    torch::autograd::backward({s.output}, {dy});
+  }
+  s.output = torch::Tensor();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  compute_s_ += secs;
+  emulate_slowdown(secs);
+}
+
+void Executor::send(int mb, bool forward_direction) {
+  Stash& s = stash_[mb];
+  const int other = layout_.stage + (forward_direction ? 1 : -1);
+  torch::Tensor payload = forward_direction ? s.output.detach() : s.input.grad();
+  const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kSendF : schedule::ActionKind::kSendB, mb};
+  for (const Part& p : peers_of(other)) {
+    torch::Tensor slice = payload.slice(0, p.first, p.first + p.count).contiguous();
+    Transfer t = comm_.isend(slice, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
+                             where(layout_, step_) + " sending " + schedule::to_string(a) + " to rank");
+    sends_.emplace_back(slice, std::move(t));
+  }
+  if (!forward_direction) s.input = torch::Tensor();  // the gradient has been handed over
+}
+
+void Executor::emulate_slowdown(double seconds) const {
+  const double factor = plan_.stages[layout_.stage].emulated_slowdown;
+  if (config_.emulate && factor > 1.0)
+    std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * seconds));
+}
+
+void Executor::reduce_grads(int step) {
+  const std::string what = where(layout_, step) + " in REDUCE_GRAD";
+  // The tied pair (token embedding on the first stage, LM head on the last) gets one
+  // summed gradient: summed locally when one rank holds both, then over the tied group.
+  torch::Tensor tied_head = has_head(layers_) ? layers_.front()->tied_weight() : torch::Tensor();
+  torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
+  const bool tied = model_.gpt.tied_embeddings;
+  if (tied && (tied_head.defined() || tied_tail.defined())) {
+    torch::Tensor g = tied_head.defined() ? tied_head.grad() : tied_tail.grad();
+    if (tied_head.defined() && tied_tail.defined()) g = g + tied_tail.grad();
+    g = g.contiguous();
+    comm_.allreduce_tied(g, what);
+    if (tied_head.defined()) tied_head.grad().copy_(g);
+    if (tied_tail.defined()) tied_tail.grad().copy_(g);
+  }
+  if (layout_.dp() == 1) return;
+  // One flat buffer: Gloo pays per call, and the sum is elementwise either way.
+  std::vector<torch::Tensor> grads;
+  for (auto& [name, p] : optimizer_->params()) {
+    const bool is_tied = tied && ((tied_head.defined() && p.is_same(tied_head)) ||
+                                  (tied_tail.defined() && p.is_same(tied_tail)));
+    if (!is_tied) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return;
+  torch::Tensor flat = torch::cat([&] {
+    std::vector<torch::Tensor> v;
+    for (auto& g : grads) v.push_back(g.reshape({-1}));
+    return v;
+  }());
+  comm_.allreduce_dp(flat, what);
+  std::int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(flat.slice(0, offset, offset + g.numel()).view_as(g));
+    offset += g.numel();
+  }
+}
+
+void Executor::apply_step(int step, StepResult* result) {
+  for (auto& [buffer, transfer] : sends_) transfer.wait(comm_.timeout());
+  sends_.clear();
+  // Global norm: each parameter once (replica 0 of each stage; the LM head copy of a
+  // tied embedding is left to the token embedding), plus this rank's loss share.
+  std::vector<bool> count;
+  torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
+  for (auto& [name, p] : optimizer_->params())
+    count.push_back(layout_.dp_rank == 0 &&
+                    !(model_.gpt.tied_embeddings && tied_tail.defined() && p.is_same(tied_tail)));
+  // Every last-stage replica holds the loss of its own samples: the sum is the total.
+  torch::Tensor shared = torch::tensor({optimizer_->grad_squared_norm(count), loss_sum_}, torch::kFloat64);
+  comm_.allreduce_world(shared, where(layout_, step) + " in STEP");
+  result->grad_norm = std::sqrt(shared[0].item<double>());
+  result->loss = shared[1].item<double>() / global_tokens_;
+  optimizer_->step(step, optimizer_->clip_scale(result->grad_norm));
+}
+
+StepResult Executor::run_step(int step, bool trace) {
+  StepResult result;
+  step_ = step;
+  loss_sum_ = 0;
+  compute_s_ = 0;
+  tracing_ = trace;
+  trace_.clear();
+  optimizer_->zero_grad();
+  if (trace) comm_.barrier(where(layout_, step) + " before a traced step");
+  const auto begin = std::chrono::steady_clock::now();
+  t0_ = begin;
+  for (const schedule::Action& a : actions_) {
+    const auto start = std::chrono::steady_clock::now();
+    switch (a.kind) {
+      case schedule::ActionKind::kRecvF: post_recv(a.microbatch, true, step); break;
+      case schedule::ActionKind::kRecvB: post_recv(a.microbatch, false, step); break;
+      case schedule::ActionKind::kF: forward(step, a.microbatch); break;
+      case schedule::ActionKind::kB: backward(a.microbatch); break;
+      case schedule::ActionKind::kSendF: send(a.microbatch, true); break;
+      case schedule::ActionKind::kSendB: send(a.microbatch, false); break;
+      case schedule::ActionKind::kReduceGrad: reduce_grads(step); break;
+      case schedule::ActionKind::kStep: apply_step(step, &result); break;
+    }
+    if (trace && (a.is_compute() || a.kind == schedule::ActionKind::kReduceGrad ||
+                  a.kind == schedule::ActionKind::kStep)) {
+      const auto end = std::chrono::steady_clock::now();
+      trace_.push_back({a, std::chrono::duration<double, std::micro>(start - t0_).count(),
+                        std::chrono::duration<double, std::micro>(end - t0_).count(), false});
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  result.compute_seconds = compute_s_;
+  return result;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Executor::named_grads() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& [name, p] : optimizer_->params()) out.emplace_back(name, p.grad());
+  return out;
+}
+
+}  // namespace harp::runtime

@@ -1,0 +1,270 @@
+// The GPT layer sequence in libtorch (see gpt.h for the cut tensors). Each block piece is
+// a function from one cut tensor to the next, and a layer simply chains its pieces, so a
+// layer holding two pieces computes exactly what two one-piece layers compute: any cut
+// reproduces the unpartitioned forward bit for bit. Omits dropout, fused kernels and SDPA
+// (not in libtorch 1.13); attention is written with plain matmuls and a masked softmax.
+#include "harp/runtime/gpt.h"
+
+#include <cmath>
+#include <limits>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "harp/common/check.h"
+
+namespace harp::runtime {
+namespace {
+
+enum Piece { kAttnIn = 1, kAttnOut = 2, kMlpIn = 4, kMlpOut = 8 };
+constexpr int kPieces[] = {kAttnIn, kAttnOut, kMlpIn, kMlpOut};
+constexpr double kInitStd = 0.02;
+constexpr double kLayerNormEps = 1e-5;
+// Generator streams for the head and tail (block pieces use their piece bit).
+constexpr int kEmbedStream = 16, kTailStream = 17;
+
+std::uint64_t splitmix64(std::uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// One generator per (block, piece) rather than one global stream: a rank initialises
+// only the layers it keeps, the weights do not depend on the granularity k or on the
+// device (CUDA's RNG differs from the CPU's), and the global RNG is left untouched.
+at::Generator init_generator(std::uint64_t seed, int block, int stream) {
+  const auto key = static_cast<std::uint64_t>(block + 1) * 64 + static_cast<std::uint64_t>(stream);
+  return at::detail::createCPUGenerator(splitmix64(seed ^ splitmix64(key)));
+}
+
+std::string block_prefix(int block) { return "block" + std::to_string(block) + "."; }
+
+// Returns the child module `name` of `parent`, creating an empty one if needed; nested
+// holders give global dotted names ("block3.attn.qkv.weight") without torch::nn::Linear,
+// whose constructor would draw from the global RNG.
+std::shared_ptr<torch::nn::Module> child(torch::nn::Module& parent, const std::string& name) {
+  auto children = parent.named_children();
+  if (const auto* found = children.find(name)) return *found;
+  return parent.register_module(name, std::make_shared<torch::nn::Module>(name));
+}
+
+// Registers zero-filled float64 CPU parameters at a dotted path below `root`;
+// build_gpt_layers fills them and converts dtype and device.
+void add_param(torch::nn::Module& root, const std::string& path, torch::IntArrayRef shape) {
+  torch::nn::Module* node = &root;
+  std::shared_ptr<torch::nn::Module> holder;
+  std::string rest = path;
+  for (auto dot = rest.find('.'); dot != std::string::npos; dot = rest.find('.')) {
+    holder = child(*node, rest.substr(0, dot));
+    node = holder.get();
+    rest = rest.substr(dot + 1);
+  }
+  node->register_parameter(rest, torch::zeros(shape, torch::kFloat64));
+}
+
+}  // namespace
+
+GptLayerImpl::GptLayerImpl(const model::GptConfig& config, const model::Layer& layer)
+    : config_(config), layer_(layer) {
+  const std::int64_t h = config.hidden, f = config.ffn_hidden, V = config.vocab;
+  HARP_CHECK(f > 0) << "GptConfig.ffn_hidden must be resolved (use model::build_gpt)";
+  switch (layer.kind) {
+    case model::LayerKind::kHead:
+      add_param(*this, "embed.token.weight", {V, h});
+      add_param(*this, "embed.position.weight", {config.seq_len, h});
+      break;
+    case model::LayerKind::kTail:
+      add_param(*this, "head.ln_f.weight", {h});
+      add_param(*this, "head.ln_f.bias", {h});
+      // Tied: a separate copy of the token embedding whose gradient the runtime sums
+      // with the head's, so first and last stage may live on different ranks.
+      add_param(*this, "head.lm.weight", {V, h});
+      break;
+    case model::LayerKind::kBlockPart: {
+      const std::string p = block_prefix(layer.block);
+      if (layer.pieces & kAttnIn) {
+        add_param(*this, p + "ln1.weight", {h});
+        add_param(*this, p + "ln1.bias", {h});
+        add_param(*this, p + "attn.qkv.weight", {3 * h, h});
+        add_param(*this, p + "attn.qkv.bias", {3 * h});
+      }
+      if (layer.pieces & kAttnOut) {
+        add_param(*this, p + "attn.proj.weight", {h, h});
+        add_param(*this, p + "attn.proj.bias", {h});
+      }
+      if (layer.pieces & kMlpIn) {
+        add_param(*this, p + "ln2.weight", {h});
+        add_param(*this, p + "ln2.bias", {h});
+        add_param(*this, p + "mlp.fc1.weight", {f, h});
+        add_param(*this, p + "mlp.fc1.bias", {f});
+      }
+      if (layer.pieces & kMlpOut) {
+        add_param(*this, p + "mlp.fc2.weight", {h, f});
+        add_param(*this, p + "mlp.fc2.bias", {h});
+      }
+      break;
+    }
+  }
+}
+
+torch::Tensor GptLayerImpl::tied_weight() const {
+  if (!config_.tied_embeddings) return {};
+  const auto params = named_parameters(true);
+  if (layer_.kind == model::LayerKind::kHead) return params["embed.token.weight"];
+  if (layer_.kind == model::LayerKind::kTail) return params["head.lm.weight"];
+  return {};
+}
+
+torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
+  const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
+  const auto params = named_parameters(true);
+
+  if (layer_.kind == model::LayerKind::kHead) {
+    HARP_CHECK_EQ(x.dim(), 2) << "the head takes token ids [b, s]";
+    HARP_CHECK_LE(x.size(1), config_.seq_len);
+    const auto& position = params["embed.position.weight"];
+    return torch::embedding(params["embed.token.weight"], x) + position.narrow(0, 0, x.size(1));
+  }
+
+  if (layer_.kind == model::LayerKind::kTail) {
+    HARP_CHECK_EQ(x.size(-1), h);
+    auto y = torch::layer_norm(x, {h}, params["head.ln_f.weight"], params["head.ln_f.bias"],
+                               kLayerNormEps);
+    auto logits = torch::linear(y, params["head.lm.weight"]);
+    if (!targets.defined()) return logits;
+    // A sum, not a mean: the caller divides once by the global token count, so losses
+    // and gradients add up exactly across microbatches and data-parallel replicas.
+    namespace F = torch::nn::functional;
+    return F::cross_entropy(logits.reshape({-1, config_.vocab}), targets.reshape({-1}),
+                            F::CrossEntropyFuncOptions().reduction(torch::kSum));
+  }
+
+  const std::string p = block_prefix(layer_.block);
+  auto w = [&](const std::string& name) { return params[p + name]; };
+  torch::Tensor t = x;
+  for (int piece : kPieces) {
+    if (!(layer_.pieces & piece)) continue;
+    switch (piece) {
+      case kAttnIn: {
+        HARP_CHECK_EQ(t.size(-1), h) << "attn_in takes the hidden state";
+        auto y = torch::layer_norm(t, {h}, w("ln1.weight"), w("ln1.bias"), kLayerNormEps);
+        // The residual travels with q, k, v so that a cut here needs one tensor.
+        t = torch::cat({torch::linear(y, w("attn.qkv.weight"), w("attn.qkv.bias")), t}, -1);
+        break;
+      }
+      case kAttnOut: {
+        HARP_CHECK_EQ(t.size(-1), 4 * h) << "attn_out takes [q, k, v, residual]";
+        const std::int64_t b = t.size(0), s = t.size(1), d = h / a;
+        auto heads = [&](int i) {  // [b, a, s, d]
+          return t.narrow(-1, i * h, h).reshape({b, s, a, d}).transpose(1, 2);
+        };
+        auto scores = torch::matmul(heads(0), heads(1).transpose(-2, -1)) /
+                      std::sqrt(static_cast<double>(d));
+        const auto mask_options = torch::TensorOptions().dtype(torch::kBool).device(t.device());
+        auto future = torch::ones({s, s}, mask_options).triu(1);
+        scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+        auto context = torch::matmul(torch::softmax(scores, -1), heads(2));
+        context = context.transpose(1, 2).reshape({b, s, h});
+        auto out = torch::linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
+        t = t.narrow(-1, 3 * h, h) + out;
+        break;
+      }
+      case kMlpIn: {
+        HARP_CHECK_EQ(t.size(-1), h) << "mlp_in takes the hidden state";
+        auto y = torch::layer_norm(t, {h}, w("ln2.weight"), w("ln2.bias"), kLayerNormEps);
+        auto g = torch::gelu(torch::linear(y, w("mlp.fc1.weight"), w("mlp.fc1.bias")), "tanh");
+        t = torch::cat({g, t}, -1);
+        break;
+      }
+      default: {
+        HARP_CHECK_EQ(t.size(-1), f + h) << "mlp_out takes [gelu(fc1), residual]";
+        auto out = torch::linear(t.narrow(-1, 0, f), w("mlp.fc2.weight"), w("mlp.fc2.bias"));
+        t = t.narrow(-1, f, h) + out;
+        break;
+      }
+    }
+  }
+  return t;
+}
+
+namespace {
+
+// GPT-2 initialisation, drawn in float64 on the CPU so float32 and float64 models and
+// CPU and CUDA ranks start from the same values (up to rounding).
+void init_layer(GptLayerImpl& layer, const model::GptConfig& c, std::uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  auto params = layer.named_parameters(true);
+  auto normal = [&](const std::string& name, double std, at::Generator& gen) {
+    params[name].normal_(0.0, std, gen);
+  };
+  auto layer_norm = [&](const std::string& prefix) { params[prefix + ".weight"].fill_(1.0); };
+  // Residual projections scaled by 1/sqrt(2R) (GPT-2), keeping the residual stream's
+  // variance independent of depth.
+  const double residual_std = kInitStd / std::sqrt(2.0 * c.num_blocks);
+  const model::Layer& l = layer.layer();
+  switch (l.kind) {
+    case model::LayerKind::kHead: {
+      auto gen = init_generator(seed, -1, kEmbedStream);
+      normal("embed.token.weight", kInitStd, gen);
+      normal("embed.position.weight", kInitStd, gen);
+      break;
+    }
+    case model::LayerKind::kTail: {
+      layer_norm("head.ln_f");
+      // Tied: replay the head's generator, whose first draw is the token embedding.
+      auto gen = c.tied_embeddings ? init_generator(seed, -1, kEmbedStream)
+                                   : init_generator(seed, -1, kTailStream);
+      normal("head.lm.weight", kInitStd, gen);
+      break;
+    }
+    case model::LayerKind::kBlockPart: {
+      const std::string p = block_prefix(l.block);
+      for (int piece : kPieces) {
+        if (!(l.pieces & piece)) continue;
+        auto gen = init_generator(seed, l.block, piece);
+        if (piece == kAttnIn) {
+          layer_norm(p + "ln1");
+          normal(p + "attn.qkv.weight", kInitStd, gen);
+        } else if (piece == kAttnOut) {
+          normal(p + "attn.proj.weight", residual_std, gen);
+        } else if (piece == kMlpIn) {
+          layer_norm(p + "ln2");
+          normal(p + "mlp.fc1.weight", kInitStd, gen);
+        } else {
+          normal(p + "mlp.fc2.weight", residual_std, gen);
+        }
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<GptLayer> build_gpt_layers(const model::ModelSpec& model, int first, int last,
+                                       std::uint64_t seed, torch::Dtype dtype,
+                                       const torch::Device& device) {
+  HARP_CHECK(0 <= first && first <= last && last <= model.num_layers())
+      << "layer range [" << first << ", " << last << ") of " << model.num_layers();
+  HARP_CHECK(dtype == torch::kFloat32 || dtype == torch::kFloat64) << "dtype " << dtype;
+  std::vector<GptLayer> layers;
+  for (int i = first; i < last; ++i) {
+    GptLayer layer(model.gpt, model.layers[i]);
+    init_layer(*layer, model.gpt, seed);
+    layer->to(device, dtype);
+    layers.push_back(std::move(layer));
+  }
+  return layers;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> named_parameters(
+    const std::vector<GptLayer>& layers) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& layer : layers) {
+    for (const auto& item : layer->named_parameters(true))
+      out.emplace_back(item.key(), item.value());
+  }
+  return out;
+}
+
+}  // namespace harp::runtime

@@ -1,0 +1,87 @@
+// `harp data prepare` and `harp launch` driven in process through harp::cli::run: exit
+// codes, the summary line on stderr, --emulate, and flags after `--` left to the worker.
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "commands.h"
+#include "harp/data/token_file.h"
+#include "launch/test_util.h"
+
+namespace harp::cli {
+namespace {
+
+using launch_test::TempDir;
+
+struct Result {
+  int rc;
+  std::string out, err;
+};
+
+Result harp(std::vector<std::string> args) {
+  args.insert(args.begin(), "harp");
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  int rc = run(static_cast<int>(argv.size()), argv.data(), out, err);
+  return {rc, out.str(), err.str()};
+}
+
+TEST(LaunchCli, DataPrepareWritesByteTokens) {
+  TempDir dir;
+  std::ofstream(dir.file("in.txt")) << "hello\n";
+  Result r = harp({"data", "prepare", "--input", dir.file("in.txt"), "--output", dir.file("out.bin")});
+  ASSERT_EQ(r.rc, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "wrote 6 tokens (byte-level, vocabulary 256) to " + dir.file("out.bin") + "\n");
+  auto tokens = data::read_token_file(dir.file("out.bin"));
+  ASSERT_TRUE(tokens.ok()) << tokens.status().to_string();
+  EXPECT_EQ(*tokens, (std::vector<std::uint16_t>{'h', 'e', 'l', 'l', 'o', '\n'}));
+}
+
+TEST(LaunchCli, DataPrepareBadInputIsExitOneNamingTheFile) {
+  TempDir dir;
+  Result r = harp({"data", "prepare", "--input", dir.file("missing.txt"), "--output", dir.file("o.bin")});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_NE(r.err.find(dir.file("missing.txt")), std::string::npos) << r.err;
+  std::ofstream(dir.file("empty.txt")).flush();
+  r = harp({"data", "prepare", "--input", dir.file("empty.txt"), "--output", dir.file("o.bin")});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_NE(r.err.find("empty.txt: input is empty"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.bin")));
+  r = harp({"data", "prepare", "--input", dir.file("empty.txt")});
+  EXPECT_EQ(r.rc, kExitUsage);
+}
+
+TEST(LaunchCli, LaunchRunsEveryRankAndSummarisesOnStderr) {
+  Result r = harp({"launch", "--nproc", "2", "--", "sh", "-c", "echo hi"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 0] hi\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 1] hi\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.err, "harp launch: all 2 workers exited 0\n");
+}
+
+TEST(LaunchCli, LaunchExitCodeIsTheWorkersAndEmulateReachesIt) {
+  // `-c` and `--nproc` after `--` belong to the worker, not to harp.
+  Result r = harp({"launch", "--nproc", "1", "--emulate", "--grace-s", "1", "--", "sh", "-c",
+                   "echo $HARP_EMULATE $0; exit 4", "--nproc"});
+  EXPECT_EQ(r.rc, 4) << r.err;
+  EXPECT_EQ(r.out, "[rank 0] 1 --nproc\n");
+  EXPECT_EQ(r.err, "harp launch: rank 0 exited with code 4\n");
+  r = harp({"launch", "--nproc", "1", "--", "sh", "-c", "echo ${HARP_EMULATE:-unset}"});
+  EXPECT_EQ(r.out, "[rank 0] unset\n");
+}
+
+TEST(LaunchCli, LaunchUsageErrorsAreExitTwo) {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"launch", "--nproc", "2"},
+           {"launch", "--nproc", "0", "--", "true"},
+           {"launch", "--", "true"},
+           {"launch", "--nproc", "1", "--grace-s", "-1", "--", "true"}}) {
+    Result r = harp(args);
+    EXPECT_EQ(r.rc, kExitUsage) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace harp::cli

@@ -1,0 +1,32 @@
+// The slow, readable oracle for the runtime (STYLE habit 14/15): the whole GPT in one
+// process, gradient accumulation over the same microbatches in the same order, the same
+// AdamW. Any pipeline layout must reproduce its losses, gradients and parameters.
+#pragma once
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harp/model/model_spec.h"
+#include "harp/runtime/data.h"
+#include "harp/runtime/optimizer.h"
+
+namespace harp::testing {
+
+struct ReferenceRun {
+  std::vector<double> losses;  // per step: mean token cross-entropy of the global batch
+  // After the last step, global names (as runtime::named_parameters gives them).
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  // Gradients of the last step, before clipping (global names).
+  std::vector<std::pair<std::string, torch::Tensor>> grads;
+};
+
+// Trains steps 0 .. steps-1 on batches of
+// `microbatches` x `microbatch_size` samples drawn with runtime::sample_tokens.
+ReferenceRun train_reference(const model::ModelSpec& model, const runtime::TokenSource& data,
+                             std::uint64_t seed, int steps, int microbatches, int microbatch_size,
+                             const runtime::OptimConfig& optim, torch::Dtype dtype);
+
+}  // namespace harp::testing

@@ -1,0 +1,265 @@
+// The libtorch GPT against the model spec: layer sequence, parameter counts and cut
+// sizes match it; any cut (and any granularity) reproduces the unpartitioned forward and
+// backward bit for bit in float64; partial builds equal full builds; gradients agree
+// with finite differences.
+#include <cmath>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "harp/model/model_spec.h"
+#include "harp/runtime/gpt.h"
+
+namespace harp::runtime {
+namespace {
+
+class SingleThread : public ::testing::Environment {
+  void SetUp() override { torch::set_num_threads(1); }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new SingleThread);
+
+model::ModelSpec tiny(int granularity, bool tied = true, int blocks = 2, int hidden = 32,
+                      int heads = 4, int seq = 16, int vocab = 64) {
+  model::GptConfig c;
+  c.name = "custom";
+  c.num_blocks = blocks;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.seq_len = seq;
+  c.vocab = vocab;
+  c.granularity = granularity;
+  c.tied_embeddings = tied;
+  auto spec = model::build_gpt(c);
+  EXPECT_TRUE(spec.ok()) << spec.status().to_string();
+  return *spec;
+}
+
+torch::Tensor tokens(const model::ModelSpec& m, int batch, int seed = 7) {
+  auto gen = at::detail::createCPUGenerator(seed);
+  return torch::randint(m.gpt.vocab, {batch, m.gpt.seq_len + 1}, gen, torch::kInt64);
+}
+
+bool bitwise_equal(const torch::Tensor& a, const torch::Tensor& b) {
+  return a.sizes() == b.sizes() && a.dtype() == b.dtype() && torch::equal(a, b);
+}
+
+// Forward (and backward) through the layers with a cut after layer i wherever cut[i]:
+// the cut tensor is detached and copied, as a receiving rank would hold it. Returns the
+// loss sum; parameter gradients are left in .grad().
+torch::Tensor run_cut(std::vector<GptLayer>& layers, const torch::Tensor& batch,
+                      const std::vector<bool>& cut, bool backward = true) {
+  const auto seq = batch.size(1) - 1;
+  auto inputs = batch.narrow(1, 0, seq), targets = batch.narrow(1, 1, seq);
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> stages;  // (stage input leaf, output)
+  torch::Tensor x = inputs, stage_in;
+  for (size_t i = 0; i + 1 < layers.size(); ++i) {
+    x = layers[i]->forward(x);
+    if (cut[i]) {
+      stages.emplace_back(stage_in, x);
+      stage_in = x.detach().clone().requires_grad_(true);
+      x = stage_in;
+    }
+  }
+  auto loss = layers.back()->forward(x, targets);
+  if (!backward) return loss.detach();
+  // Backward stage by stage from the last, sending each input's gradient upstream.
+  loss.backward();
+  torch::Tensor dy = stage_in.defined() ? stage_in.grad() : torch::Tensor();
+  for (auto it = stages.rbegin(); it != stages.rend(); ++it) {
+    torch::autograd::backward({it->second}, {dy});
+    if (it->first.defined()) dy = it->first.grad();
+  }
+  return loss.detach();
+}
+
+TEST(RuntimeGpt, LayerSequenceMatchesSpec) {
+  for (int k : {1, 2, 3, 4}) {
+    const auto spec = tiny(k);
+    ASSERT_EQ(spec.num_layers(), 2 + 2 * k);
+    auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat64, torch::kCPU);
+    ASSERT_EQ(static_cast<int>(layers.size()), spec.num_layers());
+    for (int i = 0; i < spec.num_layers(); ++i) {
+      const auto& l = spec.layers[i];
+      EXPECT_EQ(layers[i]->layer().name, l.name);
+      EXPECT_EQ(layers[i]->layer().pieces, l.pieces);
+      const std::string prefix = l.kind == model::LayerKind::kHead   ? "embed."
+                                 : l.kind == model::LayerKind::kTail ? "head."
+                                 : "block" + std::to_string(l.block) + ".";
+      std::int64_t params = 0;
+      for (const auto& item : layers[i]->named_parameters(true)) {
+        EXPECT_EQ(item.key().rfind(prefix, 0), 0u) << item.key() << " in layer " << l.name;
+        params += item.value().numel();
+      }
+      // The tail's copy of the tied embedding is one parameter with the head's: the
+      // spec counts it there only.
+      if (auto tied = layers[i]->tied_weight(); tied.defined() && l.kind == model::LayerKind::kTail)
+        params -= tied.numel();
+      EXPECT_EQ(params, l.param_count) << "layer " << l.name << ", k = " << k;
+    }
+  }
+}
+
+TEST(RuntimeGpt, UntiedTailOwnsItsHead) {
+  const auto spec = tiny(1, /*tied=*/false);
+  auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat64, torch::kCPU);
+  std::int64_t params = 0;
+  for (const auto& p : layers.back()->parameters()) params += p.numel();
+  EXPECT_EQ(params, spec.layers.back().param_count);
+  EXPECT_FALSE(layers.back()->tied_weight().defined());
+  EXPECT_FALSE(torch::equal(layers.front()->named_parameters()["embed.token.weight"],
+                            layers.back()->named_parameters()["head.lm.weight"]));
+}
+
+TEST(RuntimeGpt, CutTensorsHaveSpecSizes) {
+  const int batch = 3;
+  for (int k : {1, 2, 3, 4}) {
+    const auto spec = tiny(k);
+    auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat32, torch::kCPU);
+    auto t = tokens(spec, batch);
+    torch::Tensor x = t.narrow(1, 0, spec.gpt.seq_len);
+    for (int i = 0; i + 1 < spec.num_layers(); ++i) {
+      x = layers[i]->forward(x);
+      EXPECT_EQ(x.scalar_type(), torch::kFloat32);
+      EXPECT_EQ(x.numel(), batch * static_cast<std::int64_t>(spec.layers[i].output_bytes) / 2)
+          << "cut after " << spec.layers[i].name << ", k = " << k;
+    }
+    auto loss = layers.back()->forward(x, t.narrow(1, 1, spec.gpt.seq_len));
+    EXPECT_EQ(loss.dim(), 0);
+    // Near-uniform predictions at initialisation: about ln(V) per token.
+    EXPECT_NEAR(loss.item<double>() / (batch * spec.gpt.seq_len), std::log(64.0), 0.3);
+  }
+}
+
+// Changing token t changes the logits at positions >= t only (the mask's direction).
+TEST(RuntimeGpt, AttentionIsCausal) {
+  const auto spec = tiny(2);
+  auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 2, torch::kFloat64, torch::kCPU);
+  auto logits = [&](const torch::Tensor& ids) {
+    torch::Tensor x = ids;
+    for (auto& l : layers) x = l->forward(x);  // the tail without targets gives logits
+    return x;
+  };
+  auto ids = tokens(spec, 1).narrow(1, 0, spec.gpt.seq_len).clone();
+  auto before = logits(ids);
+  ASSERT_EQ(before.sizes(), (std::vector<std::int64_t>{1, spec.gpt.seq_len, spec.gpt.vocab}));
+  const int t = 9;
+  ids[0][t] = (ids[0][t].item<std::int64_t>() + 1) % spec.gpt.vocab;
+  auto after = logits(ids);
+  EXPECT_TRUE(torch::equal(before.narrow(1, 0, t), after.narrow(1, 0, t)));
+  for (int s = t; s < spec.gpt.seq_len; ++s)
+    EXPECT_FALSE(torch::equal(before.select(1, s), after.select(1, s))) << "position " << s;
+}
+
+// Every cut of every granularity's sequence gives the loss and gradients of the uncut
+// k = 1 model (same weights: parameter names and initialisation do not depend on k).
+TEST(RuntimeGpt, AnyCutAndGranularityMatchesFullModelBitwise) {
+  const auto base_spec = tiny(1);
+  auto batch = tokens(base_spec, 2);
+  auto base =
+      build_gpt_layers(base_spec, 0, base_spec.num_layers(), 3, torch::kFloat64, torch::kCPU);
+  const auto want_loss = run_cut(base, batch, std::vector<bool>(base.size(), false));
+  const auto want = named_parameters(base);
+
+  auto check = [&](std::vector<GptLayer>& layers, const std::vector<bool>& cut,
+                   const std::string& what) {
+    for (auto& l : layers) l->zero_grad(/*set_to_none=*/true);
+    auto loss = run_cut(layers, batch, cut);
+    ASSERT_TRUE(bitwise_equal(loss, want_loss)) << what;
+    auto got = named_parameters(layers);
+    ASSERT_EQ(got.size(), want.size()) << what;
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_EQ(got[i].first, want[i].first) << what;
+      ASSERT_TRUE(bitwise_equal(got[i].second, want[i].second)) << got[i].first << " " << what;
+      ASSERT_TRUE(bitwise_equal(got[i].second.grad(), want[i].second.grad()))
+          << "grad of " << got[i].first << " " << what;
+    }
+  };
+  for (int k : {1, 2, 3, 4}) {
+    const auto spec = tiny(k);
+    auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 3, torch::kFloat64, torch::kCPU);
+    const int cuts = spec.num_layers() - 1;
+    for (int mask = 0; mask < (1 << cuts); ++mask) {
+      std::vector<bool> cut(layers.size(), false);
+      for (int i = 0; i < cuts; ++i) cut[i] = mask >> i & 1;
+      check(layers, cut, "k = " + std::to_string(k) + ", cut mask " + std::to_string(mask));
+    }
+  }
+}
+
+TEST(RuntimeGpt, PartialBuildEqualsSliceOfFullBuild) {
+  const auto spec = tiny(2);
+  const int n = spec.num_layers();
+  auto full = build_gpt_layers(spec, 0, n, 11, torch::kFloat32, torch::kCPU);
+  auto full_params = named_parameters(full);
+  for (int first = 0; first < n; ++first) {
+    for (int last = first + 1; last <= n; ++last) {
+      auto part = build_gpt_layers(spec, first, last, 11, torch::kFloat32, torch::kCPU);
+      ASSERT_EQ(static_cast<int>(part.size()), last - first);
+      for (int i = first; i < last; ++i) {
+        auto a = part[i - first]->named_parameters(true), b = full[i]->named_parameters(true);
+        ASSERT_EQ(a.size(), b.size());
+        for (size_t j = 0; j < a.size(); ++j) {
+          EXPECT_EQ(a[j].key(), b[j].key());
+          EXPECT_TRUE(bitwise_equal(a[j].value(), b[j].value())) << a[j].key();
+        }
+      }
+    }
+  }
+  // Tied: the tail's copy starts equal to the head's embedding; another seed differs.
+  EXPECT_TRUE(bitwise_equal(full.front()->tied_weight(), full.back()->tied_weight()));
+  auto other = build_gpt_layers(spec, 0, 1, 12, torch::kFloat32, torch::kCPU);
+  EXPECT_FALSE(torch::equal(other[0]->tied_weight(), full.front()->tied_weight()));
+  // float32 weights are the float64 draws rounded.
+  auto wide = build_gpt_layers(spec, 0, n, 11, torch::kFloat64, torch::kCPU);
+  auto wide_params = named_parameters(wide);
+  for (size_t i = 0; i < wide_params.size(); ++i)
+    EXPECT_TRUE(bitwise_equal(wide_params[i].second.to(torch::kFloat32), full_params[i].second));
+}
+
+// Central differences on a tiny float64 model; tied embeddings perturb both copies.
+TEST(RuntimeGpt, GradientsMatchFiniteDifferences) {
+  for (bool tied : {false, true}) {
+    const auto spec =
+        tiny(4, tied, /*blocks=*/1, /*hidden=*/8, /*heads=*/2, /*seq=*/5, /*vocab=*/11);
+    auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 5, torch::kFloat64, torch::kCPU);
+    auto batch = tokens(spec, 2);
+    auto loss_of = [&] {
+      torch::NoGradGuard no_grad;
+      return run_cut(layers, batch, std::vector<bool>(layers.size(), false), false).item<double>();
+    };
+    for (auto& l : layers) l->zero_grad(true);
+    {
+      auto inputs = batch.narrow(1, 0, 5);
+      torch::Tensor x = inputs;
+      for (size_t i = 0; i + 1 < layers.size(); ++i) x = layers[i]->forward(x);
+      layers.back()->forward(x, batch.narrow(1, 1, 5)).backward();
+    }
+    auto head_tied = layers.front()->tied_weight(), tail_tied = layers.back()->tied_weight();
+    for (const auto& [name, p] : named_parameters(layers)) {
+      if (tied && p.is_same(tail_tied)) continue;  // checked through the head's copy
+      const bool is_tied = tied && p.is_same(head_tied);
+      auto flat = p.detach().view({-1});
+      for (std::int64_t e : {std::int64_t{0}, flat.numel() / 2, flat.numel() - 1}) {
+        const double eps = 1e-6, saved = flat[e].item<double>();
+        auto set = [&](double v) {
+          flat[e].fill_(v);
+          if (is_tied) tail_tied.detach().view({-1})[e].fill_(v);
+        };
+        set(saved + eps);
+        const double up = loss_of();
+        set(saved - eps);
+        const double down = loss_of();
+        set(saved);
+        double analytic = p.grad().view({-1})[e].item<double>();
+        if (is_tied) analytic += tail_tied.grad().view({-1})[e].item<double>();
+        const double numeric = (up - down) / (2 * eps);
+        EXPECT_NEAR(analytic, numeric, 1e-6 * std::max(1.0, std::abs(numeric)))
+            << name << "[" << e << "], tied " << tied;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace harp::runtime

@@ -1,0 +1,189 @@
+// The core runtime test (STYLE habit 15): any plan — stages, dp, schedule, microbatch
+// count — gives the same losses, gradients and parameters as one process doing gradient
+// accumulation over the same microbatches (testing::train_reference). Float32 within
+// rtol 1e-5 / atol 4e-5; float64 within 1e-10. Also: the same global batch split into
+// different microbatch counts gives the same update, and a resumed run continues with
+// exactly the losses of an uninterrupted one.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+
+#include "harp/common/document.h"
+#include "harp/runtime/checkpoint.h"
+#include "rank_threads.h"
+#include "reference/single_process_trainer.h"
+
+namespace harp::testing {
+namespace {
+
+model::ModelSpec tiny(int k, bool tied = true) {
+  model::GptConfig c;
+  c.name = "tiny";
+  c.num_blocks = 3;
+  c.hidden = 32;
+  c.heads = 4;
+  c.seq_len = 16;
+  c.vocab = 64;
+  c.granularity = k;
+  c.tied_embeddings = tied;
+  return model::build_gpt(c).value();
+}
+
+runtime::OptimConfig optim() {
+  runtime::OptimConfig o;
+  // AdamW turns a gradient's rounding noise into an update of up to lr where v is tiny,
+  // so a float32 comparison needs a modest rate (1e-2 showed 5e-5 differences).
+  o.lr = 1e-3;
+  o.warmup_steps = 2;
+  o.decay_steps = 10;
+  o.grad_clip = 0.5;  // small enough that clipping happens: the global norm must be right
+  return o;
+}
+
+void expect_close(const std::vector<std::pair<std::string, torch::Tensor>>& got,
+                  const std::vector<std::pair<std::string, torch::Tensor>>& want, double rtol, double atol,
+                  const std::string& what) {
+  std::map<std::string, torch::Tensor> g(got.begin(), got.end());
+  ASSERT_EQ(g.size(), want.size()) << what << ": every parameter once";
+  for (const auto& [name, w] : want) {
+    auto it = g.find(name);
+    ASSERT_NE(it, g.end()) << what << ": missing " << name;
+    EXPECT_TRUE(torch::allclose(it->second, w, rtol, atol))
+        << what << " " << name << ": max |diff| " << (it->second - w).abs().max().item<double>();
+  }
+}
+
+struct Case {
+  std::string name;
+  int k;
+  std::vector<int> cuts, dp;
+  int microbatches, microbatch_size;
+  plan::ScheduleKind kind;
+  std::vector<int> launch_counts = {};
+  torch::Dtype dtype = torch::kFloat32;
+};
+
+void check(const Case& c) {
+  SCOPED_TRACE(c.name);
+  torch::set_num_threads(1);
+  const model::ModelSpec m = tiny(c.k);
+  auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
+  runtime::ExecConfig cfg;
+  cfg.seed = 11;
+  cfg.dtype = c.dtype;
+  cfg.optim = optim();
+  const int steps = 3;
+  plan::Plan p = make_plan(m, c.cuts, c.dp, c.microbatches, c.microbatch_size, c.kind, c.launch_counts);
+  RankRun got = run_plan_threads(m, p, *data, steps, cfg);
+  ReferenceRun want = train_reference(m, *data, cfg.seed, steps, c.microbatches, c.microbatch_size, cfg.optim, c.dtype);
+  const double rtol = c.dtype == torch::kFloat64 ? 1e-10 : 1e-5, atol = c.dtype == torch::kFloat64 ? 1e-10 : 4e-5;
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (int s = 0; s < steps; ++s)
+    EXPECT_NEAR(got.losses[s], want.losses[s], atol + rtol * std::abs(want.losses[s])) << "step " << s;
+  expect_close(got.grads, want.grads, rtol, atol, "gradient");
+  expect_close(got.params, want.params, rtol, atol, "parameter");
+}
+
+using plan::ScheduleKind;
+
+TEST(Equivalence, OneStageIsTheReference) {
+  check({"1 stage", 1, {}, {1}, 2, 2, ScheduleKind::k1F1B, {}});
+}
+
+TEST(Equivalence, Schedules) {
+  // k = 1: layers embed, 3 blocks, head (L = 5); uneven cuts.
+  check({"gpipe 3 stages", 1, {2, 3}, {1, 1, 1}, 4, 2, ScheduleKind::kGpipe, {}});
+  check({"1f1b 3 stages", 1, {1, 4}, {1, 1, 1}, 4, 2, ScheduleKind::k1F1B, {}});
+  check({"harp [4,2,1]", 1, {2, 4}, {1, 1, 1}, 4, 2, ScheduleKind::kHarp1F1B, {4, 2, 1}});
+  check({"harp [3,3,1]", 1, {1, 3}, {1, 1, 1}, 5, 1, ScheduleKind::kHarp1F1B, {3, 3, 1}});
+  check({"harp [2,1] one microbatch", 1, {3}, {1, 1}, 1, 2, ScheduleKind::kHarp1F1B, {1, 1}});
+}
+
+TEST(Equivalence, FinerGranularityCutsInsideBlocks) {
+  // k = 2: L = 8 (embed, attn/mlp x 3, head); cuts between attention and MLP.
+  check({"k2 1f1b", 2, {2, 5}, {1, 1, 1}, 3, 2, ScheduleKind::k1F1B, {}});
+  check({"k2 harp", 2, {1, 4, 7}, {1, 1, 1, 1}, 4, 1, ScheduleKind::kHarp1F1B, {4, 4, 2, 1}});
+}
+
+TEST(Equivalence, DataParallelStages) {
+  check({"dp 2 | 1", 1, {2}, {2, 1}, 3, 2, ScheduleKind::k1F1B, {}});
+  check({"dp 1 | 2 harp", 2, {3}, {1, 2}, 4, 4, ScheduleKind::kHarp1F1B, {3, 1}});
+  check({"dp 2 single stage", 1, {}, {2}, 2, 2, ScheduleKind::k1F1B, {}});
+  check({"dp 2 | 2 | 1", 1, {1, 3}, {2, 2, 1}, 2, 2, ScheduleKind::kGpipe, {}});
+}
+
+TEST(Equivalence, Float64IsTighter) {
+  check({"float64 harp dp", 2, {2, 5}, {2, 1, 1}, 4, 2, ScheduleKind::kHarp1F1B, {4, 2, 1}, torch::kFloat64});
+}
+
+TEST(Equivalence, SameGlobalBatchAnyMicrobatchCount) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = tiny(1);
+  auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
+  runtime::ExecConfig cfg;
+  cfg.dtype = torch::kFloat64;
+  cfg.optim = optim();
+  RankRun a = run_plan_threads(m, make_plan(m, {2}, {1, 1}, 2, 4, ScheduleKind::k1F1B), *data, 2, cfg);
+  RankRun b = run_plan_threads(m, make_plan(m, {2}, {1, 1}, 8, 1, ScheduleKind::k1F1B), *data, 2, cfg);
+  RankRun c = run_plan_threads(m, make_plan(m, {2}, {2, 1}, 4, 2, ScheduleKind::kHarp1F1B, {3, 1}), *data, 2, cfg);
+  for (size_t s = 0; s < a.losses.size(); ++s) {
+    EXPECT_NEAR(a.losses[s], b.losses[s], 1e-12);
+    EXPECT_NEAR(a.losses[s], c.losses[s], 1e-12);
+  }
+  expect_close(b.params, a.params, 1e-10, 1e-12, "2x4 vs 8x1");
+  expect_close(c.params, a.params, 1e-10, 1e-12, "2x4 vs 4x2 dp");
+}
+
+TEST(Resume, ContinuesBitForBit) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = tiny(2);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  plan::Plan p = make_plan(m, {3, 6}, {1, 2, 1}, 3, 2, ScheduleKind::kHarp1F1B, {3, 2, 1});
+  const std::string root = std::string(HARP_BINARY_DIR) + "/resume_test";
+  std::filesystem::remove_all(root);
+  runtime::TrainOptions o;
+  o.exec.optim = optim();
+  o.progress = false;
+  o.steps = 6;
+  o.checkpoint_every = 3;
+  o.out_dir = root + "/straight";
+  runtime::TrainSummary straight = train_threads(m, p, *data, o);
+  ASSERT_EQ(straight.losses.size(), 6u);
+  o.out_dir = root + "/stopped";
+  o.steps = 3;
+  runtime::TrainSummary first = train_threads(m, p, *data, o);
+  ASSERT_EQ(first.losses.size(), 3u);
+  o.steps = 6;
+  o.resume = true;  // new ranks, new communicators: only the checkpoint carries state
+  runtime::TrainSummary second = train_threads(m, p, *data, o);
+  EXPECT_EQ(second.first_step, 3);
+  ASSERT_EQ(second.losses.size(), 3u);
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(first.losses[s], straight.losses[s]) << "step " << s;
+    EXPECT_EQ(second.losses[s], straight.losses[3 + s]) << "step " << 3 + s << " after resume";
+  }
+}
+
+TEST(Resume, CorruptCheckpointIsRefusedWithItsName) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/corrupt_ckpt";
+  std::filesystem::create_directories(dir);
+  runtime::NamedTensors t = {{"w", torch::arange(10, torch::kFloat64)}};
+  ASSERT_TRUE(runtime::write_tensor_file(dir + "/a.bin", t, 5).ok());
+  long long counter = 0;
+  auto back = runtime::read_tensor_file(dir + "/a.bin", &counter);
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(counter, 5);
+  EXPECT_TRUE(torch::equal((*back)[0].second, t[0].second));
+  auto text = read_text_file(dir + "/a.bin");
+  std::string bad = *text;
+  bad[bad.size() / 2] ^= 1;
+  ASSERT_TRUE(write_text_file_atomic(dir + "/b.bin", bad).ok());
+  auto r = runtime::read_tensor_file(dir + "/b.bin", &counter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("b.bin"), std::string::npos);
+  EXPECT_NE(r.status().message().find("checksum"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace harp::testing

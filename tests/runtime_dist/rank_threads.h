@@ -1,0 +1,37 @@
+// Runs every rank of a plan as a thread of this process (Gloo over an in-process
+// HashStore), the way gloo's own tests do; collects what the tests compare.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harp/plan/plan.h"
+#include "harp/runtime/executor.h"
+#include "harp/runtime/trainer.h"
+
+namespace harp::testing {
+
+struct RankRun {
+  std::vector<double> losses;  // rank 0's view (every rank agrees)
+  // dp replica 0 of every stage: global names; grads of the last step before clipping.
+  std::vector<std::pair<std::string, torch::Tensor>> params, grads;
+};
+
+// Executes `steps` steps of `plan` with thread ranks. Fails the calling test (and
+// returns what it has) if a rank throws.
+RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
+                         const runtime::TokenSource& data, int steps, const runtime::ExecConfig& config);
+
+// Runs runtime::train on every rank as threads; returns rank 0's summary.
+runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::Plan& plan,
+                                    const runtime::TokenSource& data, const runtime::TrainOptions& options);
+
+// A plan over `model` with the given stage boundaries (layer indices where stages start,
+// after 0), dp per stage, microbatches, microbatch size, schedule and launch counts
+// (empty: the schedule's own).
+plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts, const std::vector<int>& dp,
+                     int microbatches, int microbatch_size, plan::ScheduleKind kind,
+                     const std::vector<int>& launch_counts = {});
+
+}  // namespace harp::testing
