@@ -67,7 +67,7 @@ int run_train(const Opts& o, Context& ctx) {
     }
   }
 
-  torch::set_num_threads(o.threads);
+  runtime::set_compute_threads(o.threads);
   runtime::TrainOptions t;
   t.exec.seed = o.seed;
   t.exec.dtype = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;

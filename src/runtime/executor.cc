@@ -84,18 +84,18 @@ torch::Tensor Executor::gather(std::vector<Part>& parts) {
 
 void Executor::forward(int step, int mb) {
   Stash& s = stash_[mb];
+  // Waiting for the input is not compute: the clock starts once it has arrived.
+  torch::Tensor x;
+  if (!has_head(layers_)) {
+    x = gather(s.recv_f).requires_grad_(true);
+    s.input = x;
+  }
   const auto begin = std::chrono::steady_clock::now();
   torch::Tensor tokens;
   if (has_head(layers_) || has_tail(layers_))
     tokens = sample_tokens(data_, config_.seed, step, mb * plan_.microbatch_size + sample_offset_, samples_,
                            model_.gpt.seq_len);
-  torch::Tensor x;
-  if (has_head(layers_)) {
-    x = tokens.slice(1, 0, model_.gpt.seq_len);
-  } else {
-    x = gather(s.recv_f).requires_grad_(true);
-    s.input = x;
-  }
+  if (has_head(layers_)) x = tokens.slice(1, 0, model_.gpt.seq_len);
   torch::Tensor y = x;
   for (auto& layer : layers_) {
     if (layer->layer().kind == model::LayerKind::kTail) {
@@ -107,24 +107,31 @@ void Executor::forward(int step, int mb) {
   }
   if (has_tail(layers_)) loss_sum_ += y.item<double>();
   s.output = y;
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  compute_begin_ = begin;
+  compute_end_ = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(compute_end_ - begin).count();
   compute_s_ += secs;
+  forward_s_ += secs;
   emulate_slowdown(secs);
 }
 
 void Executor::backward(int mb) {
   Stash& s = stash_[mb];
+  torch::Tensor dy;
+  if (!has_tail(layers_)) dy = gather(s.recv_b);  // waiting is not compute
   const auto begin = std::chrono::steady_clock::now();
   if (has_tail(layers_)) {
     torch::Tensor loss = s.output / global_tokens_;
     loss.backward();
   } else {
-    torch::Tensor dy = gather(s.recv_b);
     torch::autograd::backward({s.output}, {dy});
   }
   s.output = torch::Tensor();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  compute_begin_ = begin;
+  compute_end_ = std::chrono::steady_clock::now();
+  const double secs = std::chrono::duration<double>(compute_end_ - begin).count();
   compute_s_ += secs;
+  backward_s_ += secs;
   emulate_slowdown(secs);
 }
 
@@ -207,7 +214,7 @@ StepResult Executor::run_step(int step, bool trace) {
   StepResult result;
   step_ = step;
   loss_sum_ = 0;
-  compute_s_ = 0;
+  compute_s_ = forward_s_ = backward_s_ = 0;
   tracing_ = trace;
   trace_.clear();
   optimizer_->zero_grad();
@@ -228,13 +235,17 @@ StepResult Executor::run_step(int step, bool trace) {
     }
     if (trace && (a.is_compute() || a.kind == schedule::ActionKind::kReduceGrad ||
                   a.kind == schedule::ActionKind::kStep)) {
-      const auto end = std::chrono::steady_clock::now();
-      trace_.push_back({a, std::chrono::duration<double, std::micro>(start - t0_).count(),
-                        std::chrono::duration<double, std::micro>(end - t0_).count(), false});
+      // Compute spans exclude the wait for their input, as in the simulator's trace.
+      const auto from = a.is_compute() ? compute_begin_ : start;
+      const auto to = a.is_compute() ? compute_end_ : std::chrono::steady_clock::now();
+      trace_.push_back({a, std::chrono::duration<double, std::micro>(from - t0_).count(),
+                        std::chrono::duration<double, std::micro>(to - t0_).count(), false});
     }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   result.compute_seconds = compute_s_;
+  result.forward_seconds = forward_s_;
+  result.backward_seconds = backward_s_;
   return result;
 }
 

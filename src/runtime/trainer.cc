@@ -1,6 +1,7 @@
 // The per-rank training loop (see trainer.h).
 #include "harp/runtime/trainer.h"
 
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -11,6 +12,8 @@
 #include <thread>
 
 #include "harp/common/document.h"
+#include "harp/plan/closed_form.h"
+#include "harp/plan/plan_io.h"
 #include "harp/runtime/checkpoint.h"
 #include "harp/schedule/generators.h"
 #include "harp/schedule/lowering.h"
@@ -84,6 +87,13 @@ Status load_checkpoint(Executor& ex, const std::string& dir, int step) {
 
 }  // namespace
 
+void set_compute_threads(int threads) {
+  torch::set_num_threads(threads);
+  using SetThreads = void (*)(int);
+  if (auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
+    set_blas(1);
+}
+
 Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model) {
   const int L = model.num_layers();
   int expect = 0;
@@ -137,6 +147,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   const double flops = 3.0 * model.fwd_flops_per_sample() * plan.microbatches * plan.microbatch_size;
   double total_s = 0;
   int timed = 0;
+  torch::Tensor measured_compute = torch::zeros({2 * l.num_stages()}, torch::kFloat64);
   for (int step = summary.first_step; step < options.steps; ++step) {
     if (step == options.exit_at_step) _exit(17);  // fault injection: die without a word
     while (step == options.stall_at_step) std::this_thread::sleep_for(std::chrono::seconds(1));
@@ -144,10 +155,18 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     StepResult r = ex.run_step(step, trace);
     if (trace)
       for (auto& e : ex.take_trace()) events.emplace_back(step, e);
-    // Busy fraction of every stage (its first replica), gathered in one reduction.
-    torch::Tensor busy = torch::zeros({l.num_stages()}, torch::kFloat64);
-    if (l.dp_rank == 0) busy[l.stage] = r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0;
-    comm.allreduce_world(busy, "rank " + std::to_string(l.rank) + " at step " + std::to_string(step) + " in metrics");
+    // Busy fraction, forward and backward time per microbatch of every stage (its first
+    // replica), gathered in one reduction.
+    const int S = l.num_stages();
+    torch::Tensor stats = torch::zeros({3 * S}, torch::kFloat64);
+    if (l.dp_rank == 0) {
+      stats[l.stage] = r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0;
+      stats[S + l.stage] = r.forward_seconds / plan.microbatches;
+      stats[2 * S + l.stage] = r.backward_seconds / plan.microbatches;
+    }
+    comm.allreduce_world(stats, "rank " + std::to_string(l.rank) + " at step " + std::to_string(step) + " in metrics");
+    torch::Tensor busy = stats.slice(0, 0, S).contiguous();
+    if (step > summary.first_step) measured_compute += stats.slice(0, S, 3 * S);
     summary.losses.push_back(r.loss);
     if (step > summary.first_step) {
       total_s += r.seconds;
@@ -184,6 +203,20 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     }
   }
   summary.mean_iteration_s = timed > 0 ? total_s / timed : 0;
+  if (l.rank == 0 && timed > 0) {
+    // The plan with the measured compute times: `harp simulate` on it predicts this
+    // machine, so predicted and measured timelines can be compared.
+    plan::Plan measured = plan;
+    const int S = l.num_stages();
+    for (int s = 0; s < S; ++s) {
+      measured.stages[s].fwd_s = measured_compute[s].item<double>() / timed;
+      measured.stages[s].bwd_s = measured_compute[S + s].item<double>() / timed;
+      measured.stages[s].comm_s = measured.stages[s].comm_latency_s = 0;  // loopback: microseconds
+      measured.stages[s].allreduce_s = measured.stages[s].optimizer_s = 0;
+    }
+    measured.predicted = plan::closed_form(measured);
+    HARP_RETURN_IF_ERROR(plan::save_plan(measured, options.out_dir + "/measured_plan.json"));
+  }
   summary.tokens_per_s = summary.mean_iteration_s > 0 ? tokens / summary.mean_iteration_s : 0;
   return summary;
 }

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "testutil/run_harp.h"
 #include "harp/data/token_file.h"
 #include "launch/test_util.h"
 
@@ -13,19 +14,8 @@ namespace {
 
 using launch_test::TempDir;
 
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-Result harp(std::vector<std::string> args) {
-  args.insert(args.begin(), "harp");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  int rc = run(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {rc, out.str(), err.str()};
-}
+using Result = testing::CliResult;
+Result harp(std::vector<std::string> args) { return testing::run_harp(std::move(args)); }
 
 TEST(LaunchCli, DataPrepareWritesByteTokens) {
   TempDir dir;

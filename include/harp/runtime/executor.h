@@ -46,6 +46,7 @@ struct StepResult {
   double grad_norm = 0;        // global gradient norm before clipping
   double seconds = 0;          // wall time of the step on this rank
   double compute_seconds = 0;  // time in F and B
+  double forward_seconds = 0, backward_seconds = 0;  // their parts (all microbatches)
 };
 
 class Executor {
@@ -105,10 +106,10 @@ class Executor {
   std::vector<schedule::Action> actions_;
   std::vector<Stash> stash_;
   std::vector<std::pair<torch::Tensor, Transfer>> sends_;
-  double loss_sum_ = 0, compute_s_ = 0;
+  double loss_sum_ = 0, compute_s_ = 0, forward_s_ = 0, backward_s_ = 0;
   int step_ = 0;
   bool tracing_ = false;
-  std::chrono::steady_clock::time_point t0_;
+  std::chrono::steady_clock::time_point t0_, compute_begin_, compute_end_;
   std::vector<TraceEvent> trace_;
 };
 

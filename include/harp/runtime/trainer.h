@@ -1,7 +1,8 @@
 // The training loop of one rank: steps of the plan's schedule, metrics (JSONL, one line
 // per step, written by rank 0), a progress line, Chrome traces of chosen steps (the
-// simulator's format, so predicted and measured timelines open side by side), atomic
-// checksummed checkpoints every K steps and exact resume.
+// simulator's format, so predicted and measured timelines open side by side), the plan
+// re-timed with measured compute (measured_plan.json), atomic checksummed checkpoints
+// every K steps and exact resume.
 #pragma once
 
 #include <chrono>
@@ -32,6 +33,12 @@ struct TrainSummary {
   double mean_iteration_s = 0;      // over the steps run, excluding the first
   double tokens_per_s = 0;
 };
+
+// Sets this process's intra-op threads, and keeps an OpenBLAS thread pool (Debian's
+// libopenblas0-pthread starts one per core) at one thread: torch parallelises batched
+// matrix products over its own threads, and nested BLAS threads oversubscribe the cores
+// (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower).
+void set_compute_threads(int threads);
 
 // Checks that the plan fits the model (layer ranges cover [0, L), microbatch divisible
 // by every stage's dp). FailedPrecondition says what does not match and how to fix it.

@@ -6,24 +6,14 @@
 #include <sstream>
 
 #include "commands.h"
+#include "testutil/run_harp.h"
 #include "harp/common/document.h"
 
 namespace harp::cli {
 namespace {
 
-struct Result {
-  int rc;
-  std::string out, err;
-};
-
-Result harp(std::vector<std::string> args) {
-  args.insert(args.begin(), "harp");
-  std::vector<const char*> argv;
-  for (const auto& a : args) argv.push_back(a.c_str());
-  std::ostringstream out, err;
-  int rc = run(static_cast<int>(argv.size()), argv.data(), out, err);
-  return {rc, out.str(), err.str()};
-}
+using Result = testing::CliResult;
+Result harp(std::vector<std::string> args) { return testing::run_harp(std::move(args)); }
 
 std::string example(const std::string& rel) { return std::string(HARP_SOURCE_DIR) + "/examples/" + rel; }
 
@@ -132,7 +122,7 @@ TEST(Cli, ScheduleShowPrintsTheGridAndVerdict) {
 
 TEST(Cli, PlanUniformThenSimulate) {
   std::string out = std::string(HARP_BINARY_DIR) + "/cli_test_plan.json";
-  Result r = harp({"plan", "--job", example("jobs/demo.yaml"), "--output", out});
+  Result r = harp({"plan", "--job", example("jobs/demo.yaml"), "--strategy", "uniform", "--output", out});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("predicted iteration"), std::string::npos);
   r = harp({"simulate", "--plan", out, "--json"});
