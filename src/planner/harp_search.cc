@@ -44,37 +44,37 @@ std::string gib(Bytes b) {
 std::string explain_infeasible(const StageCosts& costs, const SearchOptions& options) {
   const auto& cluster = costs.cluster();
   const int L = costs.num_layers();
-  // The least memory each layer needs alone, over every subcluster and shape.
+  // For each layer, the mesh where it alone (one microbatch in flight) comes closest to
+  // fitting; report the layer that misses by the most.
   int worst_layer = -1;
-  Bytes worst_need = 0, best_usable = 0;
+  Bytes worst_need = 0, worst_usable = 0;
   for (int i = 0; i < L; ++i) {
-    Bytes least = std::numeric_limits<double>::infinity();
-    Bytes usable_there = 0;
+    Bytes need = 0, usable = 0;
+    double best_excess = std::numeric_limits<double>::infinity();
     for (int sub = 0; sub < static_cast<int>(cluster.subclusters.size()); ++sub) {
       const int dpn = cluster.subclusters[sub].devices_per_node;
       for (int tp = 1; tp <= dpn && (options.max_tp == 0 || tp <= options.max_tp); tp *= 2)
         for (int dp = 1; dp <= costs.microbatch_size(); ++dp) {
           if (!costs.has(sub, dp, tp)) continue;
-          StageFigures f = costs.stage(sub, i, i + 1, dp, tp);
-          Bytes need = f.memory_bytes(1);
-          Bytes slack = costs.usable_memory_bytes(sub) - need;
-          if (need - costs.usable_memory_bytes(sub) < least - usable_there) {
-            least = need;
-            usable_there = costs.usable_memory_bytes(sub);
+          const Bytes n = costs.stage(sub, i, i + 1, dp, tp).memory_bytes(1);
+          const Bytes u = costs.usable_memory_bytes(sub);
+          if (n - u < best_excess) {
+            best_excess = n - u;
+            need = n;
+            usable = u;
           }
-          (void)slack;
         }
     }
-    if (least > usable_there && (worst_layer < 0 || least - usable_there > worst_need - best_usable)) {
+    if (best_excess > 0 && std::isfinite(best_excess) && (worst_layer < 0 || best_excess > worst_need - worst_usable)) {
       worst_layer = i;
-      worst_need = least;
-      best_usable = usable_there;
+      worst_need = need;
+      worst_usable = usable;
     }
   }
   if (worst_layer >= 0)
     return "layer " + std::to_string(worst_layer) + " alone needs at least " + gib(worst_need) +
-           " per device on every mesh it can use, but at most " + gib(best_usable) +
-           " is usable there (short by " + gib(worst_need - best_usable) +
+           " per device on every mesh it can use, but at most " + gib(worst_usable) +
+           " is usable there (short by " + gib(worst_need - worst_usable) +
            "); use a finer granularity, a smaller microbatch_size or more tensor parallelism";
   if (!options.allow_idle_devices && cluster.num_devices() > L)
     return "every one of the " + std::to_string(cluster.num_devices()) +
