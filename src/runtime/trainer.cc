@@ -31,9 +31,7 @@ Json trace_events(const std::vector<std::pair<int, TraceEvent>>& events, int ran
                  {"args", {{"name", "stage " + std::to_string(stage) + " (rank " + std::to_string(rank) + ")"}}}});
   out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", "compute"}}}});
   for (const auto& [step, e] : events) {
-    std::string name = schedule::to_string(e.action);
-    name = name.substr(name.find_first_not_of("0123456789"));
-    out.push_back({{"name", name}, {"ph", "X"}, {"pid", rank}, {"tid", 0}, {"ts", e.start_us},
+    out.push_back({{"name", schedule::short_name(e.action)}, {"ph", "X"}, {"pid", rank}, {"tid", 0}, {"ts", e.start_us},
                    {"dur", e.end_us - e.start_us}, {"args", {{"step", step}, {"microbatch", e.action.microbatch}}}});
   }
   return out;

@@ -149,4 +149,10 @@ StatusOr<Schedule> parse_schedule_text(const std::string& text) {
   return s;
 }
 
+std::string short_name(const Action& a) {
+  std::string name = action_kind_name(a.kind);
+  if (a.microbatch >= 0) name += std::to_string(a.microbatch);
+  return name;
+}
+
 }  // namespace harp::schedule

@@ -23,14 +23,6 @@ Json metadata(const char* what, int pid, int tid, Json args) {
   return Json{{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}};
 }
 
-// The compact action name without its stage prefix ("F5", "SEND_B3", "STEP"): the
-// process already says which stage.
-std::string event_name(const schedule::Action& a) {
-  std::string name = schedule::action_kind_name(a.kind);
-  if (a.microbatch >= 0) name += std::to_string(a.microbatch);
-  return name;
-}
-
 struct Timed {
   Nanos ts_ns, dur_ns;
   int pid, tid;
@@ -81,7 +73,7 @@ Json chrome_trace(const SimResult& result, const plan::Plan& plan) {
       cat = "recv";
       args["from_rank"] = a.kind == schedule::ActionKind::kRecvF ? t.pid - 1 : t.pid + 1;
     }
-    events.push_back(Json{{"name", event_name(a)},
+    events.push_back(Json{{"name", schedule::short_name(a)},
                           {"cat", cat},
                           {"ph", "X"},
                           {"pid", t.pid},

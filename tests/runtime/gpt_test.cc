@@ -6,6 +6,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
+
+#include "testutil/tiny_gpt.h"
 #include <torch/torch.h>
 
 #include "harp/model/model_spec.h"
@@ -19,21 +21,7 @@ class SingleThread : public ::testing::Environment {
 };
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new SingleThread);
 
-model::ModelSpec tiny(int granularity, bool tied = true, int blocks = 2, int hidden = 32,
-                      int heads = 4, int seq = 16, int vocab = 64) {
-  model::GptConfig c;
-  c.name = "custom";
-  c.num_blocks = blocks;
-  c.hidden = hidden;
-  c.heads = heads;
-  c.seq_len = seq;
-  c.vocab = vocab;
-  c.granularity = granularity;
-  c.tied_embeddings = tied;
-  auto spec = model::build_gpt(c);
-  EXPECT_TRUE(spec.ok()) << spec.status().to_string();
-  return *spec;
-}
+using testing::tiny_gpt;
 
 torch::Tensor tokens(const model::ModelSpec& m, int batch, int seed = 7) {
   auto gen = at::detail::createCPUGenerator(seed);
@@ -75,7 +63,7 @@ torch::Tensor run_cut(std::vector<GptLayer>& layers, const torch::Tensor& batch,
 
 TEST(RuntimeGpt, LayerSequenceMatchesSpec) {
   for (int k : {1, 2, 3, 4}) {
-    const auto spec = tiny(k);
+    const auto spec = tiny_gpt(k);
     ASSERT_EQ(spec.num_layers(), 2 + 2 * k);
     auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat64, torch::kCPU);
     ASSERT_EQ(static_cast<int>(layers.size()), spec.num_layers());
@@ -101,7 +89,7 @@ TEST(RuntimeGpt, LayerSequenceMatchesSpec) {
 }
 
 TEST(RuntimeGpt, UntiedTailOwnsItsHead) {
-  const auto spec = tiny(1, /*tied=*/false);
+  const auto spec = tiny_gpt(1, /*tied=*/false);
   auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat64, torch::kCPU);
   std::int64_t params = 0;
   for (const auto& p : layers.back()->parameters()) params += p.numel();
@@ -114,7 +102,7 @@ TEST(RuntimeGpt, UntiedTailOwnsItsHead) {
 TEST(RuntimeGpt, CutTensorsHaveSpecSizes) {
   const int batch = 3;
   for (int k : {1, 2, 3, 4}) {
-    const auto spec = tiny(k);
+    const auto spec = tiny_gpt(k);
     auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat32, torch::kCPU);
     auto t = tokens(spec, batch);
     torch::Tensor x = t.narrow(1, 0, spec.gpt.seq_len);
@@ -133,7 +121,7 @@ TEST(RuntimeGpt, CutTensorsHaveSpecSizes) {
 
 // Changing token t changes the logits at positions >= t only (the mask's direction).
 TEST(RuntimeGpt, AttentionIsCausal) {
-  const auto spec = tiny(2);
+  const auto spec = tiny_gpt(2);
   auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 2, torch::kFloat64, torch::kCPU);
   auto logits = [&](const torch::Tensor& ids) {
     torch::Tensor x = ids;
@@ -154,7 +142,7 @@ TEST(RuntimeGpt, AttentionIsCausal) {
 // Every cut of every granularity's sequence gives the loss and gradients of the uncut
 // k = 1 model (same weights: parameter names and initialisation do not depend on k).
 TEST(RuntimeGpt, AnyCutAndGranularityMatchesFullModelBitwise) {
-  const auto base_spec = tiny(1);
+  const auto base_spec = tiny_gpt(1);
   auto batch = tokens(base_spec, 2);
   auto base =
       build_gpt_layers(base_spec, 0, base_spec.num_layers(), 3, torch::kFloat64, torch::kCPU);
@@ -176,7 +164,7 @@ TEST(RuntimeGpt, AnyCutAndGranularityMatchesFullModelBitwise) {
     }
   };
   for (int k : {1, 2, 3, 4}) {
-    const auto spec = tiny(k);
+    const auto spec = tiny_gpt(k);
     auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 3, torch::kFloat64, torch::kCPU);
     const int cuts = spec.num_layers() - 1;
     for (int mask = 0; mask < (1 << cuts); ++mask) {
@@ -188,7 +176,7 @@ TEST(RuntimeGpt, AnyCutAndGranularityMatchesFullModelBitwise) {
 }
 
 TEST(RuntimeGpt, PartialBuildEqualsSliceOfFullBuild) {
-  const auto spec = tiny(2);
+  const auto spec = tiny_gpt(2);
   const int n = spec.num_layers();
   auto full = build_gpt_layers(spec, 0, n, 11, torch::kFloat32, torch::kCPU);
   auto full_params = named_parameters(full);
@@ -221,7 +209,7 @@ TEST(RuntimeGpt, PartialBuildEqualsSliceOfFullBuild) {
 TEST(RuntimeGpt, GradientsMatchFiniteDifferences) {
   for (bool tied : {false, true}) {
     const auto spec =
-        tiny(4, tied, /*blocks=*/1, /*hidden=*/8, /*heads=*/2, /*seq=*/5, /*vocab=*/11);
+        tiny_gpt(4, tied, /*blocks=*/1, /*hidden=*/8, /*heads=*/2, /*seq=*/5, /*vocab=*/11);
     auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 5, torch::kFloat64, torch::kCPU);
     auto batch = tokens(spec, 2);
     auto loss_of = [&] {

@@ -4,6 +4,8 @@
 #include <cmath>
 
 #include <gtest/gtest.h>
+
+#include "testutil/tiny_gpt.h"
 #include <torch/torch.h>
 
 #include "harp/model/model_spec.h"
@@ -27,17 +29,7 @@ class RepeatingSource : public runtime::TokenSource {
   int vocab_limit() const override { return 64; }
 };
 
-model::ModelSpec tiny_gpt(int granularity) {
-  model::GptConfig c;
-  c.name = "custom";
-  c.num_blocks = 2;
-  c.hidden = 32;
-  c.heads = 4;
-  c.seq_len = 16;
-  c.vocab = 64;
-  c.granularity = granularity;
-  return model::build_gpt(c).value();
-}
+using testing::tiny_gpt;
 
 runtime::OptimConfig optim() {
   runtime::OptimConfig c;

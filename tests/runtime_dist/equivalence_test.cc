@@ -6,6 +6,8 @@
 // exactly the losses of an uninterrupted one.
 #include <gtest/gtest.h>
 
+#include "testutil/tiny_gpt.h"
+
 #include <filesystem>
 #include <map>
 
@@ -17,18 +19,8 @@
 namespace harp::testing {
 namespace {
 
-model::ModelSpec tiny(int k, bool tied = true) {
-  model::GptConfig c;
-  c.name = "tiny";
-  c.num_blocks = 3;
-  c.hidden = 32;
-  c.heads = 4;
-  c.seq_len = 16;
-  c.vocab = 64;
-  c.granularity = k;
-  c.tied_embeddings = tied;
-  return model::build_gpt(c).value();
-}
+// Three blocks: enough layers for uneven 3- and 4-stage cuts.
+model::ModelSpec tiny(int k) { return tiny_gpt(k, /*tied=*/true, /*blocks=*/3); }
 
 runtime::OptimConfig optim() {
   runtime::OptimConfig o;

@@ -29,6 +29,9 @@ struct Action {
 
 const char* action_kind_name(ActionKind kind);  // "F", "SEND_F", "REDUCE_GRAD", ...
 std::string to_string(const Action& a);
+// The text form without its stage prefix ("F5", "SEND_B3", "STEP"), for traces where the
+// process already names the stage.
+std::string short_name(const Action& a);
 // Parses the text form; InvalidArgument naming the token on failure.
 StatusOr<Action> parse_action(const std::string& text);
 
