@@ -12,7 +12,7 @@
 
 namespace {
 
-void plan_job(benchmark::State& state, const std::string& job_file, const std::string& strategy) {
+void plan_job(benchmark::State& state, const std::string& job_file, harp::plan::Strategy strategy) {
   auto job = harp::job::load_job(std::string(HARP_SOURCE_DIR) + "/examples/jobs/" + job_file);
   if (!job.ok()) return state.SkipWithError(job.status().to_string().c_str());
   auto problem = harp::planner::problem_from_model(job->cluster, job->model, job->cost, nullptr,
@@ -31,10 +31,10 @@ void plan_job(benchmark::State& state, const std::string& job_file, const std::s
   state.counters["dp_states"] = static_cast<double>(stats.states_visited);
 }
 
-void BM_Harp_Gpt2_6B_Paper(benchmark::State& s) { plan_job(s, "paper_gpt2.6b.yaml", "harp"); }
-void BM_Harp_Gpt6_7B_ThreeSubclusters(benchmark::State& s) { plan_job(s, "paper_gpt6.7b.yaml", "harp"); }
-void BM_Harp_Gpt76B_1024Gpus(benchmark::State& s) { plan_job(s, "gpt76b_1024.yaml", "harp"); }
-void BM_Homogeneous_Gpt2_6B_Paper(benchmark::State& s) { plan_job(s, "paper_gpt2.6b.yaml", "homogeneous"); }
+void BM_Harp_Gpt2_6B_Paper(benchmark::State& s) { plan_job(s, "paper_gpt2.6b.yaml", harp::plan::Strategy::kHarp); }
+void BM_Harp_Gpt6_7B_ThreeSubclusters(benchmark::State& s) { plan_job(s, "paper_gpt6.7b.yaml", harp::plan::Strategy::kHarp); }
+void BM_Harp_Gpt76B_1024Gpus(benchmark::State& s) { plan_job(s, "gpt76b_1024.yaml", harp::plan::Strategy::kHarp); }
+void BM_Homogeneous_Gpt2_6B_Paper(benchmark::State& s) { plan_job(s, "paper_gpt2.6b.yaml", harp::plan::Strategy::kHomogeneous); }
 
 BENCHMARK(BM_Harp_Gpt2_6B_Paper)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Harp_Gpt6_7B_ThreeSubclusters)->Unit(benchmark::kMillisecond);

@@ -4,10 +4,8 @@
 
 #include "commands.h"
 #include "harp/plan/closed_form.h"
-#include "harp/schedule/generators.h"
 #include "harp/schedule/grid.h"
-#include "harp/schedule/lowering.h"
-#include "harp/schedule/validate.h"
+#include "harp/schedule/lower_plan.h"
 
 namespace harp::cli {
 namespace {
@@ -38,26 +36,24 @@ int run_schedule_show(const Opts& o, Context& ctx) {
   } else {
     n = plan::standard_launch_counts(o.stages, o.microbatches, kind);
   }
-  auto compute = schedule::generate_with_launch_counts(o.stages, o.microbatches, n);
-  if (!compute.ok()) {
-    ctx.err << "harp schedule show: " << compute.status().message() << "\n";
-    return ctx.rc = kExitUsage;
+  auto lowered = schedule::lower_with_launch_counts(o.stages, o.microbatches, n, kind);
+  if (!lowered.ok()) {
+    ctx.err << "harp schedule show: " << lowered.status().message() << "\n";
+    return ctx.rc = lowered.status().code() == StatusCode::kInvalidArgument ? kExitUsage : kExitInput;
   }
-  auto lowered = schedule::lower(*compute);
-  if (!lowered.ok()) return ctx.fail("schedule show", lowered.status());
   std::ostringstream counts;
   for (size_t i = 0; i < n.size(); ++i) counts << (i ? "," : "") << n[i];
   ctx.out << o.kind << ": " << o.stages << " stages, " << o.microbatches
           << " microbatches, launch counts [" << counts.str() << "]\n\n";
-  ctx.out << schedule::format_compute_grid(*compute) << "\n";
-  if (o.lowered) ctx.out << schedule::schedule_to_text(*lowered) << "\n";
-  auto strict = schedule::validate(*lowered, schedule::SendMode::kRendezvous);
+  ctx.out << schedule::format_compute_grid(lowered->compute) << "\n";
+  if (o.lowered) ctx.out << schedule::schedule_to_text(lowered->lowered) << "\n";
+  const schedule::ValidationResult& strict = lowered->check;
   if (!strict.ok) {
-    ctx.err << "harp schedule show: the lowered schedule does not drain:\n" << strict.error << "\n";
+    ctx.err << "harp schedule show: " << lowered->require_drains().message() << "\n";
     return ctx.rc = kExitInput;
   }
   ctx.out << "validator: drains under strict matching (blocking sends and receives) in "
-          << strict.steps << " steps; " << lowered->total_actions() << " actions\n";
+          << strict.steps << " steps; " << lowered->lowered.total_actions() << " actions\n";
   ctx.out << "peak in-flight microbatches per stage:";
   for (int p : strict.peak_inflight) ctx.out << " " << p;
   ctx.out << "\n";

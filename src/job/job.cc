@@ -53,8 +53,9 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
 
   if (planner_node != nullptr) {
     FieldReader pr(*planner_node, file, "planner");
-    job.planner.strategy = pr.choice("strategy", {"harp", "uniform", "homogeneous"},
-                                     job.planner.strategy);
+    plan::parse_strategy(pr.choice("strategy", {"harp", "uniform", "homogeneous"},
+                                   std::string(plan::strategy_name(job.planner.strategy))),
+                         &job.planner.strategy);
     job.planner.microbatches = static_cast<int>(pr.integer("microbatches", 1, job.planner.microbatches));
     job.planner.microbatch_size =
         static_cast<int>(pr.integer("microbatch_size", 1, job.planner.microbatch_size));
@@ -78,7 +79,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
                   {"cluster", cluster::cluster_to_json(job.cluster)},
                   {"model", model::model_to_json(job.model)},
                   {"planner",
-                   {{"strategy", job.planner.strategy},
+                   {{"strategy", plan::strategy_name(job.planner.strategy)},
                     {"microbatches", job.planner.microbatches},
                     {"microbatch_size", job.planner.microbatch_size}}},
                   {"schedule", {{"kind", plan::schedule_kind_name(job.schedule)}}},

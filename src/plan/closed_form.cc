@@ -28,16 +28,7 @@ std::vector<int> delta_rule_launch_counts(const Plan& plan, Seconds period_s) {
   std::vector<int> n(S, 1);
   for (int i = S - 2; i >= 0; --i) {
     const Stage& s = plan.stages[i];
-    int delta = 1;
-    if (s.crosses_nodes) {
-      if (s.comm_s < period_s / 10)
-        delta = 1;
-      else if (s.comm_s < period_s / 2)
-        delta = 2;
-      else
-        delta = 3;
-    }
-    n[i] = n[i + 1] + delta;
+    n[i] = n[i + 1] + launch_delta(s.crosses_nodes, s.comm_s, period_s);
   }
   for (auto& v : n) v = std::min(v, std::max(plan.microbatches, 1));
   return n;

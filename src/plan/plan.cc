@@ -21,4 +21,23 @@ bool parse_schedule_kind(const std::string& name, ScheduleKind* out) {
   return false;
 }
 
+const char* strategy_name(Strategy strategy) {
+  switch (strategy) {
+    case Strategy::kHarp: return "harp";
+    case Strategy::kHomogeneous: return "homogeneous";
+    case Strategy::kUniform: return "uniform";
+  }
+  return "?";
+}
+
+bool parse_strategy(const std::string& name, Strategy* out) {
+  for (Strategy s : kAllStrategies) {
+    if (name == strategy_name(s)) {
+      *out = s;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace harp::plan

@@ -21,6 +21,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->launch_count = static_cast<int>(r.integer("launch_count", 1, 0));
   s->subcluster = static_cast<int>(r.integer("subcluster", 0, -1));
   s->subcluster_name = r.string("subcluster_name", "");
+  s->cost_source = r.string("cost_source", "");
   s->memory_static_bytes = r.non_negative("memory_static_bytes", 0.0);
   s->activation_bytes = r.non_negative("activation_bytes", 0.0);
   s->memory_bytes = r.non_negative("memory_bytes", 0.0);
@@ -85,6 +86,7 @@ StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
   p.model_fingerprint = r.string("model_fingerprint", "");
   p.model_name = r.string("model", "");
   r.get("predicted");  // recomputed on load; never trusted from the file
+  p.cost_source = r.string("cost_source", "");
   if (const Json* search = r.get("search")) {
     if (search->is_object()) {
       p.strategy = search->value("strategy", "");
@@ -169,6 +171,7 @@ Json plan_to_json(const Plan& p) {
     sj["activation_bytes"] = s.activation_bytes;
     sj["memory_bytes"] = s.memory_bytes;
     if (s.emulated_slowdown != 1.0) sj["emulated_slowdown"] = s.emulated_slowdown;
+    if (!s.cost_source.empty()) sj["cost_source"] = s.cost_source;
     stages.push_back(sj);
   }
   j["stages"] = stages;
@@ -178,6 +181,7 @@ Json plan_to_json(const Plan& p) {
                     {"end_s", pr.end_s},
                     {"bubble_fraction", pr.bubble_fraction}};
   if (!p.strategy.empty()) j["search"] = {{"strategy", p.strategy}, {"wall_s", p.search_wall_s}};
+  if (!p.cost_source.empty()) j["cost_source"] = p.cost_source;
   return j;
 }
 

@@ -23,7 +23,7 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
   p.L = costs.num_layers();
   p.B = options.microbatches;
   p.allow_idle = options.allow_idle_devices;
-  p.harp = options.harp_schedule;
+  p.harp = options.schedule == plan::ScheduleKind::kHarp1F1B;
   const int mbs = costs.microbatch_size();
   for (int pos = 0; pos < p.C; ++pos) {
     const int sub = order[pos];

@@ -17,8 +17,9 @@
 #include <vector>
 
 #include "harp/cluster/cluster.h"
+#include "harp/plan/closed_form.h"
 #include "harp/planner/harp_search.h"
-#include "harp/planner/stage_costs.h"
+#include "harp/cost/stage_costs.h"
 
 namespace harp::planner {
 
@@ -57,8 +58,7 @@ struct DpProblem {
   }
   // δ of the launch-count rule for a link time c under period cap (closed_form.h).
   int delta(bool crosses_nodes, Seconds c, Seconds cap) const {
-    if (!harp || !crosses_nodes) return 1;
-    return c < cap / 10 ? 1 : c < cap / 2 ? 2 : 3;
+    return plan::launch_delta(crosses_nodes, c, cap, harp);
   }
 };
 

@@ -131,9 +131,9 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   if (result.feasible) {
     BuildOptions b;
     b.microbatches = options.microbatches;
-    b.schedule = options.harp_schedule ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
-    plan::Plan p = build_plan(costs, result.placements, b);
-    for (const auto& s : p.stages) result.launch_counts.push_back(s.launch_count);
+    b.schedule = options.schedule;
+    result.plan = build_plan(costs, result.placements, b);
+    for (const auto& s : result.plan.stages) result.launch_counts.push_back(s.launch_count);
   } else {
     result.infeasible_reason = explain_infeasible(costs, options);
   }

@@ -24,6 +24,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
   p.microbatch_size = costs.microbatch_size();
   p.schedule = options.schedule;
   p.strategy = options.strategy;
+  p.cost_source = costs.source_description();
   const int S = static_cast<int>(placements.size());
   for (int i = 0; i < S; ++i) {
     const Placement& pl = placements[i];
@@ -46,6 +47,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     s.optimizer_s = f.optimizer_s;
     s.memory_static_bytes = f.static_bytes;
     s.activation_bytes = f.activation_bytes;
+    s.cost_source = costs.stage_source(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);
     if (i + 1 < S) {
       const Placement& next = placements[i + 1];
       cluster::Link link = boundary_link(cluster, pl, next);

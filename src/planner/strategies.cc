@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 
 #include "harp/planner/uniform.h"
 
@@ -37,8 +38,12 @@ PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model:
   p.microbatches = microbatches;
   p.model_name = model.gpt.name;
   p.model_fingerprint = model.fingerprint();
-  cost::CostModel true_model(cluster, model, db, config);
-  p.costs = StageCosts::from_cost_model(true_model, microbatch_size, max_tp);
+  std::unique_ptr<cost::LayerCostSource> source;
+  if (db != nullptr)
+    source = std::make_unique<cost::ProfiledCosts>(model, *db, config, config.profile_file);
+  else
+    source = std::make_unique<cost::AnalyticCosts>(model, config);
+  p.costs = StageCosts::build(cluster, *source, microbatch_size, max_tp, config);
   const cluster::DeviceType* slowest = nullptr;
   for (const auto& s : cluster.subclusters) {
     const auto& d = cluster.devices.at(s.device);
@@ -46,8 +51,8 @@ PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model:
   }
   p.slowest_device = slowest->name;
   cluster::Cluster homo = as_homogeneous(cluster, *slowest, least_memory_gib(cluster));
-  cost::CostModel homo_model(homo, model, nullptr, config);
-  p.homogeneous = StageCosts::from_cost_model(homo_model, microbatch_size, max_tp);
+  source->alias_device(kHomogeneousDevice, slowest->name);
+  p.homogeneous = StageCosts::build(homo, *source, microbatch_size, max_tp, config);
   double peak = 0;
   for (const auto& s : cluster.subclusters)
     peak += s.num_devices() * tflops_to_flops_per_s(cluster.devices.at(s.device).peak_tflops);
@@ -60,12 +65,13 @@ PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model:
 
 StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, const CostTable& table,
                                              int microbatches, const std::string& table_file) {
-  HARP_RETURN_IF_ERROR(check_cost_table(table, cluster, table_file));
+  HARP_RETURN_IF_ERROR(cost::check_cost_table(table, cluster, table_file));
   PlanningProblem p;
   p.microbatches = microbatches;
   p.model_name = table_file;
   cost::CostConfig config;
-  p.costs = StageCosts::from_tables(cluster, table.layers, table.times, table.microbatch_size, config);
+  cost::TableCosts source(table.layers, table.times, table_file);
+  p.costs = StageCosts::build(cluster, source, table.microbatch_size, 1, config);
   // The slowest device type: the longest time for the whole model on one device.
   std::string slowest;
   Seconds slowest_s = -1;
@@ -88,24 +94,20 @@ StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, co
   p.slowest_device = slowest;
   cluster::Cluster homo =
       as_homogeneous(cluster, cluster.devices.at(slowest), least_memory_gib(cluster));
-  std::map<std::string, std::map<int, StageCosts::LayerTimes>> homo_times = {
-      {kHomogeneousDevice, table.times.at(slowest)}};
-  p.homogeneous = StageCosts::from_tables(homo, table.layers, homo_times, table.microbatch_size, config);
+  source.alias_device(kHomogeneousDevice, slowest);
+  p.homogeneous = StageCosts::build(homo, source, table.microbatch_size, 1, config);
   p.lower_bound_s = 1.0 / throughput;
   p.lower_bound_rule = "every device busy at its best per-sample time (perfect balance)";
   return p;
 }
 
-StrategyResult run_strategy(const PlanningProblem& problem, const std::string& strategy,
+StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
                             const SearchOptions& options) {
   StrategyResult r;
   r.strategy = strategy;
-  BuildOptions build;
-  build.microbatches = problem.microbatches;
-  build.strategy = strategy;
-  build.model_name = problem.model_name;
-  build.model_fingerprint = problem.model_fingerprint;
-  if (strategy == "uniform") {
+  if (strategy == Strategy::kUniform) {
+    BuildOptions build;
+    build.microbatches = problem.microbatches;
     build.schedule = plan::ScheduleKind::k1F1B;
     auto p = plan_uniform(problem.costs, build);
     if (!p.ok()) {
@@ -116,9 +118,9 @@ StrategyResult run_strategy(const PlanningProblem& problem, const std::string& s
   } else {
     SearchOptions o = options;
     o.microbatches = problem.microbatches;
-    o.harp_schedule = strategy == "harp";
-    const StageCosts& view = strategy == "harp" ? problem.costs : problem.homogeneous;
-    auto found = search_pipeline(view, o);
+    o.schedule = strategy == Strategy::kHarp ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
+    const bool homogeneous = strategy == Strategy::kHomogeneous;
+    auto found = search_pipeline(homogeneous ? problem.homogeneous : problem.costs, o);
     if (!found.ok()) {
       r.reason = found.status().message();
       return r;
@@ -133,10 +135,21 @@ StrategyResult run_strategy(const PlanningProblem& problem, const std::string& s
         r.reason = "its plan needs times for " + problem.costs.missing_entry(pl.subcluster, pl.dp, pl.tp);
         return r;
       }
-    build.schedule = o.harp_schedule ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
-    r.plan = build_plan(problem.costs, found->placements, build);
+    // The homogeneous search chose its placements on the wrong costs: the plan it is
+    // judged by is those placements re-timed with the true costs.
+    if (homogeneous) {
+      BuildOptions build;
+      build.microbatches = problem.microbatches;
+      build.schedule = o.schedule;
+      r.plan = build_plan(problem.costs, found->placements, build);
+    } else {
+      r.plan = std::move(found->plan);
+    }
     r.plan.search_wall_s = found->stats.wall_s;
   }
+  r.plan.strategy = plan::strategy_name(strategy);
+  r.plan.model_name = problem.model_name;
+  r.plan.model_fingerprint = problem.model_fingerprint;
   Status memory = check_memory(problem.costs, r.plan);
   if (!memory.ok()) {
     r.reason = memory.message();

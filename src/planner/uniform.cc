@@ -39,7 +39,7 @@ StatusOr<plan::Plan> plan_uniform(const StageCosts& costs, const BuildOptions& o
   }
   BuildOptions o = options;
   o.schedule = plan::ScheduleKind::k1F1B;
-  o.strategy = "uniform";
+  o.strategy = plan::strategy_name(plan::Strategy::kUniform);
   return build_plan(costs, placements, o);
 }
 

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <thread>
 
-#include "harp/schedule/generators.h"
-#include "harp/schedule/lowering.h"
 
 namespace harp::runtime {
 namespace {
@@ -26,8 +24,9 @@ bool has_tail(const std::vector<GptLayer>& layers) {
 
 }  // namespace
 
-Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan, Comm& comm,
-                   const TokenSource& data, ExecConfig config)
+Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
+                   const schedule::LoweredPlan& lowered, Comm& comm, const TokenSource& data,
+                   ExecConfig config)
     : model_(model), plan_(plan), comm_(comm), data_(data), config_(config), layout_(comm.layout()) {
   const plan::Stage& st = plan.stages[layout_.stage];
   first_layer_ = st.first_layer;
@@ -37,11 +36,8 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan, Comm& 
   global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
   layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, config.dtype, torch::kCPU);
   optimizer_ = std::make_unique<AdamW>(named_parameters(layers_), config.optim);
-  auto compute = schedule::generate_for_plan(plan, plan.schedule);
-  HARP_CHECK(compute.ok()) << compute.status().to_string();
-  auto lowered = schedule::lower(*compute);
-  HARP_CHECK(lowered.ok()) << lowered.status().to_string();
-  actions_ = lowered->actions[layout_.stage];
+  HARP_CHECK(lowered.check.ok) << lowered.require_drains().message();
+  actions_ = lowered.lowered.actions[layout_.stage];
   stash_.resize(plan.microbatches);
 }
 

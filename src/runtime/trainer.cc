@@ -15,8 +15,7 @@
 #include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/checkpoint.h"
-#include "harp/schedule/generators.h"
-#include "harp/schedule/lowering.h"
+#include "harp/schedule/lower_plan.h"
 
 namespace harp::runtime {
 namespace {
@@ -112,10 +111,6 @@ Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& 
   if (!plan.model_fingerprint.empty() && plan.model_fingerprint != model.fingerprint())
     return failed_precondition("the plan was made for another model (fingerprint " + plan.model_fingerprint +
                                ", this model " + model.fingerprint() + "); re-plan or pass the plan's model");
-  auto compute = schedule::generate_for_plan(plan, plan.schedule);
-  if (!compute.ok()) return failed_precondition("the plan's schedule: " + compute.status().message());
-  auto lowered = schedule::lower(*compute);
-  if (!lowered.ok()) return failed_precondition("the plan's schedule: " + lowered.status().message());
   return Status();
 }
 
@@ -123,7 +118,11 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
                              const TokenSource& data, const TrainOptions& options, std::ostream& log) {
   const RankLayout& l = comm.layout();
   HARP_RETURN_IF_ERROR(check_plan_matches_model(plan, model));
-  Executor ex(model, plan, comm, data, options.exec);
+  // The runtime runs only a schedule the strict validator proves drains.
+  auto lowered = schedule::lower_plan(plan);
+  if (!lowered.ok()) return failed_precondition("the plan's schedule: " + lowered.status().message());
+  HARP_RETURN_IF_ERROR(lowered->require_drains());
+  Executor ex(model, plan, *lowered, comm, data, options.exec);
   const std::string ckpt_dir = options.out_dir + "/checkpoints";
   std::error_code ec;
   std::filesystem::create_directories(options.out_dir, ec);

@@ -1,26 +1,19 @@
-// Plan -> schedule -> lowered -> validated -> simulated, as every front end needs it.
+// Plan -> lowered, validated schedule (schedule::lower_plan) -> simulated.
 #include "harp/sim/run.h"
 
-#include "harp/schedule/generators.h"
-#include "harp/schedule/lowering.h"
-#include "harp/schedule/validate.h"
+#include "harp/schedule/lower_plan.h"
 
 namespace harp::sim {
 
 StatusOr<PlanRun> simulate_plan(const plan::Plan& input, plan::ScheduleKind kind,
                                 const SimOptions& options) {
+  HARP_ASSIGN_OR_RETURN(schedule::LoweredPlan lowered, schedule::lower_plan(input, kind));
+  HARP_RETURN_IF_ERROR(lowered.require_drains());
   plan::Plan p = input;
-  // Launch counts stored in the plan belong to its own schedule; another kind derives its own.
-  if (kind != p.schedule)
-    for (auto& s : p.stages) s.launch_count = 0;
+  for (int i = 0; i < p.num_stages(); ++i) p.stages[i].launch_count = lowered.launch_counts[i];
   PlanRun run;
-  run.launch_counts = schedule::launch_counts_for(p, kind);
-  for (int i = 0; i < p.num_stages(); ++i) p.stages[i].launch_count = run.launch_counts[i];
-  HARP_ASSIGN_OR_RETURN(schedule::Schedule compute, schedule::generate_for_plan(p, kind));
-  HARP_ASSIGN_OR_RETURN(schedule::Schedule lowered, schedule::lower(compute));
-  schedule::ValidationResult check = schedule::validate(lowered, schedule::SendMode::kRendezvous);
-  if (!check.ok) return failed_precondition("the schedule does not drain:\n" + check.error);
-  HARP_ASSIGN_OR_RETURN(run.result, simulate(p, lowered, options));
+  run.launch_counts = lowered.launch_counts;
+  HARP_ASSIGN_OR_RETURN(run.result, simulate(p, lowered.lowered, options));
   return run;
 }
 

@@ -29,18 +29,18 @@ double simulated_s(const plan::Plan& p) {
 
 void check_problem(const PlanningProblem& problem, const std::string& name) {
   SCOPED_TRACE(name);
-  StrategyResult harp = run_strategy(problem, "harp", {});
+  StrategyResult harp = run_strategy(problem, plan::Strategy::kHarp, {});
   ASSERT_TRUE(harp.feasible) << harp.reason;
   const double predicted = harp.plan.predicted.iteration_s;
   const double harp_sim = simulated_s(harp.plan);
   EXPECT_LE(harp_sim, predicted * (1 + kAbove)) << plan::plan_to_json(harp.plan).dump();
   EXPECT_GE(harp_sim, predicted * (1 - kBelow)) << plan::plan_to_json(harp.plan).dump();
   EXPECT_GE(harp_sim, problem.lower_bound_s);
-  for (const char* baseline : {"homogeneous", "uniform"}) {
+  for (plan::Strategy baseline : {plan::Strategy::kHomogeneous, plan::Strategy::kUniform}) {
     StrategyResult b = run_strategy(problem, baseline, {});
     if (!b.feasible) continue;  // a baseline that cannot run at all is not faster
-    EXPECT_LE(predicted, b.plan.predicted.iteration_s * (1 + 1e-12)) << baseline;
-    EXPECT_LE(harp_sim, simulated_s(b.plan) * (1 + 1e-9)) << baseline;
+    EXPECT_LE(predicted, b.plan.predicted.iteration_s * (1 + 1e-12)) << plan::strategy_name(baseline);
+    EXPECT_LE(harp_sim, simulated_s(b.plan) * (1 + 1e-9)) << plan::strategy_name(baseline);
   }
 }
 
@@ -56,7 +56,7 @@ TEST(PlannerUnderSimulator, ExampleJobs) {
 
 TEST(PlannerUnderSimulator, MeasuredOpt350Profiles) {
   auto cluster = cluster::load_cluster(std::string(HARP_SOURCE_DIR) + "/examples/clusters/a100_v100_sailor.yaml");
-  auto table = load_cost_table(std::string(HARP_SOURCE_DIR) + "/examples/costs/opt350_sailor_mbs4.json");
+  auto table = cost::load_cost_table(std::string(HARP_SOURCE_DIR) + "/examples/costs/opt350_sailor_mbs4.json");
   ASSERT_TRUE(cluster.ok() && table.ok());
   for (int b : {8, 16, 32, 64}) {
     auto problem = problem_from_table(*cluster, *table, b, "opt350");

@@ -36,7 +36,7 @@ std::string describe_case(const RandomCase& rc) {
     }
   const SearchOptions& o = rc.options;
   s << "options: B " << o.microbatches << " allow_idle " << o.allow_idle_devices << " fixed_order "
-    << o.fixed_order << " harp_schedule " << o.harp_schedule << " max_tp " << o.max_tp << "\n";
+    << o.fixed_order << " schedule " << plan::schedule_kind_name(o.schedule) << " max_tp " << o.max_tp << "\n";
   return s.str();
 }
 
@@ -164,7 +164,7 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only) {
   rc.options.microbatches = chance(0.1) ? pick(1, 2) : pick(3, 12);
   rc.options.allow_idle_devices = chance(0.6);
   rc.options.fixed_order = C == 1 || chance(0.5);
-  rc.options.harp_schedule = chance(0.8);
+  rc.options.schedule = chance(0.8) ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
   return rc;
 }
 

@@ -161,7 +161,7 @@ links:
   EXPECT_TRUE(near_rel(p.predicted.iteration_s, r->iteration_s));
 
   // Standard 1F1B: the same plan (memory does not bind) with launch counts [2, 1].
-  o.harp_schedule = false;
+  o.schedule = plan::ScheduleKind::k1F1B;
   StatusOr<SearchResult> standard = search_pipeline(costs, o);
   ASSERT_TRUE(standard.ok() && standard->feasible);
   EXPECT_EQ(standard->launch_counts, (std::vector<int>{2, 1}));
@@ -241,7 +241,7 @@ links:
 
   // Under standard 1F1B (δ = 1) the head of 8 single V100 stages holds only 10
   // microbatches, so the faster 10-stage plan fits: the schedule decided the structure.
-  o.harp_schedule = false;
+  o.schedule = plan::ScheduleKind::k1F1B;
   StatusOr<SearchResult> standard = search_pipeline(costs, o);
   ASSERT_TRUE(standard.ok() && standard->feasible);
   const std::string standard_text = describe_plan(costs, standard->placements, o);
@@ -391,7 +391,7 @@ links:
   EXPECT_FALSE(r->feasible);
   EXPECT_FALSE(r->infeasible_reason.empty());
   // Standard 1F1B keeps 2 microbatches on the head (400 MiB): feasible on both sides.
-  o.harp_schedule = false;
+  o.schedule = plan::ScheduleKind::k1F1B;
   r = search_pipeline(costs, o);
   ASSERT_TRUE(r.ok());
   EXPECT_TRUE(r->feasible);

@@ -20,7 +20,7 @@
 #include "harp/common/document.h"
 #include "harp/planner/harp_search.h"
 #include "harp/planner/plan_builder.h"
-#include "harp/planner/stage_costs.h"
+#include "harp/cost/stage_costs.h"
 #include "reference/brute_force_planner.h"
 
 
@@ -54,7 +54,7 @@ inline StageCosts::LayerTimes uniform_times(int layers, double per_layer_s) {
 }
 
 inline plan::ScheduleKind schedule_of(const SearchOptions& o) {
-  return o.harp_schedule ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
+  return o.schedule;
 }
 
 inline plan::Plan rebuild(const StageCosts& costs, const std::vector<Placement>& placements,

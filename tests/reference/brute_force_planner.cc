@@ -97,7 +97,7 @@ class Enumerator {
   void score() {
     BuildOptions build;
     build.microbatches = options_.microbatches;
-    build.schedule = options_.harp_schedule ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
+    build.schedule = options_.schedule;
     const plan::Plan plan = build_plan(costs_, pipeline_, build);
     const Seconds t = plan.predicted.iteration_s;
     ++result_.plans_enumerated;

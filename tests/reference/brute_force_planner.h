@@ -11,7 +11,7 @@
 #include "harp/common/units.h"
 #include "harp/planner/harp_search.h"
 #include "harp/planner/plan_builder.h"
-#include "harp/planner/stage_costs.h"
+#include "harp/cost/stage_costs.h"
 
 namespace harp::planner::reference {
 
@@ -32,7 +32,7 @@ struct BruteForceResult {
 };
 
 // Minimises T over the search space that harp_search.h defines, for `options`
-// (microbatches, max_tp, allow_idle_devices, fixed_order, harp_schedule; progress is
+// (microbatches, max_tp, allow_idle_devices, fixed_order, schedule; progress is
 // never called). When `probe` is given, also reports whether that exact plan is enumerated.
 // REQUIRES: options.microbatches >= 1; a small problem (it is exponential).
 BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options,

@@ -44,8 +44,11 @@ RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
                          const runtime::TokenSource& data, int steps, const runtime::ExecConfig& config) {
   RankRun out;
   std::mutex mu;
+  auto lowered = schedule::lower_plan(plan);
+  EXPECT_TRUE(lowered.ok() && lowered->check.ok);
+  if (!lowered.ok()) return out;
   for_each_rank(plan, model, [&](runtime::Comm& comm) {
-    runtime::Executor ex(model, plan, comm, data, config);
+    runtime::Executor ex(model, plan, *lowered, comm, data, config);
     std::vector<double> losses;
     for (int s = 0; s < steps; ++s) losses.push_back(ex.run_step(s).loss);
     std::lock_guard<std::mutex> lock(mu);

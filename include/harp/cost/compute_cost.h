@@ -5,14 +5,10 @@
 
 #include "harp/cluster/cluster.h"
 #include "harp/cost/cost_config.h"
+#include "harp/cost/layer_costs.h"
 #include "harp/model/model_spec.h"
 
 namespace harp::cost {
-
-struct LayerTime {
-  Seconds fwd_s = 0, bwd_s = 0;
-  bool measured = false;  // from a profile DB entry rather than the analytic model
-};
 
 // Time of `layer` for `samples` samples on one device of `device`, the layer split
 // tp ways (tensor parallel inside a node over `intra_node`).

@@ -5,6 +5,8 @@
 #include "harp/common/document.h"
 #include "harp/common/status.h"
 
+#include <string>
+
 namespace harp::cost {
 
 struct CostConfig {
@@ -22,6 +24,9 @@ struct CostConfig {
   double memory_reserve_fraction = 0.1;
   // Per-layer kernel workspace, bytes per device.
   double workspace_bytes = 256.0 * 1024 * 1024;
+  // Profile DB (JSON, docs/file_formats.md) whose measured layer times replace the
+  // roofline where it has the entry; empty: analytic only. Relative to the job file.
+  std::string profile_file;
 };
 
 StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file,

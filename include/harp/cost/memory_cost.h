@@ -4,21 +4,22 @@
 #pragma once
 
 #include "harp/cluster/device.h"
+#include "harp/common/units.h"
 #include "harp/cost/cost_config.h"
-#include "harp/model/model_spec.h"
 
 namespace harp::cost {
 
-struct StageMemory {
-  Bytes static_bytes = 0;      // training state + workspace, per device
-  Bytes activation_bytes = 0;  // per in-flight microbatch, per device
-  Bytes total(int launch_count) const { return static_bytes + launch_count * activation_bytes; }
-};
-
-// Memory of layers [first, last) on one device when a microbatch of `microbatch_size`
-// samples is split over dp replicas and each layer tp ways.
-StageMemory stage_memory(const model::ModelSpec& model, int first, int last, int microbatch_size,
-                         int dp, int tp, const CostConfig& config);
+// Per device: the training state of `param_bytes` of fp16 parameters split tp ways
+// (state_bytes_per_param_byte each), plus the kernel workspace.
+inline Bytes static_memory_bytes(Bytes param_bytes, int tp, const CostConfig& config) {
+  return config.state_bytes_per_param_byte * param_bytes / tp + config.workspace_bytes;
+}
+// Per device and in-flight microbatch: activations of `samples` samples (a replica's
+// share), sharded tp ways (Megatron shards most of them; the replicated LayerNorm
+// inputs are a small part and are ignored).
+inline Bytes activation_memory_bytes(Bytes activation_bytes_per_sample, int samples, int tp) {
+  return activation_bytes_per_sample * samples / tp;
+}
 
 // Optimizer step for `param_bytes` of fp16 parameters split tp ways: memory bound, it
 // reads and writes the training state once.

@@ -15,7 +15,7 @@
 namespace harp::job {
 
 struct PlannerConfig {
-  std::string strategy = "harp";  // harp | uniform | homogeneous
+  plan::Strategy strategy = plan::Strategy::kHarp;  // harp | uniform | homogeneous
   int microbatches = 8;           // B, microbatches per iteration
   int microbatch_size = 1;        // samples per microbatch (split over a stage's dp)
 };

@@ -22,6 +22,12 @@ Prediction closed_form(const Plan& plan);
 // also cuts between nodes of one subcluster, whose links can be slow, so the rule
 // applies to every link that leaves a node (an intra-node link is fast: δ = 1).
 std::vector<int> delta_rule_launch_counts(const Plan& plan, Seconds period_s);
+// δ_i of that rule for one link: 1 inside a node (or under standard 1F1B, harp = false),
+// else 1 if c < P/10, 2 if c < P/2, otherwise 3. The planner's DP uses this same function.
+inline int launch_delta(bool crosses_nodes, Seconds comm_s, Seconds period_s, bool harp = true) {
+  if (!harp || !crosses_nodes) return 1;
+  return comm_s < period_s / 10 ? 1 : comm_s < period_s / 2 ? 2 : 3;
+}
 
 // The launch count of standard 1F1B: min(S - i, B); of GPipe: B.
 std::vector<int> standard_launch_counts(int num_stages, int microbatches, ScheduleKind kind);

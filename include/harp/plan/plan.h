@@ -21,6 +21,15 @@ const char* schedule_kind_name(ScheduleKind kind);  // "gpipe", "1f1b", "harp-1f
 // Parses a schedule name; false if unknown.
 bool parse_schedule_kind(const std::string& name, ScheduleKind* out);
 
+// Who made a plan (docs/planner.md): the exact search with HARP's 1F1B, the Alpa-style
+// search that believes every device is the slowest type, or Megatron's uniform split.
+enum class Strategy { kHarp, kHomogeneous, kUniform };
+const char* strategy_name(Strategy strategy);  // "harp", "homogeneous", "uniform"
+bool parse_strategy(const std::string& name, Strategy* out);
+// Every strategy, in the order reports list them.
+inline constexpr Strategy kAllStrategies[] = {Strategy::kHarp, Strategy::kHomogeneous,
+                                              Strategy::kUniform};
+
 struct Stage {
   int first_layer = -1, last_layer = -1;  // layers [first, last); -1 when not given
   int subcluster = -1;                    // index into the cluster's subclusters; -1 unknown
@@ -43,6 +52,9 @@ struct Stage {
   // Emulation only (cluster devices' emulated_slowdown): the runtime, when asked to
   // emulate, keeps this stage's compute waiting (factor - 1) x its measured time.
   double emulated_slowdown = 1.0;
+  // Where fwd_s and bwd_s came from: "analytic", "profile", "table", "profile+analytic",
+  // "measured" (re-timed by a training run); empty for hand-written plans.
+  std::string cost_source;
 
   Seconds compute_s() const { return fwd_s + bwd_s; }
 };
@@ -65,8 +77,9 @@ struct Plan {
   ScheduleKind schedule = ScheduleKind::k1F1B;
   std::vector<Stage> stages;
   Prediction predicted;
-  std::string strategy;          // "uniform", "harp", "homogeneous", "" for hand-written
+  std::string strategy;          // strategy_name(), or "" for hand-written plans
   double search_wall_s = 0;
+  std::string cost_source;       // the cost source's description (cost/layer_costs.h)
 
   int num_stages() const { return static_cast<int>(stages.size()); }
 };

@@ -20,7 +20,7 @@
 
 #include "harp/common/status.h"
 #include "harp/planner/plan_builder.h"
-#include "harp/planner/stage_costs.h"
+#include "harp/cost/stage_costs.h"
 
 namespace harp::planner {
 
@@ -33,7 +33,9 @@ struct SearchOptions {
   int max_tp = 0;                   // 0: up to devices_per_node (and the cost source)
   bool allow_idle_devices = false;  // false: every device is used (the paper's rule)
   bool fixed_order = true;          // false: also search the order of subclusters
-  bool harp_schedule = true;        // false: δ = 1 everywhere (standard 1F1B)
+  // kHarp1F1B: launch counts from the δ rule; k1F1B: δ = 1 everywhere (standard
+  // 1F1B). GPipe is not searched (its launch count B rarely fits memory).
+  plan::ScheduleKind schedule = plan::ScheduleKind::kHarp1F1B;
   ProgressFn progress;              // optional
 };
 
@@ -50,6 +52,7 @@ struct SearchResult {
   bool feasible = false;
   std::vector<Placement> placements;  // pipeline order
   std::vector<int> launch_counts;
+  plan::Plan plan;                    // built once from the placements (when feasible)
   Seconds iteration_s = 0;            // T of the plan
   Seconds period_s = 0;               // its P
   SearchStats stats;

@@ -9,9 +9,15 @@
 
 #include "harp/common/status.h"
 #include "harp/plan/plan.h"
-#include "harp/planner/stage_costs.h"
+#include "harp/cost/stage_costs.h"
 
 namespace harp::planner {
+
+// The planner reads every figure from the one cost path (cost/stage_costs.h).
+using cost::CostTable;
+using cost::RangeView;
+using cost::StageCosts;
+using cost::StageFigures;
 
 // Where a stage runs: `devices` consecutive devices of subcluster `subcluster` starting
 // at node `first_node`, local device `first_local` (a group inside one node, or whole

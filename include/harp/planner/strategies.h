@@ -12,9 +12,9 @@
 #include "harp/profile/profile_db.h"
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
-#include "harp/planner/cost_table.h"
+#include "harp/cost/cost_table.h"
 #include "harp/planner/harp_search.h"
-#include "harp/planner/stage_costs.h"
+#include "harp/cost/stage_costs.h"
 
 namespace harp::planner {
 
@@ -39,16 +39,19 @@ PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model:
 StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, const CostTable& table,
                                              int microbatches, const std::string& table_file);
 
+using plan::Strategy;
+
 struct StrategyResult {
-  std::string strategy;
+  Strategy strategy = Strategy::kHarp;
   bool feasible = false;
   plan::Plan plan;      // when feasible
   SearchStats stats;    // for the searching strategies
   std::string reason;   // when infeasible: what is short and what would help
 };
 
-// strategy: "harp", "homogeneous" or "uniform".
-StrategyResult run_strategy(const PlanningProblem& problem, const std::string& strategy,
+// Runs one strategy. `options.schedule` is set from the strategy (harp: HARP's 1F1B;
+// the baselines: standard 1F1B); the other options apply to the searching strategies.
+StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
                             const SearchOptions& options);
 
 }  // namespace harp::planner

@@ -24,6 +24,7 @@
 #include "harp/runtime/gpt.h"
 #include "harp/runtime/optimizer.h"
 #include "harp/schedule/action.h"
+#include "harp/schedule/lower_plan.h"
 
 namespace harp::runtime {
 
@@ -51,11 +52,12 @@ struct StepResult {
 
 class Executor {
  public:
-  // Builds this rank's layers from the seed and its action list from the plan.
-  // REQUIRES: layout matches plan; check_plan_matches_model (trainer.h) passed; comm
-  // outlives the executor.
-  Executor(const model::ModelSpec& model, const plan::Plan& plan, Comm& comm,
-           const TokenSource& data, ExecConfig config);
+  // Builds this rank's layers from the seed; runs this rank's list of `lowered`.
+  // REQUIRES: layout matches plan; check_plan_matches_model (trainer.h) passed;
+  // lowered = schedule::lower_plan(plan) and it drains; comm outlives the executor.
+  Executor(const model::ModelSpec& model, const plan::Plan& plan,
+           const schedule::LoweredPlan& lowered, Comm& comm, const TokenSource& data,
+           ExecConfig config);
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
 

@@ -212,7 +212,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp simulate --json",
       "harp plan --job",
       "harp plan --cluster",
-      "harp plan --costs",
+      "harp plan --costs", "harp plan --global-batch", "harp plan --profile",
       "harp plan --strategy",
       "harp plan --compare",
       "harp plan --microbatches",

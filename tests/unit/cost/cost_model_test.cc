@@ -1,10 +1,16 @@
-// Cost model against hand arithmetic: roofline, ring all-reduce, p2p, memory, and the
-// profile DB taking precedence over the analytic estimate.
+// The one cost path against hand arithmetic and direct sums: roofline, ring all-reduce,
+// p2p, memory, the profile DB taking precedence over the analytic estimate, and the
+// range figures of every source equal to a per-layer sum.
 #include <gtest/gtest.h>
 
 #include "harp/cluster/cluster_io.h"
-#include "harp/cost/cost_model.h"
+#include <random>
+
+#include "harp/cost/compute_cost.h"
+#include "harp/cost/stage_costs.h"
 #include "harp/job/job.h"
+#include "harp/plan/plan_io.h"
+#include "harp/planner/strategies.h"
 #include "harp/planner/uniform.h"
 
 namespace harp::cost {
@@ -63,7 +69,7 @@ TEST(ComputeCost, RooflineMemoryBound) {
   EXPECT_DOUBLE_EQ(t.fwd_s, 1e9 / (1555e9 * 0.5));
 }
 
-TEST(CostModel, ProfileDbWinsOverAnalytic) {
+TEST(LayerCosts, ProfileDbWinsOverAnalytic) {
   auto c = test_cluster();
   auto m = model::load_model("gpt-350m");
   ASSERT_TRUE(m.ok());
@@ -73,45 +79,147 @@ TEST(CostModel, ProfileDbWinsOverAnalytic) {
   e.fwd_s = 0.125;
   e.bwd_s = 0.25;
   db.put(e);
-  CostModel costs(c, *m, &db, CostConfig{});
-  LayerTime t = costs.layer_time(1, 5, 2, 1);  // every block shares the signature
-  EXPECT_TRUE(t.measured);
-  EXPECT_DOUBLE_EQ(t.fwd_s, 0.125);
-  EXPECT_FALSE(costs.layer_time(1, 5, 4, 1).measured);  // other microbatch size
-  EXPECT_FALSE(costs.layer_time(0, 5, 2, 1).measured);  // other device
-  // A stage of 3 blocks with dp = 2 runs 2 samples per replica.
-  StageTime st = costs.stage_time(1, 2, 5, 4, 2, 1);
-  EXPECT_EQ(st.measured_layers, 3);
+  ProfiledCosts costs(*m, db, CostConfig{}, "p.json");
+  auto t = costs.time(c, 1, 5, 2, 1);  // every block shares the signature
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->source, CostSource::kProfile);
+  EXPECT_DOUBLE_EQ(t->fwd_s, 0.125);
+  EXPECT_EQ(costs.time(c, 1, 5, 4, 1)->source, CostSource::kAnalytic);  // other microbatch size
+  EXPECT_EQ(costs.time(c, 0, 5, 2, 1)->source, CostSource::kAnalytic);  // other device
+  // A stage of 3 blocks with dp = 2 runs 2 samples per replica: all three measured.
+  StageCosts sc = StageCosts::build(c, costs, 4, 1, CostConfig{});
+  StageFigures st = sc.stage(1, 2, 5, 2, 1);
   EXPECT_DOUBLE_EQ(st.fwd_s, 3 * 0.125);
+  EXPECT_EQ(sc.stage_source(1, 2, 5, 2, 1), "profile");
+  EXPECT_EQ(sc.stage_source(1, 0, 5, 2, 1), "profile+analytic");  // the head has no entry
+  EXPECT_EQ(sc.stage_source(1, 2, 5, 1, 1), "analytic");          // 4 samples: no entry
+  EXPECT_NE(sc.source_description().find("p.json"), std::string::npos);
 }
 
-TEST(CostModel, MemoryByHand) {
+TEST(StageCosts, MemoryByHand) {
+  auto c = test_cluster();
   auto m = model::load_model("gpt-350m");
   CostConfig cfg;
   cfg.workspace_bytes = 0;
-  StageMemory mem = stage_memory(*m, 1, 3, 8, 2, 1, cfg);
+  AnalyticCosts src(*m, cfg);
+  StageCosts sc = StageCosts::build(c, src, 8, 1, cfg);
+  StageFigures f = sc.stage(0, 1, 3, 2, 1);
   const double params = m->layers[1].param_bytes + m->layers[2].param_bytes;
-  EXPECT_DOUBLE_EQ(mem.static_bytes, 8.0 * params);  // 16 bytes per fp16 parameter
-  EXPECT_DOUBLE_EQ(mem.activation_bytes, 4 * (m->layers[1].activation_bytes + m->layers[2].activation_bytes));
-  EXPECT_DOUBLE_EQ(mem.total(3), mem.static_bytes + 3 * mem.activation_bytes);
+  EXPECT_DOUBLE_EQ(f.static_bytes, 8.0 * params);  // 16 bytes per fp16 parameter
+  EXPECT_DOUBLE_EQ(f.activation_bytes, 4 * (m->layers[1].activation_bytes + m->layers[2].activation_bytes));
+  EXPECT_DOUBLE_EQ(f.memory_bytes(3), f.static_bytes + 3 * f.activation_bytes);
 }
 
-TEST(CostModel, AllreduceUsesTheNodeLinkInsideANode) {
+TEST(StageCosts, AllreduceUsesTheNodeLinkInsideANode) {
   auto c = test_cluster();
   auto m = model::load_model("gpt-350m");
-  CostModel costs(c, *m, nullptr, CostConfig{});
+  AnalyticCosts src(*m, CostConfig{});
+  StageCosts sc = StageCosts::build(c, src, 4, 1, CostConfig{});
   const double grads = m->layers[1].param_bytes;
-  EXPECT_DOUBLE_EQ(costs.allreduce_s(0, 1, 2, 4, 1), ring_allreduce_s(grads, 4, c.subclusters[0].intra_node));
-  EXPECT_DOUBLE_EQ(costs.allreduce_s(1, 1, 2, 4, 1), ring_allreduce_s(grads, 4, c.subclusters[1].inter_node));
-  EXPECT_DOUBLE_EQ(costs.allreduce_s(1, 1, 2, 1, 1), 0.0);
+  EXPECT_DOUBLE_EQ(sc.stage(0, 1, 2, 4, 1).allreduce_s, ring_allreduce_s(grads, 4, c.subclusters[0].intra_node));
+  EXPECT_DOUBLE_EQ(sc.stage(1, 1, 2, 4, 1).allreduce_s, ring_allreduce_s(grads, 4, c.subclusters[1].inter_node));
+  EXPECT_DOUBLE_EQ(sc.stage(1, 1, 2, 1, 1).allreduce_s, 0.0);
+}
+
+// The property the planner relies on: for every source, the O(1) range figures equal a
+// direct per-layer sum of that source's numbers (times, bytes, all-reduce, optimizer,
+// memory), over random ranges and shapes.
+TEST(StageCosts, RangeFiguresEqualADirectSumForEverySource) {
+  auto c = test_cluster();
+  auto m = model::load_model("gpt-350m", 2);
+  ASSERT_TRUE(m.ok());
+  const CostConfig cfg;
+  const int mbs = 4;
+  profile::ProfileDb db;
+  for (int i = 1; i < m->num_layers(); i += 3) {
+    profile::ProfileEntry e;
+    e.key = {"V100-32GB", m->layers[i].signature, 2, 1};
+    e.fwd_s = 1e-3 * i;
+    e.bwd_s = 2e-3 * i;
+    db.put(e);
+  }
+  AnalyticCosts analytic(*m, cfg);
+  ProfiledCosts profiled(*m, db, cfg, "db.json");
+  DeviceTimes times;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(1e-4, 1e-2);
+  for (const char* dev : {"V100-32GB", "A100-40GB"})
+    for (int samples : {1, 2, 4}) {
+      LayerTimes t;
+      for (int i = 0; i < m->num_layers(); ++i) {
+        t.fwd_s.push_back(u(rng));
+        t.bwd_s.push_back(u(rng));
+      }
+      times[dev][samples] = t;
+    }
+  TableCosts table(layer_bytes_of(*m), times, "t.json");
+  const LayerCostSource* sources[] = {&analytic, &profiled, &table};
+  for (const LayerCostSource* src : sources) {
+    SCOPED_TRACE(src->describe());
+    const int max_tp = src == &table ? 1 : 2;
+    StageCosts sc = StageCosts::build(c, *src, mbs, max_tp, cfg);
+    std::uniform_int_distribution<int> layer(0, m->num_layers() - 1);
+    for (int trial = 0; trial < 300; ++trial) {
+      int a = layer(rng), b = layer(rng);
+      if (a > b) std::swap(a, b);
+      ++b;
+      const int sub = trial % 2;
+      const int dp = 1 << (trial % 3);  // 1, 2, 4
+      const int tp = 1 << (trial / 3 % max_tp);
+      ASSERT_TRUE(sc.has(sub, dp, tp));
+      const int samples = mbs / dp;
+      double fwd = 0, bwd = 0, params = 0, acts = 0;
+      for (int i = a; i < b; ++i) {
+        auto t = src->time(c, sub, i, samples, tp);
+        ASSERT_TRUE(t.has_value());
+        fwd += t->fwd_s;
+        bwd += t->bwd_s;
+        params += m->layers[i].param_bytes;
+        acts += m->layers[i].activation_bytes;
+      }
+      StageFigures f = sc.stage(sub, a, b, dp, tp);
+      EXPECT_NEAR(f.fwd_s, fwd, 1e-12 * (1 + fwd));
+      EXPECT_NEAR(f.bwd_s, bwd, 1e-12 * (1 + bwd));
+      EXPECT_DOUBLE_EQ(f.allreduce_s, dp_allreduce_s(params, dp, tp, c.subclusters[sub]));
+      EXPECT_NEAR(f.optimizer_s, optimizer_step_s(params, tp, c.device_of(sub), cfg), 1e-15);
+      EXPECT_NEAR(f.static_bytes, cfg.state_bytes_per_param_byte * params / tp + cfg.workspace_bytes, 1e-3);
+      EXPECT_NEAR(f.activation_bytes, acts * samples / tp, 1e-3);
+      EXPECT_DOUBLE_EQ(sc.cut_bytes(b - 1), m->layers[b - 1].output_bytes * mbs);
+    }
+  }
+  // A table has no tp = 2 entries: those shapes are absent, not guessed.
+  StageCosts no_tp = StageCosts::build(c, table, mbs, 2, cfg);
+  EXPECT_FALSE(no_tp.has(0, 1, 2));
+}
+
+TEST(StageCosts, PlanRecordsItsCostSources) {
+  auto c = test_cluster();
+  auto m = model::load_model("gpt-350m");
+  profile::ProfileDb db;
+  profile::ProfileEntry e;
+  e.key = {"V100-32GB", m->layers[1].signature, 1, 1};
+  e.fwd_s = 0.01;
+  e.bwd_s = 0.02;
+  db.put(e);
+  CostConfig cfg;
+  cfg.profile_file = "db.json";
+  auto problem = planner::problem_from_model(c, *m, cfg, &db, 8, 4, 1);
+  auto r = planner::run_strategy(problem, plan::Strategy::kUniform, {});
+  ASSERT_TRUE(r.feasible) << r.reason;
+  EXPECT_NE(r.plan.cost_source.find("db.json"), std::string::npos);
+  // The V100 node runs dp = 4 on 1 sample each: its blocks are measured, the head is not.
+  EXPECT_EQ(r.plan.stages[0].cost_source, "profile+analytic");
+  EXPECT_EQ(r.plan.stages[1].cost_source, "analytic");
+  auto j = plan::plan_to_json(r.plan);
+  EXPECT_EQ(j["stages"][0]["cost_source"], "profile+analytic");
 }
 
 TEST(UniformPlan, OneStagePerNodeEqualLayers) {
   auto c = test_cluster();
   auto m = model::load_model("gpt-350m", 2);  // 50 layers over 3 nodes: 17, 17, 16
   ASSERT_TRUE(m.ok());
-  CostModel model_costs(c, *m, nullptr, CostConfig{});
-  auto costs = planner::StageCosts::from_cost_model(model_costs, 4, 4);
+  AnalyticCosts src(*m, CostConfig{});
+  auto costs = StageCosts::build(c, src, 4, 4, CostConfig{});
   planner::BuildOptions o;
   o.microbatches = 16;
   auto p = planner::plan_uniform(costs, o);
@@ -138,11 +246,10 @@ TEST(UniformPlan, MoreNodesThanLayersIsInfeasible) {
   g.num_blocks = 1;
   g.granularity = 1;
   auto m = model::build_gpt(g);  // 3 layers, 3 nodes: fits exactly
-  CostModel model_costs(c, *m, nullptr, CostConfig{});
-  EXPECT_TRUE(planner::plan_uniform(planner::StageCosts::from_cost_model(model_costs, 4, 4), {}).ok());
+  AnalyticCosts src(*m, CostConfig{});
+  EXPECT_TRUE(planner::plan_uniform(StageCosts::build(c, src, 4, 4, CostConfig{}), {}).ok());
   c.subclusters[1].nodes = 3;
-  CostModel more_nodes(c, *m, nullptr, CostConfig{});
-  auto p = planner::plan_uniform(planner::StageCosts::from_cost_model(more_nodes, 4, 4), {});
+  auto p = planner::plan_uniform(StageCosts::build(c, src, 4, 4, CostConfig{}), {});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInfeasible);
 }

@@ -1,10 +1,7 @@
 // Prefix sums over the layer sequence so a search asks for any range in O(1).
-#include "harp/planner/stage_costs.h"
+#include "harp/cost/stage_costs.h"
 
-#include "harp/cost/comm_cost.h"
-#include "harp/cost/memory_cost.h"
-
-namespace harp::planner {
+namespace harp::cost {
 namespace {
 
 std::vector<Seconds> prefix_of(const std::vector<Seconds>& v) {
@@ -15,17 +12,16 @@ std::vector<Seconds> prefix_of(const std::vector<Seconds>& v) {
 
 }  // namespace
 
-StageCosts StageCosts::from_cost_model(const cost::CostModel& costs, int microbatch_size,
-                                       int max_tp) {
+StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSource& source,
+                             int microbatch_size, int max_tp, const CostConfig& config) {
   StageCosts s;
-  s.cluster_ = costs.cluster();
-  s.config_ = costs.config();
+  s.cluster_ = cluster;
+  s.config_ = config;
   s.microbatch_size_ = microbatch_size;
   s.max_tp_ = max_tp;
-  const auto& model = costs.model();
-  const int L = model.num_layers();
-  for (const auto& l : model.layers)
-    s.layers_.push_back({l.param_bytes, l.activation_bytes, l.output_bytes});
+  s.layers_ = source.layers();
+  s.source_description_ = source.describe();
+  const int L = static_cast<int>(s.layers_.size());
   for (int sub = 0; sub < static_cast<int>(s.cluster_.subclusters.size()); ++sub) {
     const std::string& dev = s.cluster_.subclusters[sub].device;
     for (int dp = 1; dp <= microbatch_size; ++dp) {
@@ -35,12 +31,25 @@ StageCosts StageCosts::from_cost_model(const cost::CostModel& costs, int microba
         auto key = std::make_tuple(dev, samples, tp);
         if (s.prefixes_.count(key)) continue;
         std::vector<Seconds> f(L), b(L);
-        for (int i = 0; i < L; ++i) {
-          cost::LayerTime t = costs.layer_time(sub, i, samples, tp);
-          f[i] = t.fwd_s;
-          b[i] = t.bwd_s;
+        Prefix p;
+        p.profiled.assign(L + 1, 0);
+        bool complete = true;
+        for (int i = 0; i < L && complete; ++i) {
+          std::optional<LayerTime> t = source.time(s.cluster_, sub, i, samples, tp);
+          if (!t) {
+            complete = false;
+            break;
+          }
+          f[i] = t->fwd_s;
+          b[i] = t->bwd_s;
+          const bool profiled = t->source == CostSource::kProfile;
+          p.profiled[i + 1] = p.profiled[i] + (profiled ? 1 : 0);
+          if (!profiled) p.base = t->source;
         }
-        s.prefixes_[key] = Prefix{prefix_of(f), prefix_of(b)};
+        if (!complete) continue;
+        p.fwd = prefix_of(f);
+        p.bwd = prefix_of(b);
+        s.prefixes_[key] = std::move(p);
       }
     }
   }
@@ -49,19 +58,9 @@ StageCosts StageCosts::from_cost_model(const cost::CostModel& costs, int microba
 }
 
 StageCosts StageCosts::from_tables(const cluster::Cluster& cluster, std::vector<LayerBytes> layers,
-                                   const std::map<std::string, std::map<int, LayerTimes>>& times,
-                                   int microbatch_size, const cost::CostConfig& config) {
-  StageCosts s;
-  s.cluster_ = cluster;
-  s.config_ = config;
-  s.microbatch_size_ = microbatch_size;
-  s.max_tp_ = 1;
-  s.layers_ = std::move(layers);
-  for (const auto& [dev, by_samples] : times)
-    for (const auto& [samples, t] : by_samples)
-      s.prefixes_[std::make_tuple(dev, samples, 1)] = Prefix{prefix_of(t.fwd_s), prefix_of(t.bwd_s)};
-  s.build_byte_prefixes();
-  return s;
+                                   const DeviceTimes& times, int microbatch_size, const CostConfig& config) {
+  TableCosts table(std::move(layers), times, "(given)");
+  return build(cluster, table, microbatch_size, 1, config);
 }
 
 void StageCosts::build_byte_prefixes() {
@@ -100,16 +99,24 @@ RangeView StageCosts::view(int sub, int dp, int tp) const {
   v.sub_ = sub;
   v.dp_ = dp;
   v.tp_ = tp;
-  v.allreduce_ = cost::dp_allreduce_time(dp, tp, cluster_.subclusters[sub]);
-  v.opt_per_param_byte_ = cost::optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
-  v.state_per_param_byte_ = config_.state_bytes_per_param_byte / tp;
-  v.workspace_bytes_ = config_.workspace_bytes;
-  v.act_scale_ = static_cast<double>(microbatch_size_ / dp) / tp;
+  v.samples_ = microbatch_size_ / dp;
+  v.allreduce_ = dp_allreduce_time(dp, tp, cluster_.subclusters[sub]);
+  v.opt_per_param_byte_ = optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
+  v.config_ = &config_;
   return v;
 }
 
 StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp) const {
   return view(sub, dp, tp).at(first, last);
+}
+
+std::string StageCosts::stage_source(int sub, int first, int last, int dp, int tp) const {
+  const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
+  HARP_CHECK(p != nullptr) << "no times for " << missing_entry(sub, dp, tp);
+  const int profiled = p->profiled[last] - p->profiled[first];
+  if (profiled == last - first) return cost_source_name(CostSource::kProfile);
+  if (profiled == 0) return cost_source_name(p->base);
+  return std::string(cost_source_name(CostSource::kProfile)) + "+" + cost_source_name(p->base);
 }
 
 StageFigures RangeView::at(int first, int last) const {
@@ -134,4 +141,4 @@ Seconds StageCosts::single_device_s(int sub) const {
   return p->fwd.back() + p->bwd.back();
 }
 
-}  // namespace harp::planner
+}  // namespace harp::cost

@@ -1,8 +1,9 @@
 // StageCosts: everything a search needs about a candidate stage, answered in O(1) from
 // prefix sums: compute time of a layer range on a subcluster's mesh, the all-reduce and
-// optimizer terms, memory, and the bytes crossing a cut. Built once per problem from
-// either the cost model (analytic + profile DB) or an explicit cost table (cost_table.h),
-// so every strategy and the brute-force reference see identical numbers.
+// optimizer terms, memory, and the bytes crossing a cut. Built once per problem from one
+// layer cost source (layer_costs.h: analytic, profile DB, cost table), so every strategy,
+// the brute-force reference and the plan builder see identical numbers. This is the only
+// place that sums layer figures over a range.
 //
 // Thread-safe for concurrent const calls.
 #pragma once
@@ -16,9 +17,11 @@
 #include "harp/common/status.h"
 #include "harp/cost/comm_cost.h"
 #include "harp/cost/cost_config.h"
-#include "harp/cost/cost_model.h"
+#include "harp/cost/cost_table.h"
+#include "harp/cost/layer_costs.h"
+#include "harp/cost/memory_cost.h"
 
-namespace harp::planner {
+namespace harp::cost {
 
 struct StageFigures {
   Seconds fwd_s = 0, bwd_s = 0;
@@ -44,10 +47,10 @@ class RangeView {
     return (fwd_[last] - fwd_[first]) + (bwd_[last] - bwd_[first]);
   }
   Bytes static_bytes(int first, int last) const {
-    return state_per_param_byte_ * (params_[last] - params_[first]) + workspace_bytes_;
+    return static_memory_bytes(params_[last] - params_[first], tp_, *config_);
   }
   Bytes activation_bytes(int first, int last) const {
-    return (acts_[last] - acts_[first]) * act_scale_;
+    return activation_memory_bytes(acts_[last] - acts_[first], samples_, tp_);
   }
   // All-reduce plus optimizer step of the range.
   Seconds end_s(int first, int last) const {
@@ -57,38 +60,34 @@ class RangeView {
 
  private:
   friend class StageCosts;
-  cost::AffineTime allreduce_;
+  AffineTime allreduce_;
   Seconds opt_per_param_byte_ = 0;
-  double state_per_param_byte_ = 0, workspace_bytes_ = 0, act_scale_ = 0;
+  const CostConfig* config_ = nullptr;
   const Seconds* fwd_ = nullptr;
   const Seconds* bwd_ = nullptr;
   const Bytes* params_ = nullptr;
   const Bytes* acts_ = nullptr;
-  int sub_ = 0, dp_ = 1, tp_ = 1;
+  int sub_ = 0, dp_ = 1, tp_ = 1, samples_ = 1;
 };
 
 class StageCosts {
  public:
-  // Per-layer figures every source provides (per sample).
-  struct LayerBytes {
-    Bytes param_bytes = 0, activation_bytes = 0, output_bytes = 0;
-  };
-  // Forward and backward seconds of every layer for one (device type, samples, tp).
-  struct LayerTimes {
-    std::vector<Seconds> fwd_s, bwd_s;
-  };
+  using LayerBytes = cost::LayerBytes;
+  using LayerTimes = cost::LayerTimes;
 
-  // From the cost model: layer times for every samples = microbatch_size / dp with dp
-  // dividing microbatch_size, and every power-of-two tp up to max_tp.
-  static StageCosts from_cost_model(const cost::CostModel& costs, int microbatch_size, int max_tp);
+  // Layer times from `source` for every samples = microbatch_size / dp with dp dividing
+  // microbatch_size and every power-of-two tp up to max_tp; a (device, samples, tp) for
+  // which the source lacks any layer is left out (has() is false for it).
+  static StageCosts build(const cluster::Cluster& cluster, const LayerCostSource& source,
+                          int microbatch_size, int max_tp, const CostConfig& config);
 
-  // From explicit tables: `times[device][samples]` (tp = 1 only).
+  // The same from explicit tables: `times[device][samples]` (tp = 1 only).
   static StageCosts from_tables(const cluster::Cluster& cluster, std::vector<LayerBytes> layers,
-                                const std::map<std::string, std::map<int, LayerTimes>>& times,
-                                int microbatch_size, const cost::CostConfig& config);
+                                const DeviceTimes& times, int microbatch_size, const CostConfig& config);
 
   const cluster::Cluster& cluster() const { return cluster_; }
-  const cost::CostConfig& config() const { return config_; }
+  const CostConfig& config() const { return config_; }
+  const std::string& source_description() const { return source_description_; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   int microbatch_size() const { return microbatch_size_; }
   int max_tp() const { return max_tp_; }
@@ -105,6 +104,10 @@ class StageCosts {
   // Bytes crossing a cut after layer `layer` for one microbatch.
   Bytes cut_bytes(int layer) const { return layers_[layer].output_bytes * microbatch_size_; }
   Bytes usable_memory_bytes(int sub) const;
+  // Where the times of a stage came from: "analytic", "profile", "table", or
+  // "profile+analytic" when a profile DB covered only some of its layers.
+  // REQUIRES: has(sub, dp, tp).
+  std::string stage_source(int sub, int first, int last, int dp, int tp) const;
   // Time of one layer range per microbatch on one device of `sub` with dp = tp = 1 and
   // the whole microbatch (for lower bounds). REQUIRES has(sub, 1, 1).
   Seconds single_device_s(int sub) const;
@@ -113,12 +116,15 @@ class StageCosts {
   friend class RangeView;
   struct Prefix {
     std::vector<Seconds> fwd, bwd;  // size L + 1
+    std::vector<int> profiled;      // size L + 1: layers whose time came from a profile DB
+    CostSource base = CostSource::kAnalytic;  // the source of the other layers
   };
   const Prefix* prefix(int sub, int samples, int tp) const;
   void build_byte_prefixes();
 
   cluster::Cluster cluster_;
-  cost::CostConfig config_;
+  CostConfig config_;
+  std::string source_description_;
   int microbatch_size_ = 1;
   int max_tp_ = 1;
   std::vector<LayerBytes> layers_;
@@ -127,4 +133,4 @@ class StageCosts {
   std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;
 };
 
-}  // namespace harp::planner
+}  // namespace harp::cost

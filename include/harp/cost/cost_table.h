@@ -17,15 +17,36 @@
 #include "harp/cluster/cluster.h"
 #include "harp/common/document.h"
 #include "harp/common/status.h"
-#include "harp/planner/stage_costs.h"
+#include "harp/cost/layer_costs.h"
 
-namespace harp::planner {
+namespace harp::cost {
+
+// Forward and backward seconds of every layer for one (device type, samples), tp = 1.
+struct LayerTimes {
+  std::vector<Seconds> fwd_s, bwd_s;
+};
+using DeviceTimes = std::map<std::string, std::map<int, LayerTimes>>;  // device -> samples
 
 struct CostTable {
   int microbatch_size = 1;
   std::vector<std::string> layer_names;
-  std::vector<StageCosts::LayerBytes> layers;
-  std::map<std::string, std::map<int, StageCosts::LayerTimes>> times;  // device -> samples
+  std::vector<LayerBytes> layers;
+  DeviceTimes times;
+};
+
+// The table as a cost source: entries for tp = 1 and the samples it lists.
+class TableCosts : public LayerCostSource {
+ public:
+  TableCosts(std::vector<LayerBytes> layers, DeviceTimes times, std::string file);
+  const std::vector<LayerBytes>& layers() const override { return layers_; }
+  std::optional<LayerTime> time(const cluster::Cluster& cluster, int sub, int layer, int samples,
+                                int tp) const override;
+  std::string describe() const override { return "cost table " + file_; }
+
+ private:
+  std::vector<LayerBytes> layers_;
+  DeviceTimes times_;
+  std::string file_;
 };
 
 StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file);
@@ -36,4 +57,4 @@ StatusOr<CostTable> load_cost_table(const std::string& file);
 Status check_cost_table(const CostTable& table, const cluster::Cluster& cluster,
                         const std::string& file);
 
-}  // namespace harp::planner
+}  // namespace harp::cost

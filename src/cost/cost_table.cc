@@ -1,9 +1,9 @@
 // Cost table parsing and validation; messages name the file, the field path and the fix.
-#include "harp/planner/cost_table.h"
+#include "harp/cost/cost_table.h"
 
 #include "harp/common/fields.h"
 
-namespace harp::planner {
+namespace harp::cost {
 namespace {
 
 Status read_times(const Json& node, const std::string& file, const std::string& path, size_t L,
@@ -23,6 +23,23 @@ Status read_times(const Json& node, const std::string& file, const std::string& 
 
 }  // namespace
 
+TableCosts::TableCosts(std::vector<LayerBytes> layers, DeviceTimes times, std::string file)
+    : layers_(std::move(layers)), times_(std::move(times)), file_(std::move(file)) {}
+
+std::optional<LayerTime> TableCosts::time(const cluster::Cluster& cluster, int sub, int layer,
+                                          int samples, int tp) const {
+  if (tp != 1) return std::nullopt;
+  auto dev = times_.find(real_device(cluster.subclusters.at(sub).device));
+  if (dev == times_.end()) return std::nullopt;
+  auto entry = dev->second.find(samples);
+  if (entry == dev->second.end()) return std::nullopt;
+  LayerTime t;
+  t.fwd_s = entry->second.fwd_s.at(layer);
+  t.bwd_s = entry->second.bwd_s.at(layer);
+  t.source = CostSource::kTable;
+  return t;
+}
+
 StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) {
   FieldReader r(node, file, "");
   if (r.failed()) return r.finish();
@@ -40,7 +57,7 @@ StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) 
   for (size_t i = 0; i < layers->size(); ++i) {
     FieldReader lr((*layers)[i], file, "layers[" + std::to_string(i) + "]");
     t.layer_names.push_back(lr.string("name", "layer" + std::to_string(i)));
-    StageCosts::LayerBytes b;
+    LayerBytes b;
     b.param_bytes = lr.non_negative("param_bytes");
     b.output_bytes = lr.non_negative("output_bytes");
     b.activation_bytes = lr.non_negative("activation_bytes");
@@ -77,7 +94,7 @@ StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) 
       if (fwd == nullptr || bwd == nullptr)
         return field_error(file, kpath + (fwd ? ".bwd_s" : ".fwd_s"), "", "is required",
                            "give fwd_s and bwd_s lists with one time per layer");
-      StageCosts::LayerTimes lt;
+      LayerTimes lt;
       HARP_RETURN_IF_ERROR(read_times(*fwd, file, kpath + ".fwd_s", t.layers.size(), &lt.fwd_s));
       HARP_RETURN_IF_ERROR(read_times(*bwd, file, kpath + ".bwd_s", t.layers.size(), &lt.bwd_s));
       t.times[dev][samples] = std::move(lt);
@@ -109,4 +126,4 @@ Status check_cost_table(const CostTable& table, const cluster::Cluster& cluster,
   return Status();
 }
 
-}  // namespace harp::planner
+}  // namespace harp::cost

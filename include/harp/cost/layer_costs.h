@@ -1,0 +1,102 @@
+// Per-layer cost sources: where the planner's numbers come from. One interface, three
+// implementations: the analytic roofline (compute_cost.h), a profile DB with the
+// roofline for what it lacks, and an explicit cost table (cost_table.h). StageCosts
+// (stage_costs.h) turns any of them into O(1) range figures; nothing else sums layers.
+//
+// Thread-safe for concurrent const calls.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "harp/cluster/cluster.h"
+#include "harp/cost/cost_config.h"
+#include "harp/model/model_spec.h"
+#include "harp/profile/profile_db.h"
+
+namespace harp::cost {
+
+// Where one layer time came from; a plan records it per stage.
+enum class CostSource { kAnalytic, kProfile, kTable };
+const char* cost_source_name(CostSource source);  // "analytic", "profile", "table"
+
+// Per-sample byte figures of one layer.
+struct LayerBytes {
+  Bytes param_bytes = 0;       // parameters owned (fp16)
+  Bytes activation_bytes = 0;  // kept for backward per in-flight microbatch
+  Bytes output_bytes = 0;      // crosses a cut placed after the layer
+};
+
+struct LayerTime {
+  Seconds fwd_s = 0, bwd_s = 0;
+  CostSource source = CostSource::kAnalytic;
+};
+
+class LayerCostSource {
+ public:
+  virtual ~LayerCostSource() = default;
+  // One entry per layer of the sequence; its size is L.
+  virtual const std::vector<LayerBytes>& layers() const = 0;
+  // Time of `layer` for `samples` samples, split tp ways, on one device of subcluster
+  // `sub` of `cluster`; nullopt when the source has no entry for it.
+  virtual std::optional<LayerTime> time(const cluster::Cluster& cluster, int sub, int layer,
+                                        int samples, int tp) const = 0;
+  // One line for reports: "analytic roofline", "profile DB p.json (roofline for ...)".
+  virtual std::string describe() const = 0;
+
+  // Looks up `view_device` as `real_device` (a planning view that renames device types,
+  // e.g. the homogeneous baseline, still finds the measured entries).
+  void alias_device(const std::string& view_device, const std::string& real_device) {
+    aliases_[view_device] = real_device;
+  }
+
+ protected:
+  const std::string& real_device(const std::string& name) const {
+    auto it = aliases_.find(name);
+    return it == aliases_.end() ? name : it->second;
+  }
+
+ private:
+  std::map<std::string, std::string> aliases_;
+};
+
+std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model);
+
+// The roofline for every layer, device, samples and tp.
+class AnalyticCosts : public LayerCostSource {
+ public:
+  // REQUIRES: model outlives the source.
+  AnalyticCosts(const model::ModelSpec& model, CostConfig config);
+  const std::vector<LayerBytes>& layers() const override { return bytes_; }
+  std::optional<LayerTime> time(const cluster::Cluster& cluster, int sub, int layer, int samples,
+                                int tp) const override;
+  std::string describe() const override { return "analytic roofline"; }
+
+ private:
+  const model::ModelSpec& model_;
+  CostConfig config_;
+  std::vector<LayerBytes> bytes_;
+};
+
+// Profile DB entries keyed by (device type, layer signature, samples, tp); the roofline
+// for any key the DB lacks (recorded as kAnalytic, so a plan shows the mix).
+class ProfiledCosts : public LayerCostSource {
+ public:
+  // REQUIRES: model and db outlive the source. `file` names the DB in reports.
+  ProfiledCosts(const model::ModelSpec& model, const profile::ProfileDb& db, CostConfig config,
+                std::string file);
+  const std::vector<LayerBytes>& layers() const override { return analytic_.layers(); }
+  std::optional<LayerTime> time(const cluster::Cluster& cluster, int sub, int layer, int samples,
+                                int tp) const override;
+  std::string describe() const override;
+
+ private:
+  const model::ModelSpec& model_;
+  const profile::ProfileDb& db_;
+  AnalyticCosts analytic_;
+  std::string file_;
+};
+
+}  // namespace harp::cost

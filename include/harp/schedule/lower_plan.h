@@ -1,0 +1,40 @@
+// The one owner of "plan -> checked, lowered schedule": launch counts for the schedule
+// kind, the compute-only lists, the lowered lists (SEND/RECV, REDUCE_GRAD, STEP) and
+// the strict validator's verdict. The simulator, the runtime and `harp schedule show`
+// each call this once, so all three see the same per-rank lists for the same plan.
+#pragma once
+
+#include <vector>
+
+#include "harp/common/status.h"
+#include "harp/plan/plan.h"
+#include "harp/schedule/action.h"
+#include "harp/schedule/validate.h"
+
+namespace harp::schedule {
+
+struct LoweredPlan {
+  plan::ScheduleKind kind = plan::ScheduleKind::k1F1B;
+  std::vector<int> launch_counts;  // N_i per stage
+  Schedule compute;                // F and B only
+  Schedule lowered;                // what ranks execute, in order
+  ValidationResult check;          // strict (blocking send and receive) matching
+
+  // FailedPrecondition with the validator's grid when the lowered lists do not drain.
+  Status require_drains() const;
+};
+
+// Lowers `plan` under `kind`. Launch counts stored in the plan are used only when `kind`
+// is the plan's own schedule (another kind derives its own: GPipe B, 1F1B min(S-i, B),
+// HARP the δ rule with the plan's P). InvalidArgument when the counts cannot make a
+// schedule; a schedule that does not drain is returned with check.ok == false.
+StatusOr<LoweredPlan> lower_plan(const plan::Plan& plan, plan::ScheduleKind kind);
+inline StatusOr<LoweredPlan> lower_plan(const plan::Plan& plan) { return lower_plan(plan, plan.schedule); }
+
+// The same for explicit launch counts without a plan (`harp schedule show`).
+// REQUIRES: launch_counts.size() == num_stages.
+StatusOr<LoweredPlan> lower_with_launch_counts(int num_stages, int microbatches,
+                                               const std::vector<int>& launch_counts,
+                                               plan::ScheduleKind kind);
+
+}  // namespace harp::schedule

@@ -1,0 +1,43 @@
+// Parsing and printing of the cost section (cost_config.h); messages name the field path.
+#include "harp/cost/cost_config.h"
+
+#include "harp/common/fields.h"
+
+namespace harp::cost {
+
+StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file,
+                                       const std::string& path) {
+  CostConfig c;
+  FieldReader r(node, file, path);
+  c.compute_efficiency = r.positive("compute_efficiency", c.compute_efficiency);
+  c.memory_efficiency = r.positive("memory_efficiency", c.memory_efficiency);
+  c.backward_factor = r.positive("backward_factor", c.backward_factor);
+  c.state_bytes_per_param_byte = r.non_negative("state_bytes_per_param_byte", c.state_bytes_per_param_byte);
+  c.memory_reserve_fraction = r.non_negative("memory_reserve_fraction", c.memory_reserve_fraction);
+  c.workspace_bytes = r.non_negative("workspace_bytes", c.workspace_bytes);
+  c.profile_file = r.string("profile", "");
+  if (!c.profile_file.empty()) c.profile_file = resolve_relative_to(file, c.profile_file);
+  if (!r.failed() && c.compute_efficiency > 1)
+    r.fail("compute_efficiency", Json(c.compute_efficiency).dump(), "must be at most 1",
+           "use a fraction of peak such as 0.5");
+  if (!r.failed() && c.memory_efficiency > 1)
+    r.fail("memory_efficiency", Json(c.memory_efficiency).dump(), "must be at most 1",
+           "use a fraction of peak such as 0.7");
+  if (!r.failed() && c.memory_reserve_fraction >= 1)
+    r.fail("memory_reserve_fraction", Json(c.memory_reserve_fraction).dump(),
+           "must be below 1", "use a small fraction such as 0.1");
+  HARP_RETURN_IF_ERROR(r.finish());
+  return c;
+}
+
+Json cost_config_to_json(const CostConfig& c) {
+  return {{"compute_efficiency", c.compute_efficiency},
+          {"memory_efficiency", c.memory_efficiency},
+          {"backward_factor", c.backward_factor},
+          {"state_bytes_per_param_byte", c.state_bytes_per_param_byte},
+          {"memory_reserve_fraction", c.memory_reserve_fraction},
+          {"workspace_bytes", c.workspace_bytes},
+          {"profile", c.profile_file}};
+}
+
+}  // namespace harp::cost

@@ -1,0 +1,137 @@
+// The planning recipe (see plan_job.h).
+#include "harp/planner/plan_job.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+
+#include "harp/profile/profile_db.h"
+
+namespace harp::planner {
+namespace {
+
+std::string label_of(int k, int b, int mbs) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "k = %d, B = %d x %d", k, b, mbs);
+  return buf;
+}
+
+SearchOptions search_options(const PlanRequest& r) {
+  SearchOptions s;
+  s.max_tp = r.max_tp;
+  s.allow_idle_devices = r.allow_idle_devices;
+  s.fixed_order = r.fixed_order;
+  s.progress = r.progress;
+  return s;
+}
+
+bool faster(const StrategyResult& a, const StrategyResult& b) {
+  return a.feasible && (!b.feasible || a.plan.predicted.iteration_s < b.plan.predicted.iteration_s);
+}
+
+// Keeps the faster of `best` and the new candidate; ties keep the earlier one.
+void keep_best(std::optional<PlanOutcome>& best, PlanningProblem problem, StrategyResult result,
+               std::string label) {
+  if (best && !faster(result, best->result)) return;
+  best = PlanOutcome{std::move(problem), std::move(result), std::move(label), {}};
+}
+
+void finish(PlanOutcome& o, const PlanRequest& r) {
+  if (!r.compare) return;
+  const SearchOptions search = search_options(r);
+  for (Strategy s : plan::kAllStrategies)
+    o.compared.push_back(s == o.result.strategy ? o.result : run_strategy(o.problem, s, search));
+}
+
+}  // namespace
+
+int max_tp_for(const cluster::Cluster& cluster, int max_tp) {
+  int tp = 1;
+  for (const auto& s : cluster.subclusters)
+    while (tp * 2 <= s.devices_per_node) tp *= 2;
+  return max_tp > 0 ? std::min(tp, max_tp) : tp;
+}
+
+StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) {
+  const Strategy strategy = request.compare ? Strategy::kHarp : request.strategy.value_or(job.planner.strategy);
+  const std::string profile_file = request.profile_file.empty() ? job.cost.profile_file : request.profile_file;
+  std::optional<profile::ProfileDb> db;
+  if (!profile_file.empty()) {
+    HARP_ASSIGN_OR_RETURN(profile::ProfileDb loaded, profile::load_profile_db(profile_file));
+    db = std::move(loaded);
+  }
+  cost::CostConfig config = job.cost;
+  config.profile_file = profile_file;
+
+  const int global_batch = job.planner.microbatches * job.planner.microbatch_size;
+  const int k_opt = request.granularity.value_or(job.model.gpt.granularity);
+  std::vector<int> ks = k_opt == 0 ? std::vector<int>{1, 2, 3, 4} : std::vector<int>{k_opt};
+  // (B, microbatch size) candidates.
+  std::vector<std::pair<int, int>> bs;
+  if (!request.microbatches) {
+    bs.emplace_back(job.planner.microbatches, job.planner.microbatch_size);
+  } else if (*request.microbatches == 0) {
+    for (int b = 1; b <= global_batch; b *= 2)
+      if (global_batch % b == 0) bs.emplace_back(b, global_batch / b);
+  } else {
+    const int b = *request.microbatches;
+    if (b < 1 || global_batch % b != 0)
+      return invalid_argument("microbatches " + std::to_string(b) + " does not divide the global batch of " +
+                              std::to_string(global_batch) + " samples (planner.microbatches x " +
+                              "planner.microbatch_size in " + job.file + "); use a divisor or auto");
+    bs.emplace_back(b, global_batch / b);
+  }
+  const int max_tp = max_tp_for(job.cluster, request.max_tp);
+  const bool sweep = ks.size() * bs.size() > 1;
+  const SearchOptions search = search_options(request);
+  std::optional<PlanOutcome> best;
+  for (int k : ks) {
+    model::GptConfig g = job.model.gpt;
+    g.granularity = k;
+    HARP_ASSIGN_OR_RETURN(model::ModelSpec m, model::build_gpt(g, job.file, "model"));
+    for (auto [b, mbs] : bs) {
+      PlanningProblem problem =
+          problem_from_model(job.cluster, m, config, db ? &*db : nullptr, b, mbs, max_tp);
+      StrategyResult r = run_strategy(problem, strategy, search);
+      const std::string label = sweep ? label_of(k, b, mbs) : "";
+      if (sweep && request.on_candidate) request.on_candidate(label, r);
+      keep_best(best, std::move(problem), std::move(r), label);
+    }
+  }
+  finish(*best, request);
+  return std::move(*best);
+}
+
+StatusOr<PlanOutcome> plan_tables(const cluster::Cluster& cluster,
+                                  const std::vector<cost::CostTable>& tables,
+                                  const std::vector<std::string>& files, int microbatches,
+                                  int global_batch, const PlanRequest& request) {
+  HARP_CHECK(!tables.empty() && tables.size() == files.size());
+  HARP_CHECK(microbatches > 0 || global_batch > 0);
+  const Strategy strategy = request.compare ? Strategy::kHarp : request.strategy.value_or(Strategy::kHarp);
+  const SearchOptions search = search_options(request);
+  const bool sweep = tables.size() > 1;
+  std::optional<PlanOutcome> best;
+  std::string skipped;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    const int mbs = tables[i].microbatch_size;
+    if (microbatches <= 0 && global_batch % mbs != 0) {
+      skipped += (skipped.empty() ? "" : ", ") + files[i] + " (microbatch size " + std::to_string(mbs) + ")";
+      continue;
+    }
+    const int b = microbatches > 0 ? microbatches : global_batch / mbs;
+    HARP_ASSIGN_OR_RETURN(PlanningProblem problem, problem_from_table(cluster, tables[i], b, files[i]));
+    StrategyResult r = run_strategy(problem, strategy, search);
+    const std::string label = sweep ? files[i] + ": B = " + std::to_string(b) + " x " + std::to_string(mbs) : "";
+    if (sweep && request.on_candidate) request.on_candidate(label, r);
+    keep_best(best, std::move(problem), std::move(r), label);
+  }
+  if (!best)
+    return invalid_argument("the global batch of " + std::to_string(global_batch) +
+                            " samples is not a multiple of the microbatch size of any cost table: " + skipped +
+                            "; use a global batch they divide");
+  finish(*best, request);
+  return std::move(*best);
+}
+
+}  // namespace harp::planner

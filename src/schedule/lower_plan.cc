@@ -1,0 +1,35 @@
+// Plan -> launch counts -> compute lists -> lowered lists -> strict validation.
+#include "harp/schedule/lower_plan.h"
+
+#include "harp/schedule/generators.h"
+#include "harp/schedule/lowering.h"
+
+namespace harp::schedule {
+
+Status LoweredPlan::require_drains() const {
+  if (check.ok) return Status();
+  return failed_precondition(std::string("the ") + plan::schedule_kind_name(kind) +
+                             " schedule does not drain under strict matching:\n" + check.error);
+}
+
+StatusOr<LoweredPlan> lower_with_launch_counts(int num_stages, int microbatches,
+                                               const std::vector<int>& launch_counts,
+                                               plan::ScheduleKind kind) {
+  LoweredPlan out;
+  out.kind = kind;
+  out.launch_counts = launch_counts;
+  HARP_ASSIGN_OR_RETURN(out.compute, generate_with_launch_counts(num_stages, microbatches, launch_counts));
+  HARP_ASSIGN_OR_RETURN(out.lowered, lower(out.compute));
+  out.check = validate(out.lowered, SendMode::kRendezvous);
+  return out;
+}
+
+StatusOr<LoweredPlan> lower_plan(const plan::Plan& input, plan::ScheduleKind kind) {
+  if (kind == input.schedule)
+    return lower_with_launch_counts(input.num_stages(), input.microbatches, launch_counts_for(input, kind), kind);
+  plan::Plan p = input;
+  for (auto& s : p.stages) s.launch_count = 0;
+  return lower_with_launch_counts(p.num_stages(), p.microbatches, launch_counts_for(p, kind), kind);
+}
+
+}  // namespace harp::schedule
