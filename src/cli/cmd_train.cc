@@ -84,11 +84,9 @@ int run_train(const Opts& o, Context& ctx) {
   t.trace_steps = o.trace_steps;
   t.progress = !o.quiet;
   // Fault injection for the failure tests (docs/runtime.md): die or hang at a step.
-  t.exit_at_step = env_int("HARP_TEST_EXIT_RANK", -1) == rank ? env_int("HARP_TEST_EXIT_STEP", -1) : -1;
-  t.stall_at_step = env_int("HARP_TEST_STALL_RANK", -1) == rank ? env_int("HARP_TEST_STALL_STEP", -1) : -1;
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
   try {
-    auto comm = runtime::Comm::create(runtime::tcp_store_from_env(rank, world, timeout), *layout, timeout,
+    auto comm = runtime::C10dTransport::create(runtime::tcp_store_from_env(rank, world, timeout), *layout, timeout,
                                       m->gpt.tied_embeddings);
     if (rank == 0 && !o.quiet)
       ctx.out << "training " << m->gpt.name << " (k = " << k << ", " << m->num_layers() << " layers) on "

@@ -125,4 +125,51 @@ StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long lo
   return all;
 }
 
+Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, int steps_done,
+                       const plan::Plan& plan) {
+  const RankLayout& l = comm.layout();
+  const std::string sd = checkpoint_step_dir(dir, steps_done);
+  std::error_code ec;
+  std::filesystem::create_directories(sd, ec);
+  if (ec) return io_error(sd + ": cannot create the checkpoint folder: " + ec.message());
+  if (l.dp_rank == 0) {
+    NamedTensors tensors = ex.optimizer().params();
+    for (auto& s : ex.optimizer().state()) tensors.push_back(s);
+    HARP_RETURN_IF_ERROR(write_tensor_file(sd + "/stage_" + std::to_string(l.stage) + ".bin", tensors,
+                                           ex.optimizer().steps_taken()));
+  }
+  comm.barrier("checkpoint of step " + std::to_string(steps_done));
+  if (l.rank == 0) {
+    Json manifest = {{"step", steps_done}, {"stages", plan.num_stages()}, {"microbatches", plan.microbatches},
+                     {"schedule", plan::schedule_kind_name(plan.schedule)}};
+    HARP_RETURN_IF_ERROR(mark_checkpoint_complete(dir, steps_done, manifest.dump(2) + "\n"));
+  }
+  return Status();
+}
+
+Status load_checkpoint(Executor& ex, const std::string& dir, int step) {
+  long long opt_steps = 0;
+  HARP_ASSIGN_OR_RETURN(NamedTensors all, read_checkpoint(dir, step, &opt_steps));
+  std::map<std::string, torch::Tensor> by_name(all.begin(), all.end());
+  torch::NoGradGuard no_grad;
+  NamedTensors state;
+  for (auto& [name, p] : ex.optimizer().params()) {
+    auto it = by_name.find(name);
+    if (it == by_name.end())
+      return not_found(checkpoint_step_dir(dir, step) + ": has no parameter `" + name +
+                       "`; the checkpoint is of another model");
+    if (!it->second.sizes().equals(p.sizes()))
+      return invalid_argument(checkpoint_step_dir(dir, step) + ": parameter `" + name + "` has another shape");
+    p.copy_(it->second);
+    for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
+      auto s = by_name.find(name + suffix);
+      if (s != by_name.end()) state.emplace_back(s->first, s->second);
+    }
+  }
+  std::string error;
+  if (!ex.optimizer().load_state(state, opt_steps, &error))
+    return invalid_argument(checkpoint_step_dir(dir, step) + ": optimizer state: " + error);
+  return Status();
+}
+
 }  // namespace harp::runtime

@@ -1,4 +1,4 @@
-// c10d process groups behind Comm (see comm.h). Gloo matches point-to-point messages by
+// c10d process groups behind C10dTransport (see comm.h). Gloo matches point-to-point messages by
 // (peer, tag); NCCL ignores tags, so correctness never depends on them: the lowered
 // schedule orders every pair's messages consistently (docs/schedule_format.md) and the
 // tag only helps debugging.
@@ -39,89 +39,54 @@ c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store>& store
   return c10::make_intrusive<Gloo>(prefixed, rank, size, options);
 }
 
+// Throws RuntimeFailure("<what>: <reason>"), or just "<reason>" when `what` is empty.
 template <typename Work>
 void wait_or_throw(const Work& work, std::chrono::milliseconds timeout, const std::string& what) {
+  const std::string prefix = what.empty() ? "" : what + ": ";
   try {
-    if (!work->wait(timeout)) throw RuntimeFailure(what + ": timed out after " + std::to_string(timeout.count()) + " ms");
+    if (!work->wait(timeout)) throw RuntimeFailure(prefix + "timed out after " + std::to_string(timeout.count()) + " ms");
   } catch (const RuntimeFailure&) {
     throw;
   } catch (const std::exception& e) {
     std::string msg = e.what();
     const size_t nl = msg.find('\n');
     if (nl != std::string::npos) msg = msg.substr(0, nl);
-    throw RuntimeFailure(what + ": " + msg);
+    throw RuntimeFailure(prefix + msg);
   }
 }
+
+// c10d work as a Transfer::Op.
+class C10dOp : public Transfer::Op {
+ public:
+  explicit C10dOp(WorkPtr work) : work_(std::move(work)) {}
+  void wait(std::chrono::milliseconds timeout) override { wait_or_throw(work_, timeout, ""); }
+
+ private:
+  WorkPtr work_;
+};
 
 }  // namespace
 
-struct Comm::Groups {
+struct C10dTransport::Groups {
   c10::intrusive_ptr<Gloo> world, dp, tied;
 };
 
-StatusOr<RankLayout> layout_for(const plan::Plan& plan, int world_size, int rank) {
-  RankLayout l;
-  l.rank = rank;
-  l.world_size = world_size;
-  int next = 0;
-  std::string shape;
-  for (int s = 0; s < plan.num_stages(); ++s) {
-    const auto& st = plan.stages[s];
-    if (st.tp != 1)
-      return failed_precondition("stage " + std::to_string(s) + " uses tensor parallelism (tp = " +
-                                 std::to_string(st.tp) +
-                                 "); this runtime runs dp x pipeline plans only; plan with --max-tp 1");
-    if (plan.microbatch_size % st.dp != 0)
-      return failed_precondition("stage " + std::to_string(s) + " has dp = " + std::to_string(st.dp) +
-                                 " which does not divide microbatch_size " +
-                                 std::to_string(plan.microbatch_size));
-    std::vector<int> ranks;
-    for (int d = 0; d < st.dp; ++d) ranks.push_back(next++);
-    l.stage_ranks.push_back(ranks);
-    shape += (s ? " + " : "") + std::to_string(st.dp);
-  }
-  if (next != world_size)
-    return failed_precondition("the plan needs " + std::to_string(next) + " ranks (" + shape +
-                               " data-parallel replicas per stage) but WORLD_SIZE is " +
-                               std::to_string(world_size) + "; launch with --nproc " + std::to_string(next));
-  if (rank < 0 || rank >= world_size)
-    return failed_precondition("RANK " + std::to_string(rank) + " is outside [0, " + std::to_string(world_size) + ")");
-  for (int s = 0; s < l.num_stages(); ++s)
-    for (int d = 0; d < static_cast<int>(l.stage_ranks[s].size()); ++d)
-      if (l.stage_ranks[s][d] == rank) {
-        l.stage = s;
-        l.dp_rank = d;
-      }
-  return l;
-}
+C10dTransport::C10dTransport(RankLayout layout, std::chrono::milliseconds timeout)
+    : Transport(std::move(layout), timeout), groups_(std::make_unique<Groups>()) {}
 
-Transfer::Transfer(std::shared_ptr<void> work, std::string what, int peer)
-    : work_(std::move(work)), what_(std::move(what)), peer_(peer) {}
+C10dTransport::~C10dTransport() = default;
 
-void Transfer::wait(std::chrono::milliseconds timeout) {
-  if (!work_) return;
-  auto work = std::static_pointer_cast<WorkPtr>(work_);
-  work_.reset();
-  wait_or_throw(*work, timeout, what_ + " " + std::to_string(peer_));
-}
-
-Comm::Comm(RankLayout layout, std::chrono::milliseconds timeout)
-    : layout_(std::move(layout)), timeout_(timeout), groups_(std::make_unique<Groups>()) {}
-
-Comm::~Comm() = default;
-
-std::unique_ptr<Comm> Comm::create(c10::intrusive_ptr<c10d::Store> store, const RankLayout& layout,
-                                   std::chrono::milliseconds timeout, bool tied_group) {
-  std::unique_ptr<Comm> c(new Comm(layout, timeout));
+std::unique_ptr<C10dTransport> C10dTransport::create(c10::intrusive_ptr<c10d::Store> store,
+                                                     const RankLayout& layout,
+                                                     std::chrono::milliseconds timeout, bool tied_group) {
+  std::unique_ptr<C10dTransport> c(new C10dTransport(layout, timeout));
   c->groups_->world = make_group(store, "world", layout.rank, layout.world_size, timeout);
   const auto& mine = layout.stage_ranks[layout.stage];
   if (mine.size() > 1)
     c->groups_->dp = make_group(store, "dp" + std::to_string(layout.stage), layout.dp_rank,
                                 static_cast<int>(mine.size()), timeout);
   if (tied_group) {
-    std::vector<int> members = layout.stage_ranks.front();
-    if (layout.num_stages() > 1)
-      members.insert(members.end(), layout.stage_ranks.back().begin(), layout.stage_ranks.back().end());
+    const std::vector<int> members = tied_group_members(layout);
     for (int i = 0; i < static_cast<int>(members.size()); ++i)
       if (members[i] == layout.rank)
         c->groups_->tied = make_group(store, "tied", i, static_cast<int>(members.size()), timeout);
@@ -129,38 +94,50 @@ std::unique_ptr<Comm> Comm::create(c10::intrusive_ptr<c10d::Store> store, const 
   return c;
 }
 
-Transfer Comm::isend(torch::Tensor& t, int peer, int tag, const std::string& what) {
-  std::vector<at::Tensor> v{t};
-  auto work = std::make_shared<WorkPtr>(groups_->world->send(v, peer, tag));
-  return Transfer(work, what, peer);
+void C10dTransport::check_open() const {
+  if (!aborted_.empty()) throw RuntimeFailure("aborted: " + aborted_);
 }
 
-Transfer Comm::irecv(torch::Tensor& t, int peer, int tag, const std::string& what) {
-  std::vector<at::Tensor> v{t};
-  auto work = std::make_shared<WorkPtr>(groups_->world->recv(v, peer, tag));
-  return Transfer(work, what, peer);
+void C10dTransport::abort(const std::string& reason) {
+  if (aborted_.empty()) aborted_ = reason.empty() ? "aborted" : reason;
 }
 
-void Comm::allreduce_dp(torch::Tensor& t, const std::string& what) {
+Transfer C10dTransport::isend(torch::Tensor& t, int peer, int tag, const std::string& what) {
+  check_open();
+  std::vector<at::Tensor> v{t};
+  return Transfer(std::make_shared<C10dOp>(groups_->world->send(v, peer, tag)), what, peer);
+}
+
+Transfer C10dTransport::irecv(torch::Tensor& t, int peer, int tag, const std::string& what) {
+  check_open();
+  std::vector<at::Tensor> v{t};
+  return Transfer(std::make_shared<C10dOp>(groups_->world->recv(v, peer, tag)), what, peer);
+}
+
+void C10dTransport::allreduce_dp(torch::Tensor& t, const std::string& what) {
+  check_open();
   if (!groups_->dp) return;
   std::vector<at::Tensor> v{t};
-  wait_or_throw(groups_->dp->allreduce(v), timeout_, what + " (data-parallel group of stage " +
-                                                         std::to_string(layout_.stage) + ")");
+  wait_or_throw(groups_->dp->allreduce(v), timeout(), what + " (data-parallel group of stage " +
+                                                          std::to_string(layout().stage) + ")");
 }
 
-void Comm::allreduce_tied(torch::Tensor& t, const std::string& what) {
-  HARP_CHECK(groups_->tied) << "rank " << layout_.rank << " is not in the tied-embedding group";
+void C10dTransport::allreduce_tied(torch::Tensor& t, const std::string& what) {
+  check_open();
+  HARP_CHECK(groups_->tied) << "rank " << layout().rank << " is not in the tied-embedding group";
   std::vector<at::Tensor> v{t};
-  wait_or_throw(groups_->tied->allreduce(v), timeout_, what + " (tied-embedding group)");
+  wait_or_throw(groups_->tied->allreduce(v), timeout(), what + " (tied-embedding group)");
 }
 
-void Comm::allreduce_world(torch::Tensor& t, const std::string& what) {
+void C10dTransport::allreduce_world(torch::Tensor& t, const std::string& what) {
+  check_open();
   std::vector<at::Tensor> v{t};
-  wait_or_throw(groups_->world->allreduce(v), timeout_, what + " (all ranks)");
+  wait_or_throw(groups_->world->allreduce(v), timeout(), what + " (all ranks)");
 }
 
-void Comm::barrier(const std::string& what) {
-  wait_or_throw(groups_->world->barrier(), timeout_, what + " (all ranks)");
+void C10dTransport::barrier(const std::string& what) {
+  check_open();
+  wait_or_throw(groups_->world->barrier(), timeout(), what + " (all ranks)");
 }
 
 c10::intrusive_ptr<c10d::Store> tcp_store_from_env(int rank, int world_size,

@@ -25,7 +25,7 @@ bool has_tail(const std::vector<GptLayer>& layers) {
 }  // namespace
 
 Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
-                   const schedule::LoweredPlan& lowered, Comm& comm, const TokenSource& data,
+                   const schedule::LoweredPlan& lowered, Transport& comm, const TokenSource& data,
                    ExecConfig config)
     : model_(model), plan_(plan), comm_(comm), data_(data), config_(config), layout_(comm.layout()) {
   const plan::Stage& st = plan.stages[layout_.stage];
@@ -218,6 +218,7 @@ StepResult Executor::run_step(int step, bool trace) {
   const auto begin = std::chrono::steady_clock::now();
   t0_ = begin;
   for (const schedule::Action& a : actions_) {
+    comm_.before_action(step, a);
     const auto start = std::chrono::steady_clock::now();
     switch (a.kind) {
       case schedule::ActionKind::kRecvF: post_recv(a.microbatch, true, step); break;

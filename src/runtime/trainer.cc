@@ -15,6 +15,7 @@
 #include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/checkpoint.h"
+#include "harp/runtime/metrics.h"
 #include "harp/schedule/lower_plan.h"
 
 namespace harp::runtime {
@@ -34,52 +35,6 @@ Json trace_events(const std::vector<std::pair<int, TraceEvent>>& events, int ran
                    {"dur", e.end_us - e.start_us}, {"args", {{"step", step}, {"microbatch", e.action.microbatch}}}});
   }
   return out;
-}
-
-Status save_checkpoint(Executor& ex, Comm& comm, const std::string& dir, int steps_done, const plan::Plan& plan) {
-  const RankLayout& l = comm.layout();
-  const std::string sd = checkpoint_step_dir(dir, steps_done);
-  std::error_code ec;
-  std::filesystem::create_directories(sd, ec);
-  if (ec) return io_error(sd + ": cannot create the checkpoint folder: " + ec.message());
-  if (l.dp_rank == 0) {
-    NamedTensors tensors = ex.optimizer().params();
-    for (auto& s : ex.optimizer().state()) tensors.push_back(s);
-    HARP_RETURN_IF_ERROR(write_tensor_file(sd + "/stage_" + std::to_string(l.stage) + ".bin", tensors,
-                                           ex.optimizer().steps_taken()));
-  }
-  comm.barrier("checkpoint of step " + std::to_string(steps_done));
-  if (l.rank == 0) {
-    Json manifest = {{"step", steps_done}, {"stages", plan.num_stages()}, {"microbatches", plan.microbatches},
-                     {"schedule", plan::schedule_kind_name(plan.schedule)}};
-    HARP_RETURN_IF_ERROR(mark_checkpoint_complete(dir, steps_done, manifest.dump(2) + "\n"));
-  }
-  return Status();
-}
-
-Status load_checkpoint(Executor& ex, const std::string& dir, int step) {
-  long long opt_steps = 0;
-  HARP_ASSIGN_OR_RETURN(NamedTensors all, read_checkpoint(dir, step, &opt_steps));
-  std::map<std::string, torch::Tensor> by_name(all.begin(), all.end());
-  torch::NoGradGuard no_grad;
-  NamedTensors state;
-  for (auto& [name, p] : ex.optimizer().params()) {
-    auto it = by_name.find(name);
-    if (it == by_name.end())
-      return not_found(checkpoint_step_dir(dir, step) + ": has no parameter `" + name +
-                       "`; the checkpoint is of another model");
-    if (!it->second.sizes().equals(p.sizes()))
-      return invalid_argument(checkpoint_step_dir(dir, step) + ": parameter `" + name + "` has another shape");
-    p.copy_(it->second);
-    for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
-      auto s = by_name.find(name + suffix);
-      if (s != by_name.end()) state.emplace_back(s->first, s->second);
-    }
-  }
-  std::string error;
-  if (!ex.optimizer().load_state(state, opt_steps, &error))
-    return invalid_argument(checkpoint_step_dir(dir, step) + ": optimizer state: " + error);
-  return Status();
 }
 
 }  // namespace
@@ -114,7 +69,7 @@ Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& 
   return Status();
 }
 
-StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& plan, Comm& comm,
+StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& plan, Transport& comm,
                              const TokenSource& data, const TrainOptions& options, std::ostream& log) {
   const RankLayout& l = comm.layout();
   HARP_RETURN_IF_ERROR(check_plan_matches_model(plan, model));
@@ -133,11 +88,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step));
     if (l.rank == 0 && options.progress) log << "resumed from step " << summary.first_step << "\n";
   }
-  std::ofstream metrics;
-  if (l.rank == 0) {
-    metrics.open(options.out_dir + "/metrics.jsonl", options.resume ? std::ios::app : std::ios::trunc);
-    if (!metrics) return io_error(options.out_dir + "/metrics.jsonl: cannot open for writing");
-  }
+  HARP_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::open(options.out_dir, l.rank == 0, options.resume));
   const std::set<int> traced(options.trace_steps.begin(), options.trace_steps.end());
   std::vector<std::pair<int, TraceEvent>> events;
   const double tokens = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
@@ -146,8 +97,6 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   int timed = 0;
   torch::Tensor measured_compute = torch::zeros({2 * l.num_stages()}, torch::kFloat64);
   for (int step = summary.first_step; step < options.steps; ++step) {
-    if (step == options.exit_at_step) _exit(17);  // fault injection: die without a word
-    while (step == options.stall_at_step) std::this_thread::sleep_for(std::chrono::seconds(1));
     const bool trace = traced.count(step) > 0;
     StepResult r = ex.run_step(step, trace);
     if (trace)
@@ -169,19 +118,17 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
       total_s += r.seconds;
       ++timed;
     }
-    if (l.rank == 0) {
-      Json line = {{"step", step}, {"loss", r.loss}, {"grad_norm", r.grad_norm}, {"iteration_s", r.seconds},
-                   {"tokens_per_s", tokens / r.seconds}, {"tflops", flops / r.seconds / 1e12},
-                   {"lr", lr_at(options.exec.optim, step)},
-                   {"busy_fraction", std::vector<double>(busy.data_ptr<double>(), busy.data_ptr<double>() + l.num_stages())}};
-      metrics << line.dump() << "\n" << std::flush;
-      if (options.progress) {
-        char buf[200];
-        std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s\n", step + 1,
-                      options.steps, r.loss, r.seconds * 1e3, tokens / r.seconds);
-        log << buf << std::flush;
-      }
-    }
+    StepMetrics m;
+    m.step = step;
+    m.total_steps = options.steps;
+    m.loss = r.loss;
+    m.grad_norm = r.grad_norm;
+    m.lr = lr_at(options.exec.optim, step);
+    m.iteration_s = r.seconds;
+    m.tokens = tokens;
+    m.flops = flops;
+    m.busy_fraction.assign(busy.data_ptr<double>(), busy.data_ptr<double>() + S);
+    metrics.write(m, options.progress, log);
     if (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0)
       HARP_RETURN_IF_ERROR(save_checkpoint(ex, comm, ckpt_dir, step + 1, plan));
   }
@@ -203,16 +150,13 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   if (l.rank == 0 && timed > 0) {
     // The plan with the measured compute times: `harp simulate` on it predicts this
     // machine, so predicted and measured timelines can be compared.
-    plan::Plan measured = plan;
     const int S = l.num_stages();
+    std::vector<double> fwd(S), bwd(S);
     for (int s = 0; s < S; ++s) {
-      measured.stages[s].fwd_s = measured_compute[s].item<double>() / timed;
-      measured.stages[s].bwd_s = measured_compute[S + s].item<double>() / timed;
-      measured.stages[s].comm_s = measured.stages[s].comm_latency_s = 0;  // loopback: microseconds
-      measured.stages[s].allreduce_s = measured.stages[s].optimizer_s = 0;
+      fwd[s] = measured_compute[s].item<double>() / timed;
+      bwd[s] = measured_compute[S + s].item<double>() / timed;
     }
-    measured.predicted = plan::closed_form(measured);
-    HARP_RETURN_IF_ERROR(plan::save_plan(measured, options.out_dir + "/measured_plan.json"));
+    HARP_RETURN_IF_ERROR(plan::save_plan(measured_plan(plan, fwd, bwd), options.out_dir + "/measured_plan.json"));
   }
   summary.tokens_per_s = summary.mean_iteration_s > 0 ? tokens / summary.mean_iteration_s : 0;
   return summary;

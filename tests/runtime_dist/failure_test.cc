@@ -1,6 +1,8 @@
-// A rank that dies: the others stop within the timeout with a message naming the dead
-// rank, the awaited action and the step — no hang. Real processes (`harp train`) on
-// 127.0.0.1, because a thread cannot die the way a process does; every wait is bounded.
+// A rank process that dies or freezes: the others stop within the timeout with a message
+// naming the dead rank, the awaited action and the step — no hang. Real processes
+// (`harp train`) on 127.0.0.1 over Gloo, killed (SIGKILL) or frozen (SIGSTOP) from
+// outside once training runs: no fault injection inside HARP. The same cases at a chosen
+// action run in-process in transport_fault_test.cc.
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -15,6 +17,7 @@
 #include <filesystem>
 #include <algorithm>
 #include <fstream>
+#include <regex>
 #include <thread>
 
 #include "harp/common/document.h"
@@ -80,11 +83,20 @@ struct Outcome {
   double elapsed_s = 0;
 };
 
-// Three `harp train` ranks of a 3-stage plan; `fault` is the injection environment for
-// rank 1. The ranks still running after `limit` are killed (and reported as -1).
-Outcome run_three_ranks(const std::string& name, const std::vector<std::string>& fault, int timeout_s,
-                        std::chrono::seconds limit, int hung_rank = -1) {
+// Lines in a file (0 if it does not exist yet).
+int line_count(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+// Three `harp train` ranks of a 3-stage plan; once rank 0 has logged two steps, rank 1
+// gets `signal`. The ranks still running after `limit` are killed (and reported as -1).
+Outcome run_three_ranks(const std::string& name, int signal, int timeout_s, std::chrono::seconds limit,
+                        int hung_rank = -1) {
   const std::string dir = std::string(HARP_BINARY_DIR) + "/" + name;
+  std::filesystem::remove_all(dir);  // a previous run's metrics would fire the signal early
   std::filesystem::create_directories(dir);
   EXPECT_TRUE(write_text_file_atomic(dir + "/model.json", R"({"family": "gpt", "num_blocks": 2, "hidden": 32,
       "heads": 4, "seq_len": 16, "vocab": 64, "granularity": 1})").ok());
@@ -98,14 +110,17 @@ Outcome run_three_ranks(const std::string& name, const std::vector<std::string>&
   for (int r = 0; r < 3; ++r) {
     std::vector<std::string> env = {"RANK=" + std::to_string(r), "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1",
                                     "MASTER_PORT=" + std::to_string(port), "OMP_NUM_THREADS=1"};
-    env.insert(env.end(), fault.begin(), fault.end());
     ranks.push_back(spawn_rank({std::string(HARP_BINARY_DIR) + "/src/cli/harp", "train", "--plan", dir + "/plan.json",
-                                "--model", dir + "/model.json", "--steps", "50", "--quiet", "--timeout-s",
+                                "--model", dir + "/model.json", "--steps", "1000000", "--quiet", "--timeout-s",
                                 std::to_string(timeout_s), "--out", dir + "/run"},
                                env, dir + "/rank" + std::to_string(r) + ".err"));
   }
   Outcome out;
   const auto deadline = start + limit;
+  while (line_count(dir + "/run/metrics.jsonl") < 2 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_GE(line_count(dir + "/run/metrics.jsonl"), 2) << "training never started";
+  kill(ranks[1].pid, signal);
   for (int r = 0; r < 3; ++r) {
     if (r == hung_rank) continue;
     out.codes.push_back(wait_bounded(ranks[r].pid, deadline));
@@ -121,35 +136,40 @@ Outcome run_three_ranks(const std::string& name, const std::vector<std::string>&
   return out;
 }
 
-void expect_named(const Outcome& o, int rank) {
-  const std::string& err = o.errors[rank];
-  EXPECT_EQ(o.codes[rank], 1) << err;
-  EXPECT_TRUE(err.find("from rank 1:") != std::string::npos || err.find("to rank 1:") != std::string::npos)
-      << "names the failed rank: " << err;
-  EXPECT_NE(err.find("step 2"), std::string::npos) << "names the step: " << err;
-  bool names_action = false;
-  for (const char* a : {"RECV_F", "RECV_B", "SEND_F", "SEND_B"}) names_action = names_action || err.find(a) != std::string::npos;
-  EXPECT_TRUE(names_action) << "names the awaited action: " << err;
-  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "one line: " << err;
+// Every survivor exits 1 with one line naming the step and what it was doing (a
+// pipeline action, or the collective it was in); a survivor that failed waiting for a
+// point-to-point transfer names rank 1 as its peer. (The signal lands at a random point:
+// a survivor in a collective when a peer goes gets Gloo's message, which names that peer
+// by address only. Naming at a chosen action is tested in-process in
+// transport_fault_test.cc.)
+void expect_named(const Outcome& o) {
+  for (int rank : {0, 2}) {
+    const std::string& err = o.errors[rank];
+    EXPECT_EQ(o.codes[rank], 1) << err;
+    EXPECT_TRUE(std::regex_search(err, std::regex("at step [0-9]+"))) << "names the step: " << err;
+    EXPECT_TRUE(std::regex_search(err, std::regex("[0-9](RECV|SEND)_[FB][0-9]|REDUCE_GRAD|STEP|metrics")))
+        << "names the awaited action: " << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << "one line: " << err;
+    std::smatch peer;
+    if (std::regex_search(err, peer, std::regex("(from|to) rank ([0-9]+):"))) {
+      EXPECT_EQ(peer[2], "1") << "names the failed rank: " << err;
+    }
+  }
 }
 
 TEST(Failure, KilledRankStopsTheOthersWithinTheTimeout) {
   const int timeout_s = 5;
-  Outcome o = run_three_ranks("failure_killed", {"HARP_TEST_EXIT_RANK=1", "HARP_TEST_EXIT_STEP=2"}, timeout_s,
-                              std::chrono::seconds(60));
-  EXPECT_EQ(o.codes[1], 17) << "the injected death";
-  expect_named(o, 0);
-  expect_named(o, 2);
+  Outcome o = run_three_ranks("failure_killed", SIGKILL, timeout_s, std::chrono::seconds(60));
+  EXPECT_EQ(o.codes[1], 128 + SIGKILL) << "the death from outside";
+  expect_named(o);
   // Start-up, two steps, then at most one timeout: a dead peer is usually noticed at once.
   EXPECT_LT(o.elapsed_s, timeout_s + 20) << "took " << o.elapsed_s << " s";
 }
 
 TEST(Failure, StalledRankTimesOutTheOthers) {
   const int timeout_s = 3;
-  Outcome o = run_three_ranks("failure_stalled", {"HARP_TEST_STALL_RANK=1", "HARP_TEST_STALL_STEP=2"}, timeout_s,
-                              std::chrono::seconds(60), /*hung_rank=*/1);
-  expect_named(o, 0);
-  expect_named(o, 2);
+  Outcome o = run_three_ranks("failure_stalled", SIGSTOP, timeout_s, std::chrono::seconds(60), /*hung_rank=*/1);
+  expect_named(o);
   EXPECT_NE(o.errors[0].find("imed out"), std::string::npos) << o.errors[0];  // Gloo's or ours
   EXPECT_GE(o.elapsed_s, timeout_s) << "a stall is only detected by the timeout";
   EXPECT_LT(o.elapsed_s, timeout_s + 20) << "took " << o.elapsed_s << " s";

@@ -3,42 +3,78 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "harp/runtime/comm.h"
+#include "harp/runtime/mem_transport.h"
 
 namespace harp::testing {
 namespace {
 
 constexpr auto kTimeout = std::chrono::milliseconds(60000);
 
+using Connect = std::function<std::unique_ptr<runtime::Transport>(const runtime::RankLayout&)>;
+
+// Runs `body` on every rank as a thread; returns each rank's error ("" when it finished).
 template <typename Body>
-void for_each_rank(const plan::Plan& plan, const model::ModelSpec& model, Body body) {
+std::vector<std::string> for_each_rank_on(const plan::Plan& plan, const Connect& connect, Body body) {
   int world = 0;
   for (const auto& s : plan.stages) world += s.dp;
-  auto store = runtime::hash_store();
-  std::mutex mu;
-  std::vector<std::string> errors;
+  std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
     threads.emplace_back([&, r] {
       try {
         auto layout = runtime::layout_for(plan, world, r);
         if (!layout.ok()) throw std::runtime_error(layout.status().to_string());
-        auto comm = runtime::Comm::create(store, *layout, kTimeout, model.gpt.tied_embeddings);
+        auto comm = connect(*layout);
         body(*comm);
       } catch (const std::exception& e) {
-        std::lock_guard<std::mutex> lock(mu);
-        errors.push_back("rank " + std::to_string(r) + ": " + e.what());
+        errors[r] = e.what();
+        if (errors[r].empty()) errors[r] = "failed";
       }
     });
   for (auto& t : threads) t.join();
-  for (const auto& e : errors) ADD_FAILURE() << e;
+  return errors;
+}
+
+template <typename Body>
+void for_each_rank(const plan::Plan& plan, const model::ModelSpec& model, Body body) {
+  auto store = runtime::hash_store();
+  auto errors = for_each_rank_on(
+      plan, [&](const runtime::RankLayout& l) -> std::unique_ptr<runtime::Transport> {
+        return runtime::C10dTransport::create(store, l, kTimeout, model.gpt.tied_embeddings);
+      },
+      body);
+  for (size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) ADD_FAILURE() << "rank " << r << ": " << errors[r];
 }
 
 }  // namespace
+
+std::vector<std::string> run_plan_in_memory(const model::ModelSpec& model, const plan::Plan& plan,
+                                            const runtime::TokenSource& data, int steps,
+                                            const runtime::ExecConfig& config, std::vector<runtime::Fault> faults,
+                                            std::chrono::milliseconds timeout, RankRun* out) {
+  int world = 0;
+  for (const auto& s : plan.stages) world += s.dp;
+  runtime::MemNetwork net(world, std::move(faults));
+  auto lowered = schedule::lower_plan(plan);
+  HARP_CHECK(lowered.ok() && lowered->check.ok);
+  std::mutex mu;
+  return for_each_rank_on(
+      plan, [&](const runtime::RankLayout& l) { return net.connect(l, timeout); },
+      [&](runtime::Transport& comm) {
+        runtime::Executor ex(model, plan, *lowered, comm, data, config);
+        std::vector<double> losses;
+        for (int s = 0; s < steps; ++s) losses.push_back(ex.run_step(s).loss);
+        std::lock_guard<std::mutex> lock(mu);
+        if (out != nullptr && comm.layout().rank == 0) out->losses = losses;
+      });
+}
 
 RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
                          const runtime::TokenSource& data, int steps, const runtime::ExecConfig& config) {
@@ -47,7 +83,7 @@ RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
   auto lowered = schedule::lower_plan(plan);
   EXPECT_TRUE(lowered.ok() && lowered->check.ok);
   if (!lowered.ok()) return out;
-  for_each_rank(plan, model, [&](runtime::Comm& comm) {
+  for_each_rank(plan, model, [&](runtime::Transport& comm) {
     runtime::Executor ex(model, plan, *lowered, comm, data, config);
     std::vector<double> losses;
     for (int s = 0; s < steps; ++s) losses.push_back(ex.run_step(s).loss);
@@ -65,7 +101,7 @@ runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::P
                                     const runtime::TokenSource& data, const runtime::TrainOptions& options) {
   runtime::TrainSummary out;
   std::mutex mu;
-  for_each_rank(plan, model, [&](runtime::Comm& comm) {
+  for_each_rank(plan, model, [&](runtime::Transport& comm) {
     std::ostringstream log;
     auto s = runtime::train(model, plan, comm, data, options, log);
     if (!s.ok()) throw std::runtime_error(s.status().to_string());

@@ -8,6 +8,7 @@
 
 #include "harp/plan/plan.h"
 #include "harp/runtime/executor.h"
+#include "harp/runtime/mem_transport.h"
 #include "harp/runtime/trainer.h"
 
 namespace harp::testing {
@@ -22,6 +23,14 @@ struct RankRun {
 // returns what it has) if a rank throws.
 RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
                          const runtime::TokenSource& data, int steps, const runtime::ExecConfig& config);
+
+// Executes `steps` steps with thread ranks over the in-memory transport, which injects
+// `faults`; returns each rank's error ("" when it finished), and rank 0's losses in
+// `out` when it finished.
+std::vector<std::string> run_plan_in_memory(const model::ModelSpec& model, const plan::Plan& plan,
+                                            const runtime::TokenSource& data, int steps,
+                                            const runtime::ExecConfig& config, std::vector<runtime::Fault> faults,
+                                            std::chrono::milliseconds timeout, RankRun* out);
 
 // Runs runtime::train on every rank as threads; returns rank 0's summary.
 runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::Plan& plan,

@@ -15,6 +15,7 @@
 #include <torch/torch.h>
 
 #include "harp/common/status.h"
+#include "harp/runtime/executor.h"
 
 namespace harp::runtime {
 
@@ -32,5 +33,12 @@ StatusOr<int> latest_checkpoint_step(const std::string& dir);
 Status mark_checkpoint_complete(const std::string& dir, int step, const std::string& manifest_json);
 // Every tensor of every stage file of the step, by name.
 StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long long* optimizer_steps);
+
+// Saves the executor's parameters and optimizer state as checkpoint `steps_done` of DIR
+// (collective: every rank calls it; rank 0 marks it complete after a barrier).
+Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, int steps_done,
+                       const plan::Plan& plan);
+// Loads checkpoint `step` of DIR into the executor's parameters and optimizer state.
+Status load_checkpoint(Executor& ex, const std::string& dir, int step);
 
 }  // namespace harp::runtime

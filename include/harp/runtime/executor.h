@@ -19,7 +19,7 @@
 
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
-#include "harp/runtime/comm.h"
+#include "harp/runtime/transport.h"
 #include "harp/runtime/data.h"
 #include "harp/runtime/gpt.h"
 #include "harp/runtime/optimizer.h"
@@ -56,7 +56,7 @@ class Executor {
   // REQUIRES: layout matches plan; check_plan_matches_model (trainer.h) passed;
   // lowered = schedule::lower_plan(plan) and it drains; comm outlives the executor.
   Executor(const model::ModelSpec& model, const plan::Plan& plan,
-           const schedule::LoweredPlan& lowered, Comm& comm, const TokenSource& data,
+           const schedule::LoweredPlan& lowered, Transport& comm, const TokenSource& data,
            ExecConfig config);
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -96,7 +96,7 @@ class Executor {
 
   const model::ModelSpec& model_;
   const plan::Plan& plan_;
-  Comm& comm_;
+  Transport& comm_;
   const TokenSource& data_;
   ExecConfig config_;
   RankLayout layout_;

@@ -23,8 +23,6 @@ struct TrainOptions {
   bool resume = false;              // continue from out_dir/checkpoints/latest
   std::vector<int> trace_steps;     // steps whose measured timeline is written
   bool progress = true;             // rank 0 prints a line per step
-  int exit_at_step = -1;            // fault injection for tests: this rank dies there
-  int stall_at_step = -1;           // fault injection for tests: this rank hangs there
 };
 
 struct TrainSummary {
@@ -45,7 +43,7 @@ void set_compute_threads(int threads);
 Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model);
 
 // Runs the loop. Throws RuntimeFailure on peer failure; returns an error for I/O problems.
-StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& plan, Comm& comm,
+StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& plan, Transport& comm,
                              const TokenSource& data, const TrainOptions& options, std::ostream& log);
 
 }  // namespace harp::runtime

@@ -1,0 +1,46 @@
+// What a training run reports: one JSON line per step in OUT/metrics.jsonl (rank 0),
+// a progress line per step, and the plan re-timed with the measured compute
+// (OUT/measured_plan.json) so `harp simulate` on it predicts this machine.
+#pragma once
+
+#include <fstream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "harp/common/status.h"
+#include "harp/plan/plan.h"
+
+namespace harp::runtime {
+
+struct StepMetrics {
+  int step = 0;                       // 0-based
+  int total_steps = 0;
+  double loss = 0, grad_norm = 0, lr = 0;
+  double iteration_s = 0;
+  double tokens = 0, flops = 0;       // per step, for tokens/s and TFLOP/s
+  std::vector<double> busy_fraction;  // per stage
+};
+
+class MetricsLog {
+ public:
+  // Rank 0 writes OUT/metrics.jsonl (appending when `append`); other ranks write nothing.
+  static StatusOr<MetricsLog> open(const std::string& out_dir, bool writer, bool append);
+  MetricsLog(MetricsLog&&) = default;
+
+  // Writes the JSON line and, with `progress`, the progress line to `log`.
+  void write(const StepMetrics& m, bool progress, std::ostream& log);
+
+ private:
+  MetricsLog() = default;
+  std::ofstream file_;
+  bool writer_ = false;
+};
+
+// The plan with each stage's measured forward and backward time per microbatch; link
+// and end-of-step terms zeroed (loopback transfers take microseconds), cost_source
+// "measured", prediction recomputed.
+plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,
+                         const std::vector<double>& bwd_s);
+
+}  // namespace harp::runtime

@@ -1,0 +1,112 @@
+// The seam between the interpreter and communication: everything the executor and the
+// training loop need (isend, irecv, the three all-reduces, barrier, abort), behind one
+// interface with two implementations: c10d process groups (comm.h: Gloo on CPU) and an
+// in-memory network for thread ranks in tests (mem_transport.h), which can kill, stall,
+// delay or drop at a chosen rank, step and action.
+//
+// Every wait is bounded: a peer that dies or stalls surfaces as a RuntimeFailure whose
+// message names the peer rank, the awaited action and the step.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "harp/common/status.h"
+#include "harp/plan/plan.h"
+#include "harp/schedule/action.h"
+
+namespace harp::runtime {
+
+// A failure of the distributed run (peer death, timeout): caught at the CLI boundary.
+class RuntimeFailure : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Which rank runs what: the plan's `devices` order when every stage lists its devices
+// (rank r runs the r-th smallest device id the plan uses), else stage by stage, stage
+// 0's replicas first. Replica d of a stage holds samples [d n, (d + 1) n) of each
+// microbatch.
+struct RankLayout {
+  int rank = 0, world_size = 1;
+  int stage = 0, dp_rank = 0;
+  std::vector<std::vector<int>> stage_ranks;  // global ranks of every stage's replicas
+  std::vector<int> rank_device;               // global device id per rank; -1 unknown
+
+  int num_stages() const { return static_cast<int>(stage_ranks.size()); }
+  int dp() const { return static_cast<int>(stage_ranks[stage].size()); }
+};
+
+// FailedPrecondition when the plan needs a different number of ranks, or uses tensor
+// parallelism (not supported by this runtime yet).
+StatusOr<RankLayout> layout_for(const plan::Plan& plan, int world_size, int rank);
+
+// A pending transfer; wait() throws RuntimeFailure with "`what` <peer>: <reason>" on
+// failure or timeout (so `what` ends with "from rank" or "to rank").
+class Transfer {
+ public:
+  // What an implementation waits on. wait() throws RuntimeFailure("<reason>").
+  struct Op {
+    virtual ~Op() = default;
+    virtual void wait(std::chrono::milliseconds timeout) = 0;
+  };
+
+  Transfer() = default;
+  Transfer(std::shared_ptr<Op> op, std::string what, int peer);
+  void wait(std::chrono::milliseconds timeout);
+  bool pending() const { return op_ != nullptr; }
+
+ private:
+  std::shared_ptr<Op> op_;
+  std::string what_;
+  int peer_ = -1;
+};
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  Transport(const Transport&) = delete;
+  Transport& operator=(const Transport&) = delete;
+
+  const RankLayout& layout() const { return layout_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+
+  // Contiguous CPU tensors; the caller keeps them alive until the transfer completes.
+  virtual Transfer isend(torch::Tensor& t, int peer, int tag, const std::string& what) = 0;
+  virtual Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) = 0;
+  // Sum over the stage's data-parallel group (no-op when dp == 1).
+  virtual void allreduce_dp(torch::Tensor& t, const std::string& what) = 0;
+  // Sum over the tied-embedding group (first and last stage). REQUIRES the group exists.
+  virtual void allreduce_tied(torch::Tensor& t, const std::string& what) = 0;
+  // Sum over every rank.
+  virtual void allreduce_world(torch::Tensor& t, const std::string& what) = 0;
+  virtual void barrier(const std::string& what) = 0;
+  // Ends this rank's part: every later call throws RuntimeFailure("aborted: reason"),
+  // and peers waiting on this rank fail instead of waiting for the timeout (where the
+  // implementation can tell them). Idempotent.
+  virtual void abort(const std::string& reason) = 0;
+  // Called by the executor before each action of a step. The c10d transport ignores
+  // it; the in-memory one injects its faults here.
+  virtual void before_action(int step, const schedule::Action& action) {
+    (void)step;
+    (void)action;
+  }
+
+ protected:
+  Transport(RankLayout layout, std::chrono::milliseconds timeout)
+      : layout_(std::move(layout)), timeout_(timeout) {}
+
+ private:
+  RankLayout layout_;
+  std::chrono::milliseconds timeout_;
+};
+
+// The members of the tied-embedding group: the first stage's replicas, then the last's.
+std::vector<int> tied_group_members(const RankLayout& layout);
+
+}  // namespace harp::runtime

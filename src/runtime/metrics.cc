@@ -1,0 +1,55 @@
+// Metrics lines, progress lines and the measured plan (see metrics.h).
+#include "harp/runtime/metrics.h"
+
+#include <cstdio>
+
+#include "harp/common/document.h"
+#include "harp/plan/closed_form.h"
+
+namespace harp::runtime {
+
+StatusOr<MetricsLog> MetricsLog::open(const std::string& out_dir, bool writer, bool append) {
+  MetricsLog m;
+  m.writer_ = writer;
+  if (!writer) return m;
+  const std::string path = out_dir + "/metrics.jsonl";
+  m.file_.open(path, append ? std::ios::app : std::ios::trunc);
+  if (!m.file_) return io_error(path + ": cannot open for writing");
+  return m;
+}
+
+void MetricsLog::write(const StepMetrics& m, bool progress, std::ostream& log) {
+  if (!writer_) return;
+  const double tokens_per_s = m.tokens / m.iteration_s;
+  Json line = {{"step", m.step},
+               {"loss", m.loss},
+               {"grad_norm", m.grad_norm},
+               {"iteration_s", m.iteration_s},
+               {"tokens_per_s", tokens_per_s},
+               {"tflops", m.flops / m.iteration_s / 1e12},
+               {"lr", m.lr},
+               {"busy_fraction", m.busy_fraction}};
+  file_ << line.dump() << "\n" << std::flush;
+  if (!progress) return;
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s\n", m.step + 1,
+                m.total_steps, m.loss, m.iteration_s * 1e3, tokens_per_s);
+  log << buf << std::flush;
+}
+
+plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,
+                         const std::vector<double>& bwd_s) {
+  plan::Plan measured = plan;
+  for (int s = 0; s < measured.num_stages(); ++s) {
+    auto& st = measured.stages[s];
+    st.fwd_s = fwd_s[s];
+    st.bwd_s = bwd_s[s];
+    st.comm_s = st.comm_latency_s = 0;  // loopback: microseconds
+    st.allreduce_s = st.optimizer_s = 0;
+    st.cost_source = "measured";
+  }
+  measured.predicted = plan::closed_form(measured);
+  return measured;
+}
+
+}  // namespace harp::runtime
