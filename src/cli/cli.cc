@@ -1,6 +1,8 @@
 // Dispatch only: builds the root app, lets each subcommand register, maps CLI11's parse
 // errors to one line and exit code 2.
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "commands.h"
 
@@ -14,6 +16,24 @@ int Context::fail(const char* command, const Status& status) {
 
 namespace {
 
+std::vector<std::pair<std::string, AddCommand>>& registered() {
+  static std::vector<std::pair<std::string, AddCommand>> commands;
+  return commands;
+}
+
+// `harp train` when this process has no runtime: main.cc normally hands it to harp-train
+// before parsing, so this is reached only by a build without libtorch.
+void add_train_stand_in(CLI::App& app, Context& ctx) {
+  auto* cmd = app.add_subcommand("train", "Train with a plan (one rank; runs harp-train, see harp launch)");
+  cmd->allow_extras();
+  cmd->prefix_command();
+  cmd->callback([&ctx] {
+    ctx.err << "harp train: this build has no runtime (libtorch was not found when it was built); "
+               "install libtorch-dev and rebuild (make build)\n";
+    ctx.rc = kExitUsage;
+  });
+}
+
 void build_app(CLI::App& app, Context& ctx) {
   app.require_subcommand(1, 1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
@@ -24,9 +44,12 @@ void build_app(CLI::App& app, Context& ctx) {
   add_plan_command(app, ctx);
   add_launch_command(app, ctx);
   add_data_command(app, ctx);
-#if HARP_WITH_TORCH
-  add_train_command(app, ctx);
-#endif
+  bool have_train = false;
+  for (const auto& [name, add] : registered()) {
+    add(app, ctx);
+    have_train = have_train || name == "train";
+  }
+  if (!have_train) add_train_stand_in(app, ctx);
 }
 
 void list_flags(const CLI::App& app, const std::string& prefix, std::vector<std::string>* out) {
@@ -39,6 +62,12 @@ void list_flags(const CLI::App& app, const std::string& prefix, std::vector<std:
 }
 
 }  // namespace
+
+void register_command(const char* name, AddCommand add) {
+  for (const auto& [n, a] : registered())
+    if (n == name) return;
+  registered().emplace_back(name, add);
+}
 
 std::vector<std::string> accepted_flags() {
   std::ostringstream sink;

@@ -40,7 +40,14 @@ void add_simulate_command(CLI::App& root, Context& ctx);
 void add_plan_command(CLI::App& root, Context& ctx);
 void add_launch_command(CLI::App& root, Context& ctx);
 void add_data_command(CLI::App& root, Context& ctx);
-// Only when built with libtorch (HARP_WITH_TORCH).
+// Commands that need libtorch live in the `harp-train` executable (train_main.cc), which
+// registers them before run(); `harp` itself never loads libtorch and hands `harp train`
+// over to `harp-train` (main.cc). Without a registered `train`, run() lists a stand-in
+// that says how to get one.
+using AddCommand = void (*)(CLI::App& root, Context& ctx);
+void register_command(const char* name, AddCommand add);
+
+// In harp_train_cli (links the runtime; only when built with libtorch).
 void add_train_command(CLI::App& root, Context& ctx);
 
 }  // namespace harp::cli

@@ -1,6 +1,39 @@
-// `harp` entry point: everything happens in harp::cli::run so tests can drive it.
+// `harp` entry point: everything happens in harp::cli::run so tests can drive it. The
+// commands that need libtorch (`train`) are handed over to the `harp-train` executable
+// next to this one, so planning, simulation and the rest never load libtorch.
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <iostream>
+#include <string>
 
 #include "commands.h"
 
-int main(int argc, char** argv) { return harp::cli::run(argc, argv, std::cout, std::cerr); }
+namespace {
+
+// The folder of this executable, from /proc/self/exe; "" if unknown.
+std::string own_dir() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "";
+  std::string path(buf, static_cast<size_t>(n));
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? "" : path.substr(0, slash);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::string(argv[1]) == "train") {
+    const std::string target = own_dir() + "/harp-train";
+    if (access(target.c_str(), X_OK) == 0) {
+      argv[0] = const_cast<char*>(target.c_str());
+      execv(target.c_str(), argv);
+      std::cerr << "harp train: cannot start " << target << ": " << std::strerror(errno) << "\n";
+      return harp::cli::kExitInput;
+    }
+    // No harp-train beside us: run() explains (a build without libtorch).
+  }
+  return harp::cli::run(argc, argv, std::cout, std::cerr);
+}

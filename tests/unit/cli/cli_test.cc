@@ -230,6 +230,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp data prepare --output",
   };
 #if HARP_WITH_TORCH
+  register_command("train", add_train_command);  // what harp-train adds
   for (const char* f : {"--plan", "--model", "--granularity", "--data", "--steps", "--seed", "--lr",
                         "--warmup-steps", "--grad-clip", "--dtype", "--out", "--checkpoint-every", "--resume",
                         "--trace-steps", "--timeout-s", "--threads", "--emulate", "--quiet"})

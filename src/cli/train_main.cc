@@ -1,0 +1,10 @@
+// `harp-train`: the `harp` command line plus the commands that link libtorch. `harp train`
+// execs it (main.cc); it can also be run directly (`harp-train train --plan ...`).
+#include <iostream>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  harp::cli::register_command("train", harp::cli::add_train_command);
+  return harp::cli::run(argc, argv, std::cout, std::cerr);
+}
