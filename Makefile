@@ -40,6 +40,7 @@ demo: build
 bench: build
 	$(BUILD)/bench/sim_bench
 	$(BUILD)/bench/planner_bench
+	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
 
 clean:
 	rm -rf $(BUILD)
