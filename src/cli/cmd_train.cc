@@ -31,20 +31,23 @@ int env_int(const char* name, int fallback) {
 int run_train(const Opts& o, Context& ctx) {
   auto p = plan::load_plan(o.plan_file);
   if (!p.ok()) return ctx.fail("train", p.status());
-  const std::string model_name = o.model.empty() ? p->model_name : o.model;
-  if (model_name.empty()) {
-    ctx.err << "harp train: the plan names no model; pass --model PRESET|FILE\n";
-    return ctx.rc = kExitUsage;
+  // The model: the spec the plan was made for (its model_config), unless --model names
+  // another; the granularity: --granularity, else the plan's, else the model's own.
+  StatusOr<model::ModelSpec> m = invalid_argument("no model");
+  if (o.model.empty() && !p->model_config.is_null()) {
+    Json config = p->model_config;
+    if (o.granularity > 0) config["granularity"] = o.granularity;
+    m = model::parse_model(config, o.plan_file, "model_config");
+  } else {
+    const std::string model_name = o.model.empty() ? p->model_name : o.model;
+    if (model_name.empty()) {
+      ctx.err << "harp train: the plan names no model; pass --model PRESET|FILE\n";
+      return ctx.rc = kExitUsage;
+    }
+    // 0: the model file's (or preset's) own granularity; a mismatch with the plan's layer
+    // ranges is reported by check_plan_matches_model.
+    m = model::load_model(model_name, o.granularity > 0 ? o.granularity : p->granularity);
   }
-  // The granularity follows from the plan's layer count unless given: L = 2 + R k.
-  int k = o.granularity;
-  if (k == 0) {
-    auto probe = model::load_model(model_name);
-    if (!probe.ok()) return ctx.fail("train", probe.status());
-    const int L = p->stages.back().last_layer, R = probe->gpt.num_blocks;
-    k = L > 2 && (L - 2) % R == 0 ? (L - 2) / R : probe->gpt.granularity;
-  }
-  auto m = model::load_model(model_name, k);
   if (!m.ok()) return ctx.fail("train", m.status());
   Status fits = runtime::check_plan_matches_model(*p, *m);
   if (!fits.ok()) return ctx.fail("train", fits);
@@ -89,7 +92,7 @@ int run_train(const Opts& o, Context& ctx) {
     auto comm = runtime::C10dTransport::create(runtime::tcp_store_from_env(rank, world, timeout), *layout, timeout,
                                       m->gpt.tied_embeddings);
     if (rank == 0 && !o.quiet)
-      ctx.out << "training " << m->gpt.name << " (k = " << k << ", " << m->num_layers() << " layers) on "
+      ctx.out << "training " << m->gpt.name << " (k = " << m->gpt.granularity << ", " << m->num_layers() << " layers) on "
               << world << " ranks, " << p->num_stages() << " stages, schedule "
               << plan::schedule_kind_name(p->schedule) << ", B = " << p->microbatches << " x "
               << p->microbatch_size << (t.exec.emulate ? ", emulating slower devices" : "") << "\n";

@@ -17,7 +17,8 @@ const char* cost_source_name(CostSource source) {
 std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model) {
   std::vector<LayerBytes> out;
   out.reserve(model.layers.size());
-  for (const auto& l : model.layers) out.push_back({l.param_bytes, l.activation_bytes, l.output_bytes});
+  for (const auto& l : model.layers)
+    out.push_back({l.param_bytes, l.activation_bytes, l.output_bytes, l.output_shape});
   return out;
 }
 

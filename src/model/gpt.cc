@@ -131,6 +131,7 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
   head.param_count = static_cast<std::int64_t>(V * h + s * h);
   head.activation_bytes = s * h;  // dropout mask
   head.output_bytes = 2 * s * h;
+  head.output_shape = {c.seq_len, c.hidden};
   head.mem_traffic_bytes = 2 * 2 * s * h;
   m.layers.push_back(head);
 
@@ -155,6 +156,7 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
         l.param_count += static_cast<std::int64_t>(pc.params);
         l.activation_bytes += pc.act_bytes * s;
         l.output_bytes = pc.out_bytes * s;
+        l.output_shape = {c.seq_len, static_cast<std::int64_t>(pc.out_bytes / 2)};
       }
       l.mem_traffic_bytes = in_bytes * s + l.output_bytes;
       m.layers.push_back(l);

@@ -32,7 +32,7 @@ StatusOr<ModelSpec> parse_model(const Json& node, const std::string& file,
   c.ffn_hidden = opt_int("ffn_hidden", c.ffn_hidden > 0 ? c.ffn_hidden : 4 * std::max(c.hidden, 1));
   c.granularity = static_cast<int>(r.integer("granularity", 1, 1));
   c.tied_embeddings = r.boolean("tied_embeddings", true);
-  if (c.name.empty()) c.name = "custom";
+  c.name = r.string("name", c.name.empty() ? std::string("custom") : c.name);
   HARP_RETURN_IF_ERROR(r.finish());
   return build_gpt(c, file, path);
 }

@@ -22,6 +22,16 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->subcluster = static_cast<int>(r.integer("subcluster", 0, -1));
   s->subcluster_name = r.string("subcluster_name", "");
   s->cost_source = r.string("cost_source", "");
+  if (const Json* shape = r.get("cut_shape")) {
+    bool good = shape->is_array() && shape->size() <= 4;
+    if (good)
+      for (const auto& d : *shape) good = good && d.is_number_integer() && d.get<std::int64_t>() >= 1;
+    if (!good)
+      r.fail("cut_shape", shape->dump(), "must be a list of positive integers (per-sample tensor shape)",
+             "write it as harp plan does, e.g. [1024, 2048], or leave it out");
+    else
+      s->cut_shape = shape->get<std::vector<std::int64_t>>();
+  }
   s->memory_static_bytes = r.non_negative("memory_static_bytes", 0.0);
   s->activation_bytes = r.non_negative("activation_bytes", 0.0);
   s->memory_bytes = r.non_negative("memory_bytes", 0.0);
@@ -87,6 +97,14 @@ StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
   p.model_name = r.string("model", "");
   r.get("predicted");  // recomputed on load; never trusted from the file
   p.cost_source = r.string("cost_source", "");
+  p.granularity = static_cast<int>(r.integer("granularity", 0, 0));
+  if (const Json* mc = r.get("model_config")) {
+    if (!mc->is_object())
+      r.fail("model_config", mc->dump(), "must be an object (the model spec)",
+             "leave it as harp plan wrote it, or remove it and pass --model to harp train");
+    else
+      p.model_config = *mc;
+  }
   if (const Json* search = r.get("search")) {
     if (search->is_object()) {
       p.strategy = search->value("strategy", "");
@@ -172,6 +190,7 @@ Json plan_to_json(const Plan& p) {
     sj["memory_bytes"] = s.memory_bytes;
     if (s.emulated_slowdown != 1.0) sj["emulated_slowdown"] = s.emulated_slowdown;
     if (!s.cost_source.empty()) sj["cost_source"] = s.cost_source;
+    if (!s.cut_shape.empty()) sj["cut_shape"] = s.cut_shape;
     stages.push_back(sj);
   }
   j["stages"] = stages;
@@ -182,6 +201,8 @@ Json plan_to_json(const Plan& p) {
                     {"bubble_fraction", pr.bubble_fraction}};
   if (!p.strategy.empty()) j["search"] = {{"strategy", p.strategy}, {"wall_s", p.search_wall_s}};
   if (!p.cost_source.empty()) j["cost_source"] = p.cost_source;
+  if (p.granularity > 0) j["granularity"] = p.granularity;
+  if (!p.model_config.is_null()) j["model_config"] = p.model_config;
   return j;
 }
 

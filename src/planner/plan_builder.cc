@@ -52,6 +52,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
       const Placement& next = placements[i + 1];
       cluster::Link link = boundary_link(cluster, pl, next);
       s.comm_bytes = costs.cut_bytes(pl.last_layer - 1);
+      s.cut_shape = costs.layers()[pl.last_layer - 1].output_shape;
       s.comm_s = cost::p2p_s(s.comm_bytes, link);
       s.comm_latency_s = s.comm_bytes > 0 ? link.latency_s : 0;
       s.crosses_nodes = next.subcluster != pl.subcluster ||

@@ -38,6 +38,8 @@ PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model:
   p.microbatches = microbatches;
   p.model_name = model.gpt.name;
   p.model_fingerprint = model.fingerprint();
+  p.granularity = model.gpt.granularity;
+  p.model_config = model::model_to_json(model);
   std::unique_ptr<cost::LayerCostSource> source;
   if (db != nullptr)
     source = std::make_unique<cost::ProfiledCosts>(model, *db, config, config.profile_file);
@@ -150,6 +152,8 @@ StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
   r.plan.strategy = plan::strategy_name(strategy);
   r.plan.model_name = problem.model_name;
   r.plan.model_fingerprint = problem.model_fingerprint;
+  r.plan.granularity = problem.granularity;
+  r.plan.model_config = problem.model_config;
   Status memory = check_memory(problem.costs, r.plan);
   if (!memory.ok()) {
     r.reason = memory.message();

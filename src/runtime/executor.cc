@@ -56,11 +56,15 @@ std::vector<Executor::Part> Executor::peers_of(int other_stage) const {
 void Executor::post_recv(int mb, bool forward_direction, int step) {
   const int other = layout_.stage + (forward_direction ? -1 : 1);
   const int cut_layer = forward_direction ? first_layer_ - 1 : last_layer_ - 1;
-  const auto width = static_cast<std::int64_t>(model_.layers[cut_layer].output_bytes / 2 / model_.gpt.seq_len);
+  // The tensor crossing the cut: the model's output shape of the layer before it (the
+  // plan's cut_shape was checked against it).
+  std::vector<std::int64_t> shape = model_.layers[cut_layer].output_shape;
   std::vector<Part> parts = peers_of(other);
   const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kRecvF : schedule::ActionKind::kRecvB, mb};
   for (Part& p : parts) {
-    p.buffer = torch::empty({p.count, model_.gpt.seq_len, width}, torch::TensorOptions().dtype(config_.dtype));
+    std::vector<std::int64_t> sizes = {p.count};
+    sizes.insert(sizes.end(), shape.begin(), shape.end());
+    p.buffer = torch::empty(sizes, torch::TensorOptions().dtype(config_.dtype));
     p.transfer = comm_.irecv(p.buffer, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
                              where(layout_, step) + " waiting for " + schedule::to_string(a) + " from rank");
   }

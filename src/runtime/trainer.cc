@@ -63,6 +63,14 @@ Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& 
     return failed_precondition("the plan covers layers [0, " + std::to_string(expect) + ") but model " +
                                model.gpt.name + " (k = " + std::to_string(model.gpt.granularity) + ") has " +
                                std::to_string(L) + " layers; use the model and granularity the plan was made for");
+  for (int i = 0; i + 1 < plan.num_stages(); ++i) {
+    const auto& want = model.layers[plan.stages[i].last_layer - 1].output_shape;
+    if (!plan.stages[i].cut_shape.empty() && plan.stages[i].cut_shape != want)
+      return failed_precondition("stage " + std::to_string(i) + " sends a tensor of shape " +
+                                 Json(plan.stages[i].cut_shape).dump() + " per sample but the model's layer " +
+                                 std::to_string(plan.stages[i].last_layer - 1) + " outputs " + Json(want).dump() +
+                                 "; re-plan for this model");
+  }
   if (!plan.model_fingerprint.empty() && plan.model_fingerprint != model.fingerprint())
     return failed_precondition("the plan was made for another model (fingerprint " + plan.model_fingerprint +
                                ", this model " + model.fingerprint() + "); re-plan or pass the plan's model");

@@ -29,7 +29,7 @@ links:
   Times times;
   for (int samples : {1, 2, 3, 4, 6, 12}) times["T4"][samples] = uniform_times(L, 0.01 * samples);
   const StageCosts costs = StageCosts::from_tables(
-      cluster, std::vector<StageCosts::LayerBytes>(L, {kMiB, kMiB, 1e6}), times, mbs, cost::CostConfig{});
+      cluster, std::vector<StageCosts::LayerBytes>(L, {kMiB, kMiB, 1e6, {}}), times, mbs, cost::CostConfig{});
   auto sizes = [&](int sub, int offset, int free) {
     std::vector<int> z;
     for (const auto& m : reference::meshes_at(costs, SearchOptions{}, sub, offset, free)) z.push_back(m.devices);
@@ -47,7 +47,7 @@ links:
   // Without times for 3 samples, the 4-device mesh (dp = 4) disappears.
   times["T4"].erase(3);
   const StageCosts fewer = StageCosts::from_tables(
-      cluster, std::vector<StageCosts::LayerBytes>(L, {kMiB, kMiB, 1e6}), times, mbs, cost::CostConfig{});
+      cluster, std::vector<StageCosts::LayerBytes>(L, {kMiB, kMiB, 1e6, {}}), times, mbs, cost::CostConfig{});
   EXPECT_EQ(reference::meshes_at(fewer, SearchOptions{}, 0, 0, 4).size(), 2u);
 }
 
@@ -64,7 +64,7 @@ subclusters:
     times["T4"][1] = uniform_times(3, 0.01);
     times["T4"][2] = uniform_times(3, 0.02);
     const StageCosts costs = StageCosts::from_tables(
-        cluster, std::vector<StageCosts::LayerBytes>(3, {kMiB, kMiB, 1e6}), times, 2, cost::CostConfig{});
+        cluster, std::vector<StageCosts::LayerBytes>(3, {kMiB, kMiB, 1e6, {}}), times, 2, cost::CostConfig{});
     SearchOptions o;
     // Every device used: the pair as one dp = 2 stage, or two single stages with the
     // layers split 1 + 2 or 2 + 1.
@@ -87,7 +87,7 @@ links:
     Times times;
     times["T4"][1] = uniform_times(2, 0.01);
     const StageCosts costs = StageCosts::from_tables(
-        cluster, std::vector<StageCosts::LayerBytes>(2, {kMiB, kMiB, 1e6}), times, 1, cost::CostConfig{});
+        cluster, std::vector<StageCosts::LayerBytes>(2, {kMiB, kMiB, 1e6, {}}), times, 1, cost::CostConfig{});
     SearchOptions o;
     EXPECT_EQ(brute_force_search(costs, o).plans_enumerated, 1);  // a: [0,1), b: [1,2)
     o.fixed_order = false;
@@ -123,7 +123,7 @@ links:
   const int L = 50, mbs = 16;
   // Output of every layer: 16 sequences x 1024 tokens x hidden 1536 x 2 bytes (fp16)
   // = 50.3 MB per microbatch at any cut; ~30 MB of fp16 parameters per layer.
-  std::vector<StageCosts::LayerBytes> layers(L, {30 * kMiB, 24 * kMiB, 1024.0 * 1536 * 2});
+  std::vector<StageCosts::LayerBytes> layers(L, {30 * kMiB, 24 * kMiB, 1024.0 * 1536 * 2, {}});
   const double v100_pair = 0.2143 / 22, a100 = 0.2202 / 28;
   Times times;
   times["V100-32GB"][8] = uniform_times(L, v100_pair);
@@ -200,7 +200,7 @@ links:
   - {between: [a100a, a100b], bandwidth_gbps: 5, latency_ms: 0.2}
 )");
   const int L = 98, mbs = 2;
-  std::vector<StageCosts::LayerBytes> layers(L, {16 * kMiB, 2 * kMiB, 8 * kMiB});
+  std::vector<StageCosts::LayerBytes> layers(L, {16 * kMiB, 2 * kMiB, 8 * kMiB, {}});
   layers[0].activation_bytes = 1.2 * kGiB;
   Times times;
   times["V100-32GB"][2] = uniform_times(L, 15e-3);
@@ -284,7 +284,7 @@ links:
   - {between: [a, b], bandwidth_gbps: 8, latency_ms: 0}
 )");
   // Usable 0.9 x 0.6667 GiB = 614.5 MiB; state 8 MiB + workspace 256 MiB + N x 100 MiB.
-  std::vector<StageCosts::LayerBytes> layers(2, {1 * kMiB, 100 * kMiB, 62.5e6});
+  std::vector<StageCosts::LayerBytes> layers(2, {1 * kMiB, 100 * kMiB, 62.5e6, {}});
   Times times;
   times["Tiny"][1].fwd_s = {tc.fwd_s, tc.fwd_s};
   times["Tiny"][1].bwd_s = {tc.bwd_s, tc.bwd_s};
@@ -331,7 +331,7 @@ links:
   - {between: [v100, a100], bandwidth_gbps: 5, latency_ms: 1}
 )");
   const int L = 3;
-  std::vector<StageCosts::LayerBytes> layers(L, {10 * kMiB, 1 * kMiB, 1e6});
+  std::vector<StageCosts::LayerBytes> layers(L, {10 * kMiB, 1 * kMiB, 1e6, {}});
   layers[1].param_bytes = 8 * kGiB;
   Times times;
   for (const char* dev : {"V100-32GB", "A100-40GB"})
@@ -375,7 +375,7 @@ links:
   // 0.9 GiB usable - 256 MiB workspace leaves ~665 MiB; 2 layers of 8 MiB params (64 MiB
   // state each) and 200 MiB of activations each per microbatch.
   const int L = 2;
-  std::vector<StageCosts::LayerBytes> layers(L, {8 * kMiB, 200 * kMiB, 4e6});
+  std::vector<StageCosts::LayerBytes> layers(L, {8 * kMiB, 200 * kMiB, 4e6, {}});
   Times times;
   times["Tiny"][1] = uniform_times(L, 0.01);
   const StageCosts costs = StageCosts::from_tables(cluster, layers, times, 1, cost::CostConfig{});

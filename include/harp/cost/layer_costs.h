@@ -27,6 +27,7 @@ struct LayerBytes {
   Bytes param_bytes = 0;       // parameters owned (fp16)
   Bytes activation_bytes = 0;  // kept for backward per in-flight microbatch
   Bytes output_bytes = 0;      // crosses a cut placed after the layer
+  std::vector<std::int64_t> output_shape;  // of that tensor per sample; empty when unknown
 };
 
 struct LayerTime {

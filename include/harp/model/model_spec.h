@@ -46,6 +46,9 @@ struct Layer {
   Bytes param_bytes = 0;             // param_count x 2 (fp16)
   Bytes activation_bytes = 0;        // kept for backward per sample per in-flight microbatch
   Bytes output_bytes = 0;            // crosses a cut placed after this layer, per sample
+  // Shape of that tensor per sample ({seq_len, width}; {} for the tail's scalar loss),
+  // fp16/bf16 elements: output_bytes = 2 x the product for every layer but the tail.
+  std::vector<std::int64_t> output_shape;
   Bytes mem_traffic_bytes = 0;       // forward memory traffic per sample (roofline)
 };
 

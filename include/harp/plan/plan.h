@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "harp/common/document.h"
 #include "harp/common/units.h"
 
 namespace harp::plan {
@@ -55,6 +56,9 @@ struct Stage {
   // Where fwd_s and bwd_s came from: "analytic", "profile", "table", "profile+analytic",
   // "measured" (re-timed by a training run); empty for hand-written plans.
   std::string cost_source;
+  // Shape per sample of the tensor this stage sends to the next ({seq_len, width});
+  // empty for the last stage and when unknown (cost tables, hand-written plans).
+  std::vector<std::int64_t> cut_shape;
 
   Seconds compute_s() const { return fwd_s + bwd_s; }
 };
@@ -80,6 +84,10 @@ struct Plan {
   std::string strategy;          // strategy_name(), or "" for hand-written plans
   double search_wall_s = 0;
   std::string cost_source;       // the cost source's description (cost/layer_costs.h)
+  int granularity = 0;           // sub-layers per block of the planned model; 0 unknown
+  // The planned model's spec (model::model_to_json), so the runtime rebuilds exactly it;
+  // null when unknown (cost tables, hand-written plans).
+  Json model_config;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
 };

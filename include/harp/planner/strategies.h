@@ -26,6 +26,8 @@ struct PlanningProblem {
   Seconds lower_bound_s = 0;     // no plan can be faster
   std::string lower_bound_rule;  // how lower_bound_s was computed
   std::string model_name, model_fingerprint;
+  int granularity = 0;  // of the model; 0 for cost tables
+  Json model_config;    // model::model_to_json of the model; null for cost tables
 };
 
 // From a model and the cost model (analytic, plus a profile DB if given).

@@ -167,3 +167,46 @@ INSTANTIATE_TEST_SUITE_P(AllClasses, PlanBadInput, ::testing::ValuesIn(bad_cases
 
 }  // namespace
 }  // namespace harp::plan
+
+namespace harp::plan {
+namespace {
+
+// What the runtime needs is written by harp plan and read back unchanged (issue: the
+// plan says everything; nothing is guessed back).
+TEST(PlanIo, RuntimeFieldsRoundTrip) {
+  Plan p;
+  p.microbatches = 4;
+  p.granularity = 2;
+  p.model_config = {{"family", "gpt"}, {"name", "custom"}, {"num_blocks", 2}, {"granularity", 2}};
+  p.cost_source = "analytic roofline";
+  for (int i = 0; i < 2; ++i) {
+    Stage s;
+    s.first_layer = i * 3;
+    s.last_layer = i * 3 + 3;
+    s.fwd_s = 1;
+    s.bwd_s = 2;
+    s.devices = {5 - i};
+    s.cost_source = "analytic";
+    if (i == 0) s.cut_shape = {16, 128};
+    p.stages.push_back(s);
+  }
+  auto back = parse_plan(plan_to_json(p), "p.json");
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(back->granularity, 2);
+  EXPECT_EQ(back->model_config, p.model_config);
+  EXPECT_EQ(back->cost_source, "analytic roofline");
+  EXPECT_EQ(back->stages[0].cut_shape, (std::vector<std::int64_t>{16, 128}));
+  EXPECT_TRUE(back->stages[1].cut_shape.empty());
+  EXPECT_EQ(back->stages[1].devices, (std::vector<int>{4}));
+  EXPECT_EQ(back->stages[0].cost_source, "analytic");
+
+  Json bad = plan_to_json(p);
+  bad["stages"][0]["cut_shape"] = {16, -1};
+  auto refused = parse_plan(bad, "p.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("stages[0].cut_shape"), std::string::npos)
+      << refused.status().message();
+}
+
+}  // namespace
+}  // namespace harp::plan
