@@ -71,10 +71,22 @@ void Executor::post_recv(int mb, bool forward_direction, int step) {
   (forward_direction ? stash_[mb].recv_f : stash_[mb].recv_b) = std::move(parts);
 }
 
-torch::Tensor Executor::gather(std::vector<Part>& parts) {
+torch::Tensor Executor::gather(std::vector<Part>& parts, const schedule::Action& recv) {
   std::vector<torch::Tensor> pieces;
   for (Part& p : parts) {
+    const auto begin = std::chrono::steady_clock::now();
     p.transfer.wait(comm_.timeout());
+    if (tracing_) {
+      schedule::TimelineEvent e;
+      e.rank = layout_.rank;
+      e.action = recv;
+      e.lane = schedule::Lane::kRecv;
+      e.start_us = us_since_origin(begin);
+      e.dur_us = us_since_origin(std::chrono::steady_clock::now()) - e.start_us;
+      e.step = step_;
+      e.peer = p.peer;
+      trace_.push_back(e);
+    }
     pieces.push_back(p.buffer);
   }
   torch::Tensor t = pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);
@@ -87,7 +99,7 @@ void Executor::forward(int step, int mb) {
   // Waiting for the input is not compute: the clock starts once it has arrived.
   torch::Tensor x;
   if (!has_head(layers_)) {
-    x = gather(s.recv_f).requires_grad_(true);
+    x = gather(s.recv_f, {layout_.stage, schedule::ActionKind::kRecvF, mb}).requires_grad_(true);
     s.input = x;
   }
   const auto begin = std::chrono::steady_clock::now();
@@ -118,7 +130,7 @@ void Executor::forward(int step, int mb) {
 void Executor::backward(int mb) {
   Stash& s = stash_[mb];
   torch::Tensor dy;
-  if (!has_tail(layers_)) dy = gather(s.recv_b);  // waiting is not compute
+  if (!has_tail(layers_)) dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
   const auto begin = std::chrono::steady_clock::now();
   if (has_tail(layers_)) {
     torch::Tensor loss = s.output / global_tokens_;
@@ -220,7 +232,10 @@ StepResult Executor::run_step(int step, bool trace) {
   optimizer_->zero_grad();
   if (trace) comm_.barrier(where(layout_, step) + " before a traced step");
   const auto begin = std::chrono::steady_clock::now();
-  t0_ = begin;
+  if (trace && !traced_before_) {
+    origin_ = begin;
+    traced_before_ = true;
+  }
   for (const schedule::Action& a : actions_) {
     comm_.before_action(step, a);
     const auto start = std::chrono::steady_clock::now();
@@ -239,8 +254,13 @@ StepResult Executor::run_step(int step, bool trace) {
       // Compute spans exclude the wait for their input, as in the simulator's trace.
       const auto from = a.is_compute() ? compute_begin_ : start;
       const auto to = a.is_compute() ? compute_end_ : std::chrono::steady_clock::now();
-      trace_.push_back({a, std::chrono::duration<double, std::micro>(from - t0_).count(),
-                        std::chrono::duration<double, std::micro>(to - t0_).count(), false});
+      schedule::TimelineEvent e;
+      e.rank = layout_.rank;
+      e.action = a;
+      e.start_us = us_since_origin(from);
+      e.dur_us = us_since_origin(to) - e.start_us;
+      e.step = step;
+      trace_.push_back(e);
     }
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();

@@ -25,18 +25,6 @@ std::string trace_file(const std::string& dir, int rank) {
   return dir + "/trace.rank" + std::to_string(rank) + ".json";
 }
 
-Json trace_events(const std::vector<std::pair<int, TraceEvent>>& events, int rank, int stage) {
-  Json out = Json::array();
-  out.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank},
-                 {"args", {{"name", "stage " + std::to_string(stage) + " (rank " + std::to_string(rank) + ")"}}}});
-  out.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", rank}, {"tid", 0}, {"args", {{"name", "compute"}}}});
-  for (const auto& [step, e] : events) {
-    out.push_back({{"name", schedule::short_name(e.action)}, {"ph", "X"}, {"pid", rank}, {"tid", 0}, {"ts", e.start_us},
-                   {"dur", e.end_us - e.start_us}, {"args", {{"step", step}, {"microbatch", e.action.microbatch}}}});
-  }
-  return out;
-}
-
 }  // namespace
 
 void set_compute_threads(int threads) {
@@ -98,7 +86,9 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   }
   HARP_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::open(options.out_dir, l.rank == 0, options.resume));
   const std::set<int> traced(options.trace_steps.begin(), options.trace_steps.end());
-  std::vector<std::pair<int, TraceEvent>> events;
+  schedule::Timeline timeline;
+  timeline.rows.push_back({l.rank, l.stage,
+                           schedule::row_name(l.stage, plan.stages[l.stage].subcluster_name, l.dp_rank, l.dp())});
   const double tokens = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
   const double flops = 3.0 * model.fwd_flops_per_sample() * plan.microbatches * plan.microbatch_size;
   double total_s = 0;
@@ -108,7 +98,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     const bool trace = traced.count(step) > 0;
     StepResult r = ex.run_step(step, trace);
     if (trace)
-      for (auto& e : ex.take_trace()) events.emplace_back(step, e);
+      for (auto& e : ex.take_trace()) timeline.events.push_back(e);
     // Busy fraction, forward and backward time per microbatch of every stage (its first
     // replica), gathered in one reduction.
     const int S = l.num_stages();
@@ -141,17 +131,22 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
       HARP_RETURN_IF_ERROR(save_checkpoint(ex, comm, ckpt_dir, step + 1, plan));
   }
   if (!traced.empty()) {
+    // Each rank writes its part; rank 0 merges them into one trace with the writer the
+    // simulator uses, so `harp trace compare` can put the two side by side.
     HARP_RETURN_IF_ERROR(write_text_file_atomic(trace_file(options.out_dir, l.rank),
-                                                trace_events(events, l.rank, l.stage).dump() + "\n"));
+                                                schedule::chrome_trace(timeline).dump() + "\n"));
     comm.barrier("writing traces");
     if (l.rank == 0) {
-      Json merged = {{"traceEvents", Json::array()}, {"displayTimeUnit", "ms"}};
+      schedule::Timeline merged;
       for (int r = 0; r < l.world_size; ++r) {
-        auto part = load_document(trace_file(options.out_dir, r));
-        if (!part.ok()) return part.status();
-        for (auto& e : *part) merged["traceEvents"].push_back(e);
+        const std::string file = trace_file(options.out_dir, r);
+        HARP_ASSIGN_OR_RETURN(Json doc, load_document(file));
+        HARP_ASSIGN_OR_RETURN(schedule::Timeline part, schedule::timeline_from_trace(doc, file));
+        merged.rows.insert(merged.rows.end(), part.rows.begin(), part.rows.end());
+        merged.events.insert(merged.events.end(), part.events.begin(), part.events.end());
       }
-      HARP_RETURN_IF_ERROR(write_text_file_atomic(options.out_dir + "/trace.json", merged.dump() + "\n"));
+      HARP_RETURN_IF_ERROR(write_text_file_atomic(options.out_dir + "/trace.json",
+                                                  schedule::chrome_trace(merged).dump() + "\n"));
     }
   }
   summary.mean_iteration_s = timed > 0 ? total_s / timed : 0;

@@ -25,6 +25,7 @@
 #include "harp/runtime/optimizer.h"
 #include "harp/schedule/action.h"
 #include "harp/schedule/lower_plan.h"
+#include "harp/schedule/timeline.h"
 
 namespace harp::runtime {
 
@@ -33,13 +34,6 @@ struct ExecConfig {
   torch::Dtype dtype = torch::kFloat32;
   OptimConfig optim;
   bool emulate = false;        // apply the plan's emulated_slowdown (DESIGN.md, last section)
-};
-
-// One measured action of a traced step (times in µs from the step's start barrier).
-struct TraceEvent {
-  schedule::Action action;
-  double start_us = 0, end_us = 0;
-  bool comm = false;  // a send/recv wait rather than compute
 };
 
 struct StepResult {
@@ -70,7 +64,10 @@ class Executor {
   // Named parameters and their gradients of the last step (global names).
   std::vector<std::pair<std::string, torch::Tensor>> named_grads() const;
   const std::vector<schedule::Action>& actions() const { return actions_; }
-  std::vector<TraceEvent> take_trace() { return std::move(trace_); }
+  // The measured timeline of the traced steps so far (schedule/timeline.h): compute
+  // spans exclude the wait for their input; waits for data are recv-lane events. Times
+  // in µs from the first traced step's start barrier.
+  std::vector<schedule::TimelineEvent> take_trace() { return std::move(trace_); }
 
  private:
   struct Part {  // a slice of a microbatch exchanged with one peer replica
@@ -89,7 +86,8 @@ class Executor {
   void backward(int mb);
   void send(int mb, bool forward_direction);
   void post_recv(int mb, bool forward_direction, int step);
-  torch::Tensor gather(std::vector<Part>& parts);
+  // Waits for every part (a traced step records each wait as a recv-lane event).
+  torch::Tensor gather(std::vector<Part>& parts, const schedule::Action& recv);
   void reduce_grads(int step);
   void apply_step(int step, StepResult* result);
   void emulate_slowdown(double seconds) const;
@@ -110,9 +108,12 @@ class Executor {
   std::vector<std::pair<torch::Tensor, Transfer>> sends_;
   double loss_sum_ = 0, compute_s_ = 0, forward_s_ = 0, backward_s_ = 0;
   int step_ = 0;
-  bool tracing_ = false;
-  std::chrono::steady_clock::time_point t0_, compute_begin_, compute_end_;
-  std::vector<TraceEvent> trace_;
+  bool tracing_ = false, traced_before_ = false;
+  std::chrono::steady_clock::time_point origin_, compute_begin_, compute_end_;
+  std::vector<schedule::TimelineEvent> trace_;
+  double us_since_origin(std::chrono::steady_clock::time_point t) const {
+    return std::chrono::duration<double, std::micro>(t - origin_).count();
+  }
 };
 
 }  // namespace harp::runtime

@@ -228,6 +228,9 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp launch command",
       "harp data prepare --input",
       "harp data prepare --output",
+      "harp trace compare predicted",
+      "harp trace compare measured",
+      "harp trace compare --json",
   };
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds
