@@ -11,7 +11,7 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev lib
                 libtorch-dev libgloo-dev libopenblas0-pthread \
                 libgtest-dev libgmock-dev libbenchmark-dev
 
-.PHONY: all deps configure build test demo bench clean
+.PHONY: all deps configure build tools test demo bench clean
 
 all: build
 
@@ -31,10 +31,14 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
+# Only what `make demo` runs: harp (and harp-train, which it hands `train` over to).
+tools: configure
+	cmake --build $(BUILD) -j$(JOBS) --target harp
+
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) -LE gpu
 
-demo: build
+demo: tools
 	BUILD=$(BUILD) ./scripts/demo.sh
 
 bench: build

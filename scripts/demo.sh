@@ -28,8 +28,11 @@ if "$harp" train --help > /dev/null 2>&1; then
     "$harp plan --job examples/jobs/tiny_cpu.yaml --output $out/tiny_plan.json | head -8"
   step "byte-level tokens from this project's docs" \
     "cat README.md docs/*.md > $out/corpus.txt && $harp data prepare --input $out/corpus.txt --output $out/corpus.bin"
-  step "train it for real: 3 ranks, HARP's 1F1B, the slow device emulated" \
-    "$harp launch --nproc 3 --emulate -- $harp train --plan $out/tiny_plan.json --data $out/corpus.bin \
-     --steps 30 --lr 1e-2 --warmup-steps 5 --out $out/train --trace-steps 20"
+  step "train it for real: 3 ranks, HARP's 1F1B, the slow device emulated (the job's training section)" \
+    "$harp launch --nproc 3 --emulate -- $harp train --plan $out/tiny_plan.json \
+     --job examples/jobs/tiny_cpu.yaml --data $out/corpus.bin"
+  step "predicted against measured, per stage (the plan was costed by the analytic roofline, far from this CPU)" \
+    "$harp simulate --plan $out/tiny_plan.json --trace $out/tiny_predicted.json > /dev/null && \
+     $harp trace compare $out/tiny_predicted.json $out/train/trace.json"
 fi
 printf '\npictures: %s/*.svg; traces (%s/trace.json, %s/train/trace.json) open in ui.perfetto.dev\n' "$out" "$out" "$out"

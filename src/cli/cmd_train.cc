@@ -5,6 +5,9 @@
 #include <thread>
 
 #include "commands.h"
+#include <functional>
+
+#include "harp/job/job.h"
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/comm.h"
@@ -14,21 +17,41 @@
 namespace harp::cli {
 namespace {
 
+// The flags: the plan, the model, a job whose training section is the base config, and
+// one override per training field (applied only when given on the command line).
 struct Opts {
-  std::string plan_file, model = "", data = "synthetic", out = "out/train", dtype = "float32";
-  int granularity = 0, steps = 10, checkpoint_every = 0, threads = 1, warmup_steps = 10;
-  double lr = 3e-4, timeout_s = 60, grad_clip = 1.0;
-  std::uint64_t seed = 1234;
-  bool resume = false, emulate = false, quiet = false;
-  std::vector<int> trace_steps;
+  std::string plan_file, model, job_file;
+  int granularity = 0;
+  bool resume = false, quiet = false;
+  runtime::TrainConfig flags;  // values of the override flags
+  std::vector<CLI::Option*> overrides;  // the override flags, to see which were given
+  std::vector<std::function<void(runtime::TrainConfig&)>> apply;  // same order
 };
+
+// The job's training section (or the defaults), then every flag the user gave.
+StatusOr<runtime::TrainConfig> resolve_config(const Opts& o) {
+  runtime::TrainConfig c;
+  if (!o.job_file.empty()) {
+    HARP_ASSIGN_OR_RETURN(job::Job job, job::load_job(o.job_file));
+    c = job.training;
+  }
+  for (size_t i = 0; i < o.overrides.size(); ++i)
+    if (o.overrides[i]->count() > 0) o.apply[i](c);
+  if (o.quiet) c.progress = false;
+  HARP_RETURN_IF_ERROR(c.validate(o.job_file.empty() ? "the command line" : o.job_file + " and the command line"));
+  return c;
+}
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-int run_train(const Opts& o, Context& ctx) {
+int run_train(const Opts& opts, Context& ctx) {
+  auto config = resolve_config(opts);
+  if (!config.ok()) return ctx.fail("train", config.status());
+  const runtime::TrainConfig& c = *config;
+  const Opts& o = opts;
   auto p = plan::load_plan(o.plan_file);
   if (!p.ok()) return ctx.fail("train", p.status());
   // The model: the spec the plan was made for (its model_config), unless --model names
@@ -56,51 +79,38 @@ int run_train(const Opts& o, Context& ctx) {
   if (!layout.ok()) return ctx.fail("train", layout.status());
 
   std::unique_ptr<runtime::TokenSource> data;
-  if (o.data == "synthetic") {
-    data = runtime::synthetic_tokens(o.seed, 1 << 20, m->gpt.vocab);
+  if (c.data == "synthetic") {
+    data = runtime::synthetic_tokens(c.seed, 1 << 20, m->gpt.vocab);
   } else {
-    auto d = runtime::open_token_file(o.data);
+    auto d = runtime::open_token_file(c.data);
     if (!d.ok()) return ctx.fail("train", d.status());
     data = std::move(*d);
     if (data->vocab_limit() > m->gpt.vocab) {
-      ctx.err << "harp train: " << o.data << " has token ids up to " << data->vocab_limit() - 1
+      ctx.err << "harp train: " << c.data << " has token ids up to " << data->vocab_limit() - 1
               << " but the model's vocabulary is " << m->gpt.vocab << "; use a model with vocab >= "
               << data->vocab_limit() << "\n";
       return ctx.rc = kExitInput;
     }
   }
 
-  runtime::set_compute_threads(o.threads);
-  runtime::TrainOptions t;
-  t.exec.seed = o.seed;
-  t.exec.dtype = o.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
-  t.exec.optim.lr = o.lr;
-  t.exec.optim.min_lr = o.lr / 10;
-  t.exec.optim.warmup_steps = o.warmup_steps;
-  t.exec.optim.decay_steps = std::max(o.steps, o.warmup_steps + 1);
-  t.exec.optim.grad_clip = o.grad_clip;
-  t.exec.emulate = o.emulate || env_int("HARP_EMULATE", 0) != 0;
-  t.steps = o.steps;
-  t.out_dir = o.out;
-  t.checkpoint_every = o.checkpoint_every;
+  runtime::set_compute_threads(c.threads);
+  runtime::TrainOptions t = runtime::train_options(c);
   t.resume = o.resume;
-  t.trace_steps = o.trace_steps;
-  t.progress = !o.quiet;
-  // Fault injection for the failure tests (docs/runtime.md): die or hang at a step.
-  const auto timeout = std::chrono::milliseconds(static_cast<long long>(o.timeout_s * 1000));
+  t.exec.emulate = c.emulate || env_int("HARP_EMULATE", 0) != 0;  // harp launch --emulate
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
   try {
     auto comm = runtime::C10dTransport::create(runtime::tcp_store_from_env(rank, world, timeout), *layout, timeout,
                                       m->gpt.tied_embeddings);
-    if (rank == 0 && !o.quiet)
+    if (rank == 0 && c.progress)
       ctx.out << "training " << m->gpt.name << " (k = " << m->gpt.granularity << ", " << m->num_layers() << " layers) on "
               << world << " ranks, " << p->num_stages() << " stages, schedule "
               << plan::schedule_kind_name(p->schedule) << ", B = " << p->microbatches << " x "
               << p->microbatch_size << (t.exec.emulate ? ", emulating slower devices" : "") << "\n";
     auto summary = runtime::train(*m, *p, *comm, *data, t, ctx.out);
     if (!summary.ok()) return ctx.fail("train", summary.status());
-    if (rank == 0 && !o.quiet)
+    if (rank == 0 && c.progress)
       ctx.out << "done: " << summary->losses.size() << " steps, mean " << fmt_time(summary->mean_iteration_s)
-              << "/step, " << fmt("%.0f", summary->tokens_per_s) << " tokens/s; metrics in " << o.out
+              << "/step, " << fmt("%.0f", summary->tokens_per_s) << " tokens/s; metrics in " << c.out
               << "/metrics.jsonl\n";
   } catch (const runtime::RuntimeFailure& e) {
     ctx.err << "harp train: " << e.what() << "\n";
@@ -121,22 +131,41 @@ void add_train_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--model", o->model, "Model preset or file (default: the plan's model)");
   cmd->add_option("--granularity", o->granularity, "Sub-layers per block (default: from the plan)")
       ->check(CLI::Range(1, 4));
-  cmd->add_option("--data", o->data, "Token file (.bin) or `synthetic`")->capture_default_str();
-  cmd->add_option("--steps", o->steps, "Training steps")->check(CLI::Range(1, 1 << 30))->capture_default_str();
-  cmd->add_option("--seed", o->seed, "Seed of weights and data")->capture_default_str();
-  cmd->add_option("--lr", o->lr, "Peak learning rate")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--warmup-steps", o->warmup_steps, "Linear warm-up steps")->check(CLI::Range(1, 1 << 30));
-  cmd->add_option("--grad-clip", o->grad_clip, "Max global gradient norm (0: off)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--dtype", o->dtype, "float32 or float64")->check(CLI::IsMember({"float32", "float64"}));
-  cmd->add_option("--out", o->out, "Output folder: metrics, traces, checkpoints")->capture_default_str();
-  cmd->add_option("--checkpoint-every", o->checkpoint_every, "Checkpoint every K steps (0: never)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--job", o->job_file, "Job file whose training: section is the base configuration");
+  // Overrides of the training section (docs/file_formats.md, "Job"): only the given ones apply.
+  auto over = [&](CLI::Option* opt, std::function<void(runtime::TrainConfig&)> apply) {
+    o->overrides.push_back(opt);
+    o->apply.push_back(std::move(apply));
+  };
+  runtime::TrainConfig& f = o->flags;
+  over(cmd->add_option("--data", f.data, "Token file (.bin) or `synthetic`")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.data = f.data; });
+  over(cmd->add_option("--steps", f.steps, "Training steps")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.steps = f.steps; });
+  over(cmd->add_option("--seed", f.seed, "Seed of weights and data")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.seed = f.seed; });
+  over(cmd->add_option("--lr", f.lr, "Peak learning rate")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.lr = f.lr; });
+  over(cmd->add_option("--warmup-steps", f.warmup_steps, "Linear warm-up steps")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.warmup_steps = f.warmup_steps; });
+  over(cmd->add_option("--grad-clip", f.grad_clip, "Max global gradient norm (0: off)")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.grad_clip = f.grad_clip; });
+  over(cmd->add_option("--dtype", f.dtype, "float32 or float64")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.dtype = f.dtype; });
+  over(cmd->add_option("--out", f.out, "Output folder: metrics, traces, checkpoints")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.out = f.out; });
+  over(cmd->add_option("--checkpoint-every", f.checkpoint_every, "Checkpoint every K steps (0: never)"),
+       [&f](runtime::TrainConfig& c) { c.checkpoint_every = f.checkpoint_every; });
   cmd->add_flag("--resume", o->resume, "Continue from the last checkpoint in --out");
-  cmd->add_option("--trace-steps", o->trace_steps, "Steps whose measured timeline is written, e.g. 3,4")
-      ->delimiter(',');
-  cmd->add_option("--timeout-s", o->timeout_s, "Give up on a peer after this long")->check(CLI::PositiveNumber);
-  cmd->add_option("--threads", o->threads, "Intra-op threads per rank")->check(CLI::Range(1, 256));
-  cmd->add_flag("--emulate", o->emulate, "Apply the plan's emulated device slowdowns");
+  over(cmd->add_option("--trace-steps", f.trace_steps, "Steps whose measured timeline is written, e.g. 3,4")
+           ->delimiter(','),
+       [&f](runtime::TrainConfig& c) { c.trace_steps = f.trace_steps; });
+  over(cmd->add_option("--timeout-s", f.timeout_s, "Give up on a peer after this long")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.timeout_s = f.timeout_s; });
+  over(cmd->add_option("--threads", f.threads, "Intra-op threads per rank")->capture_default_str(),
+       [&f](runtime::TrainConfig& c) { c.threads = f.threads; });
+  over(cmd->add_flag("--emulate", f.emulate, "Apply the plan's emulated device slowdowns"),
+       [&f](runtime::TrainConfig& c) { c.emulate = f.emulate; });
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->callback([o, &ctx] { ctx.rc = run_train(*o, ctx); });
 }

@@ -72,7 +72,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
   }
   if (training_node != nullptr) {
     HARP_RETURN_IF_ERROR(require_object(*training_node, file, "training"));
-    job.training = *training_node;
+    HARP_ASSIGN_OR_RETURN(job.training, runtime::parse_train_config(*training_node, file, "training"));
   }
 
   job.resolved = {{"version", 1},
@@ -84,7 +84,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
                     {"microbatch_size", job.planner.microbatch_size}}},
                   {"schedule", {{"kind", plan::schedule_kind_name(job.schedule)}}},
                   {"cost", cost::cost_config_to_json(job.cost)},
-                  {"training", job.training}};
+                  {"training", runtime::train_config_to_json(job.training)}};
   return job;
 }
 

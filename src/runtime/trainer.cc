@@ -27,6 +27,26 @@ std::string trace_file(const std::string& dir, int rank) {
 
 }  // namespace
 
+TrainOptions train_options(const TrainConfig& c) {
+  TrainOptions t;
+  t.exec.seed = c.seed;
+  t.exec.dtype = c.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
+  t.exec.optim.lr = c.lr;
+  t.exec.optim.min_lr = c.min_lr > 0 ? c.min_lr : c.lr / 10;
+  t.exec.optim.warmup_steps = c.warmup_steps;
+  t.exec.optim.decay_steps = c.decay_steps > 0 ? c.decay_steps : std::max(c.steps, c.warmup_steps + 1);
+  t.exec.optim.weight_decay = c.weight_decay;
+  t.exec.optim.grad_clip = c.grad_clip;
+  t.exec.emulate = c.emulate;
+  t.steps = c.steps;
+  t.out_dir = c.out;
+  t.checkpoint_every = c.checkpoint_every;
+  t.trace_steps = c.trace_steps;
+  t.progress = c.progress;
+  t.resolved_config = train_config_to_json(c);
+  return t;
+}
+
 void set_compute_threads(int threads) {
   torch::set_num_threads(threads);
   using SetThreads = void (*)(int);
@@ -85,6 +105,9 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     if (l.rank == 0 && options.progress) log << "resumed from step " << summary.first_step << "\n";
   }
   HARP_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::open(options.out_dir, l.rank == 0, options.resume));
+  if (l.rank == 0 && !options.resolved_config.is_null())
+    HARP_RETURN_IF_ERROR(write_text_file_atomic(options.out_dir + "/train_config.json",
+                                                options.resolved_config.dump(2) + "\n"));
   const std::set<int> traced(options.trace_steps.begin(), options.trace_steps.end());
   schedule::Timeline timeline;
   timeline.rows.push_back({l.rank, l.stage,

@@ -4,6 +4,8 @@
 // plans and every schedule kind.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include <string>
 #include <vector>
 
@@ -46,12 +48,12 @@ TEST(LoweringConsumers, SimulatorAndScheduleShowSeeTheSameLists) {
                                     plan::ScheduleKind::kHarp1F1B}) {
       SCOPED_TRACE(std::to_string(p.num_stages()) + " stages, " + plan::schedule_kind_name(kind));
       auto lowered = schedule::lower_plan(p, kind);
-      ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+      HARP_ASSERT_OK(lowered);
       ASSERT_TRUE(lowered->check.ok) << lowered->check.error;
 
       // The simulator: per rank, the actions it executed in the order it executed them.
       auto run = sim::simulate_plan(p, kind, {true});
-      ASSERT_TRUE(run.ok()) << run.status().to_string();
+      HARP_ASSERT_OK(run);
       EXPECT_EQ(run->launch_counts, lowered->launch_counts);
       std::vector<std::vector<schedule::Action>> executed(p.num_stages());
       for (const auto& span : run->result.spans) executed[span.rank].push_back(span.action);

@@ -8,6 +8,8 @@
 // simulator overlaps part of it (measured here: up to -6%; -20% in adversarial cases).
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include <random>
 
 #include "harp/cluster/cluster_io.h"
@@ -23,7 +25,7 @@ constexpr double kAbove = 0.10, kBelow = 0.15;
 
 double simulated_s(const plan::Plan& p) {
   auto run = sim::simulate_plan(p, p.schedule, {false});
-  EXPECT_TRUE(run.ok()) << run.status().to_string();
+  HARP_EXPECT_OK(run);
   return run.ok() ? run->result.iteration_s() : 0;
 }
 
@@ -47,7 +49,7 @@ void check_problem(const PlanningProblem& problem, const std::string& name) {
 TEST(PlannerUnderSimulator, ExampleJobs) {
   for (const char* name : {"demo.yaml", "paper_gpt2.6b.yaml", "paper_gpt6.7b.yaml"}) {
     auto job = job::load_job(std::string(HARP_SOURCE_DIR) + "/examples/jobs/" + name);
-    ASSERT_TRUE(job.ok()) << job.status().to_string();
+    HARP_ASSERT_OK(job);
     check_problem(problem_from_model(job->cluster, job->model, job->cost, nullptr,
                                      job->planner.microbatches, job->planner.microbatch_size, 8),
                   name);
@@ -85,7 +87,7 @@ TEST(PlannerUnderSimulator, RandomHeterogeneousGptJobs) {
                        ", latency_ms: 1}]\n";
     auto doc = parse_yaml_text(yaml, "random.yaml");
     auto cluster = cluster::parse_cluster(*doc, "random.yaml");
-    ASSERT_TRUE(cluster.ok()) << cluster.status().to_string();
+    HARP_ASSERT_OK(cluster);
     auto model = model::load_model(presets[rng() % 3], 1 + rng() % 3);
     ASSERT_TRUE(model.ok());
     const int b = 8 << (rng() % 3), mbs = 1 << (rng() % 3);

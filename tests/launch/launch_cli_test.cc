@@ -2,6 +2,8 @@
 // codes, the summary line on stderr, --emulate, and flags after `--` left to the worker.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include <sstream>
 
 #include "commands.h"
@@ -24,7 +26,7 @@ TEST(LaunchCli, DataPrepareWritesByteTokens) {
   ASSERT_EQ(r.rc, kExitOk) << r.err;
   EXPECT_EQ(r.out, "wrote 6 tokens (byte-level, vocabulary 256) to " + dir.file("out.bin") + "\n");
   auto tokens = data::read_token_file(dir.file("out.bin"));
-  ASSERT_TRUE(tokens.ok()) << tokens.status().to_string();
+  HARP_ASSERT_OK(tokens);
   EXPECT_EQ(*tokens, (std::vector<std::uint16_t>{'h', 'e', 'l', 'l', 'o', '\n'}));
 }
 

@@ -5,6 +5,8 @@
 #include "harp/launch/launcher.h"
 
 #include <gtest/gtest.h>
+
+#include "testutil/status.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -40,7 +42,7 @@ TEST(Launcher, TorchrunVariablesAndExtraEnvReachEveryWorker) {
   o.env["RANK"] = "99";  // the launcher's own variables win
   std::ostringstream out;
   auto r = launch(o, out);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   EXPECT_EQ(r->exit_code, 0);
   EXPECT_EQ(r->failed_rank, -1);
   EXPECT_EQ(r->summary, "all 3 workers exited 0");
@@ -70,7 +72,7 @@ TEST(Launcher, EveryLineOfStdoutAndStderrIsPrefixedWithItsRank) {
   // A partial last line (printf without '\n') is flushed when the worker exits.
   std::ostringstream out;
   auto r = launch(sh(2, "echo out-$RANK; echo err-$RANK >&2; echo two words; printf tail-$RANK"), out);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   EXPECT_EQ(r->exit_code, 0);
   std::multiset<std::string> got;
   for (const std::string& line : split_lines(out.str())) got.insert(line);
@@ -98,7 +100,7 @@ TEST(Launcher, AFailingWorkerStopsTheOthersQuickly) {
   const auto start = Clock::now();
   auto r = launch(o, out);
   const double elapsed = seconds_since(start);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   EXPECT_LT(elapsed, 10.0);
   EXPECT_EQ(r->exit_code, 3);
   EXPECT_EQ(r->failed_rank, 1);
@@ -121,7 +123,7 @@ TEST(Launcher, AWorkerIgnoringSigtermGetsSigkillAfterTheGracePeriod) {
   std::ostringstream out;
   const auto start = Clock::now();
   auto r = launch(o, out);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   EXPECT_LT(seconds_since(start), 5.0);
   EXPECT_EQ(r->exit_code, 5);
   EXPECT_EQ(r->failed_rank, 1);
@@ -132,7 +134,7 @@ TEST(Launcher, AWorkerIgnoringSigtermGetsSigkillAfterTheGracePeriod) {
 TEST(Launcher, AWorkerKilledByASignalReports128PlusTheSignal) {
   std::ostringstream out;
   auto r = launch(sh(1, "kill -KILL $$"), out);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   EXPECT_EQ(r->exit_code, 128 + SIGKILL);
   EXPECT_EQ(r->failed_rank, 0);
   EXPECT_NE(r->summary.find("rank 0 was killed by signal 9"), std::string::npos) << r->summary;
@@ -144,7 +146,7 @@ TEST(Launcher, ACommandThatCannotBeExecutedIsAWorkerFailingWith127) {
   o.command = {"harp-no-such-command-xyz", "--flag"};
   std::ostringstream out;
   auto r = launch(o, out);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   EXPECT_EQ(r->exit_code, 127);
   EXPECT_TRUE(r->failed_rank == 0 || r->failed_rank == 1) << r->failed_rank;
   EXPECT_NE(r->summary.find("could not execute 'harp-no-such-command-xyz': No such file or directory"),
@@ -169,7 +171,7 @@ TEST(Launcher, SigintToTheLauncherStopsEveryWorker) {
   const auto start = Clock::now();
   auto r = launch(o, out);
   interrupter.join();
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   EXPECT_LT(seconds_since(start), 10.0);
   EXPECT_EQ(r->exit_code, 128 + SIGINT);
   EXPECT_EQ(r->failed_rank, -1);
@@ -194,7 +196,7 @@ TEST(Launcher, BadOptionsAreErrorsNotLaunches) {
 
 TEST(Launcher, FreePortIsBindable) {
   auto port = free_port();
-  ASSERT_TRUE(port.ok()) << port.status().to_string();
+  HARP_ASSERT_OK(port);
   EXPECT_GT(*port, 0);
   EXPECT_LT(*port, 65536);
   const int fd = socket(AF_INET, SOCK_STREAM, 0);

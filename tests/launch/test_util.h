@@ -1,5 +1,5 @@
-// Helpers shared by the launch tests: a private temporary folder, line splitting, and
-// a bounded wait for a process to be gone.
+// Helpers shared by the launch tests: line splitting and a bounded wait for a process to
+// be gone (the temporary folder is testutil/temp_dir.h).
 #pragma once
 
 #include <signal.h>
@@ -14,28 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "testutil/temp_dir.h"
+
 namespace harp::launch_test {
 
-// A fresh folder under /tmp, removed with its contents on destruction. mkdtemp, not a
-// fixed name, because ctest may run these tests in parallel.
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "harp_launch_test_XXXXXX").string();
-    path_ = mkdtemp(tmpl.data()) ? tmpl : std::string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 inline std::vector<std::string> split_lines(const std::string& text) {
   std::vector<std::string> lines;

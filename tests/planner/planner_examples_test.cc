@@ -2,6 +2,8 @@
 // examples reproduced through search_pipeline, the δ thresholds and infeasible models.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include "planner_test_util.h"
 
 namespace harp::planner {
@@ -134,7 +136,7 @@ links:
   SearchOptions o;
   o.microbatches = 64;
   StatusOr<SearchResult> r = search_pipeline(costs, o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   ASSERT_TRUE(r->feasible) << r->infeasible_reason;
   ASSERT_EQ(r->placements.size(), 2u) << describe_plan(costs, r->placements, o);
   const Placement& s0 = r->placements[0];
@@ -211,7 +213,7 @@ links:
   SearchOptions o;
   o.microbatches = 256;
   StatusOr<SearchResult> r = search_pipeline(costs, o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   ASSERT_TRUE(r->feasible) << r->infeasible_reason;
   const std::string plan_text = describe_plan(costs, r->placements, o);
   ASSERT_EQ(r->placements.size(), 9u) << plan_text;
@@ -292,7 +294,7 @@ links:
   SearchOptions o;
   o.microbatches = 8;
   StatusOr<SearchResult> r = search_pipeline(costs, o);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  HARP_ASSERT_OK(r);
   const BruteForceResult want = brute_force_search(costs, o);
   EXPECT_EQ(r->feasible, !tc.launch_counts.empty()) << describe_plan(costs, r->placements, o);
   EXPECT_EQ(want.feasible, !tc.launch_counts.empty());
@@ -344,7 +346,7 @@ links:
     o.microbatches = 4;
     o.allow_idle_devices = allow_idle;
     StatusOr<SearchResult> r = search_pipeline(costs, o);
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    HARP_ASSERT_OK(r);
     EXPECT_FALSE(r->feasible);
     EXPECT_TRUE(r->placements.empty());
     EXPECT_FALSE(r->infeasible_reason.empty());

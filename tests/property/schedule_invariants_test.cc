@@ -4,6 +4,8 @@
 // lists directly rather than trusting validate(); validate's answers are compared too.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <ostream>
@@ -140,7 +142,7 @@ void check_compute_order_and_inflight(const Case& c) {
 void check_lowering_pairs_sends_with_receives(const Case& c) {
   const Schedule compute = generate(c);
   StatusOr<Schedule> lowered = lower(compute);
-  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  HARP_ASSERT_OK(lowered);
   const int S = c.stages;
   // [r][dir]: microbatches sent by rank r (dir 0 forward to r+1, 1 backward to r-1) and
   // received from rank r, in list order.
@@ -179,7 +181,7 @@ void check_lowering_pairs_sends_with_receives(const Case& c) {
 
 void check_lowered_schedule_drains(const Case& c) {
   StatusOr<Schedule> lowered = lower(generate(c));
-  ASSERT_TRUE(lowered.ok()) << lowered.status().to_string();
+  HARP_ASSERT_OK(lowered);
   std::vector<int> expected_peak;
   for (int n : c.counts) expected_peak.push_back(std::min(n, c.microbatches));
   size_t longest = 0;

@@ -7,6 +7,8 @@
 #include <set>
 
 #include <gtest/gtest.h>
+
+#include "testutil/status.h"
 #include <torch/torch.h>
 
 #include "harp/data/token_file.h"
@@ -92,7 +94,7 @@ TEST(RuntimeData, TokenFileRoundTrip) {
   for (int i = 0; i < 100; ++i) tokens.push_back(static_cast<std::uint16_t>((i * 37) % 300));
   ASSERT_TRUE(data::write_token_file(tokens, path).ok());
   auto source = open_token_file(path);
-  ASSERT_TRUE(source.ok()) << source.status().to_string();
+  HARP_ASSERT_OK(source);
   EXPECT_EQ((*source)->size(), 100);
   EXPECT_EQ((*source)->vocab_limit(), 1 + *std::max_element(tokens.begin(), tokens.end()));
   for (int i = 0; i < 100; ++i) EXPECT_EQ((*source)->at(i), tokens[i]);

@@ -2,6 +2,8 @@
 // the plan uses, whatever the stage order; without devices, stage by stage.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include "harp/runtime/transport.h"
 
 namespace harp::runtime {
@@ -25,7 +27,7 @@ TEST(Layout, RanksFollowTheDeviceIds) {
   // of a subcluster the highest ids; other subclusters can come first in id order).
   plan::Plan p = plan_with({{6, 7}, {2, 3}});
   auto l = layout_for(p, 4, 0);
-  ASSERT_TRUE(l.ok()) << l.status().to_string();
+  HARP_ASSERT_OK(l);
   EXPECT_EQ(l->stage_ranks, (std::vector<std::vector<int>>{{2, 3}, {0, 1}}));
   EXPECT_EQ(l->rank_device, (std::vector<int>{2, 3, 6, 7}));
   EXPECT_EQ(l->stage, 1);

@@ -11,6 +11,7 @@
 #include "harp/cost/cost_config.h"
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
+#include "harp/runtime/train_config.h"
 
 namespace harp::job {
 
@@ -27,7 +28,7 @@ struct Job {
   cost::CostConfig cost;
   PlannerConfig planner;
   plan::ScheduleKind schedule = plan::ScheduleKind::kHarp1F1B;
-  Json training = Json::object();  // runtime settings, read by the runtime
+  runtime::TrainConfig training;   // the training section, validated
   Json resolved;                   // the fully resolved job, written into run folders
 };
 

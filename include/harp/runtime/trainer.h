@@ -12,6 +12,7 @@
 
 #include "harp/common/status.h"
 #include "harp/runtime/executor.h"
+#include "harp/runtime/train_config.h"
 
 namespace harp::runtime {
 
@@ -23,7 +24,12 @@ struct TrainOptions {
   bool resume = false;              // continue from out_dir/checkpoints/latest
   std::vector<int> trace_steps;     // steps whose measured timeline is written
   bool progress = true;             // rank 0 prints a line per step
+  Json resolved_config;             // written by rank 0 as OUT/train_config.json (if not null)
 };
+
+// The options of a run from its validated configuration (the resolved config included).
+// REQUIRES: config.validate() passed.
+TrainOptions train_options(const TrainConfig& config);
 
 struct TrainSummary {
   int first_step = 0;               // 0, or the resumed step

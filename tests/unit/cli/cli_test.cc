@@ -2,6 +2,8 @@
 // closed form from `simulate --json` on a hand-written plan, and the frozen flag set.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include <fstream>
 #include <sstream>
 
@@ -76,7 +78,7 @@ TEST(Cli, SimulateWritesTraceAndSvg) {
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("simulated iteration"), std::string::npos);
   auto t = load_document(trace);
-  ASSERT_TRUE(t.ok()) << t.status().to_string();
+  HARP_ASSERT_OK(t);
   EXPECT_TRUE((*t)["traceEvents"].is_array());
   auto s = read_text_file(svg);
   ASSERT_TRUE(s.ok());
@@ -234,7 +236,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
   };
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds
-  for (const char* f : {"--plan", "--model", "--granularity", "--data", "--steps", "--seed", "--lr",
+  for (const char* f : {"--plan", "--model", "--granularity", "--job", "--data", "--steps", "--seed", "--lr",
                         "--warmup-steps", "--grad-clip", "--dtype", "--out", "--checkpoint-every", "--resume",
                         "--trace-steps", "--timeout-s", "--threads", "--emulate", "--quiet"})
     expected.push_back(std::string("harp train ") + f);

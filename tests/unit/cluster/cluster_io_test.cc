@@ -2,6 +2,8 @@
 // (table-driven: the message must name the field path and carry a fix).
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include "harp/cluster/cluster_io.h"
 
 namespace harp::cluster {
@@ -28,7 +30,7 @@ StatusOr<Cluster> parse(const std::string& yaml) {
 
 TEST(ClusterIo, ParsesTheGoodFile) {
   auto c = parse(kGood);
-  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  HARP_ASSERT_OK(c);
   EXPECT_EQ(c->num_devices(), 12);
   EXPECT_EQ(c->first_device_id(1), 8);
   EXPECT_EQ(c->device_of(1).name, "A100-40GB");
@@ -46,7 +48,7 @@ TEST(ClusterIo, RoundTripsThroughJson) {
   auto c = parse(kGood);
   ASSERT_TRUE(c.ok());
   auto again = parse_cluster(cluster_to_json(*c), "again.json");
-  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  HARP_ASSERT_OK(again);
   EXPECT_EQ(cluster_to_json(*again), cluster_to_json(*c));
   EXPECT_EQ(again->fingerprint(), c->fingerprint());
 }
@@ -58,7 +60,7 @@ devices: [{name: X1, peak_tflops: 100, memory_gib: 24, memory_bandwidth_gbs: 900
            emulated_slowdown: 2}]
 subclusters: [{name: x, device: X1, nodes: 1, devices_per_node: 1}]
 )");
-  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  HARP_ASSERT_OK(c);
   EXPECT_EQ(c->device_of(0).emulated_slowdown, 2.0);
 }
 

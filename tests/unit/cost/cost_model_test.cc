@@ -3,6 +3,8 @@
 // range figures of every source equal to a per-layer sum.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include "harp/cluster/cluster_io.h"
 #include <random>
 
@@ -223,7 +225,7 @@ TEST(UniformPlan, OneStagePerNodeEqualLayers) {
   planner::BuildOptions o;
   o.microbatches = 16;
   auto p = planner::plan_uniform(costs, o);
-  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  HARP_ASSERT_OK(p);
   ASSERT_EQ(p->num_stages(), 3);
   EXPECT_EQ(p->stages[0].last_layer - p->stages[0].first_layer, 17);
   EXPECT_EQ(p->stages[1].last_layer - p->stages[1].first_layer, 17);
@@ -252,33 +254,6 @@ TEST(UniformPlan, MoreNodesThanLayersIsInfeasible) {
   auto p = planner::plan_uniform(StageCosts::build(c, src, 4, 4, CostConfig{}), {});
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInfeasible);
-}
-
-TEST(Job, LoadsTheDemoJob) {
-  auto j = job::load_job(std::string(HARP_SOURCE_DIR) + "/examples/jobs/demo.yaml");
-  ASSERT_TRUE(j.ok()) << j.status().to_string();
-  EXPECT_EQ(j->model.num_layers(), 50);
-  EXPECT_EQ(j->cluster.num_devices(), 12);
-  EXPECT_EQ(j->planner.microbatches, 32);
-  EXPECT_TRUE(j->resolved.contains("cluster"));
-}
-
-TEST(Job, BadSectionsNameTheirPath) {
-  auto bad = [](const std::string& yaml) {
-    auto doc = parse_yaml_text(yaml, "job.yaml");
-    return job::parse_job(*doc, "job.yaml").status().message();
-  };
-  const std::string cl =
-      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\n";
-  EXPECT_NE(bad(cl).find("model"), std::string::npos);
-  EXPECT_NE(bad(cl + "model: {preset: gpt-tiny}\nplanner: {microbatches: 0}\n").find("planner.microbatches"),
-            std::string::npos);
-  EXPECT_NE(bad(cl + "model: {preset: gpt-tiny}\ncost: {compute_efficiency: 2}\n").find("cost.compute_efficiency"),
-            std::string::npos);
-  EXPECT_NE(bad(cl + "model: {preset: gpt-tiny}\nschedule: {kind: zb}\n").find("schedule.kind"),
-            std::string::npos);
-  EXPECT_NE(bad("cluster: missing.yaml\nmodel: {preset: gpt-tiny}\n").find("missing.yaml"),
-            std::string::npos);
 }
 
 }  // namespace

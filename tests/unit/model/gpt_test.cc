@@ -3,6 +3,8 @@
 // s(24h² + 4sh), activations per block s(34h + 5as) (Korthikanti et al.).
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include <set>
 
 #include "harp/common/fields.h"
@@ -110,7 +112,7 @@ TEST(Gpt, ParsesExplicitHyperparameters) {
   Json j = {{"family", "gpt"}, {"num_blocks", 3}, {"hidden", 64}, {"heads", 4},
             {"seq_len", 16},   {"vocab", 100},    {"granularity", 2}};
   auto m = parse_model(j, "m.json");
-  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  HARP_ASSERT_OK(m);
   EXPECT_EQ(m->num_layers(), 8);
   EXPECT_EQ(m->param_count(), hand_params(3, 64, 100, 16));
 }

@@ -2,6 +2,8 @@
 // closed form matches hand arithmetic, and every bad input class gets its message.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
 
@@ -17,7 +19,7 @@ StatusOr<Plan> parse(const std::string& text) {
 TEST(PlanIo, MinimalHandWrittenPlan) {
   auto p = parse(R"({"microbatches": 4, "schedule": "1f1b", "stages": [
       {"fwd_s": 1, "bwd_s": 2, "comm_s": 0.5}, {"fwd_s": 1, "bwd_s": 2}]})");
-  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  HARP_ASSERT_OK(p);
   EXPECT_EQ(p->num_stages(), 2);
   EXPECT_EQ(p->schedule, ScheduleKind::k1F1B);
   // T = (3 + 1) + (3 + 0) + (4 - 1) * 3 = 16
@@ -78,10 +80,10 @@ TEST(PlanIo, FullPlanRoundTrips) {
        "activation_bytes": 2e8, "memory_bytes": 1.6e9, "comm_bytes": 5e7},
       {"layers": [22, 50], "subcluster": 1, "devices": [2], "launch_count": 1,
        "fwd_s": 0.073, "bwd_s": 0.147}]})");
-  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  HARP_ASSERT_OK(p);
   Json j = plan_to_json(*p);
   auto again = parse_plan(j, "again.json");
-  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  HARP_ASSERT_OK(again);
   EXPECT_EQ(plan_to_json(*again), j);
   EXPECT_EQ(again->stages[0].devices, (std::vector<int>{0, 1}));
   EXPECT_EQ(again->stages[1].first_layer, 22);
@@ -93,7 +95,7 @@ TEST(PlanIo, SaveIsAtomicAndLoads) {
   std::string path = std::string(HARP_BINARY_DIR) + "/plan_io_test_plan.json";
   ASSERT_TRUE(save_plan(*p, path).ok());
   auto back = load_plan(path);
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  HARP_ASSERT_OK(back);
   EXPECT_EQ(back->schedule, ScheduleKind::kGpipe);
   Status bad = save_plan(*p, "/nonexistent-dir/x/plan.json");
   EXPECT_FALSE(bad.ok());
@@ -191,7 +193,7 @@ TEST(PlanIo, RuntimeFieldsRoundTrip) {
     p.stages.push_back(s);
   }
   auto back = parse_plan(plan_to_json(p), "p.json");
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  HARP_ASSERT_OK(back);
   EXPECT_EQ(back->granularity, 2);
   EXPECT_EQ(back->model_config, p.model_config);
   EXPECT_EQ(back->cost_source, "analytic roofline");

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 namespace harp::schedule {
 namespace {
 
@@ -56,7 +58,7 @@ TEST(ScheduleText, WholeScheduleRoundTrips) {
       "rank 0: 0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1 0REDUCE_GRAD 0STEP\n"
       "rank 1: 1RECV_F0 1F0 1RECV_F1 1B0 1SEND_B0 1F1 1B1 1SEND_B1 1REDUCE_GRAD 1STEP\n";
   StatusOr<Schedule> s = parse_schedule_text(text);
-  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  HARP_ASSERT_OK(s);
   EXPECT_EQ(s->num_stages, 2);
   EXPECT_EQ(s->num_microbatches, 2);
   EXPECT_EQ(s->total_actions(), 20u);
@@ -80,7 +82,7 @@ TEST(ScheduleText, BuiltScheduleRoundTrips) {
 
 TEST(ScheduleText, EmptyRankAndBlankLines) {
   StatusOr<Schedule> s = parse_schedule_text("\nrank 0:\n\nrank 1: 1F0\n");
-  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  HARP_ASSERT_OK(s);
   EXPECT_EQ(s->num_stages, 2);
   EXPECT_TRUE(s->actions[0].empty());
   EXPECT_EQ(schedule_to_text(*s), "rank 0:\nrank 1: 1F0\n");

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 namespace harp::schedule {
 namespace {
 
@@ -37,7 +39,7 @@ TEST(Generators, OneFOneBWithFewerMicrobatchesThanStages) {
 
 TEST(Generators, HeterogeneousLaunchCounts) {
   StatusOr<Schedule> s = generate_with_launch_counts(3, 5, {4, 2, 1});
-  ASSERT_TRUE(s.ok()) << s.status().to_string();
+  HARP_ASSERT_OK(s);
   EXPECT_EQ(text(*s),
             "rank 0: 0F0 0F1 0F2 0F3 0B0 0F4 0B1 0B2 0B3 0B4\n"
             "rank 1: 1F0 1F1 1B0 1F2 1B1 1F3 1B2 1F4 1B3 1B4\n"

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include "harp/schedule/generators.h"
 #include "harp/schedule/validate.h"
 
@@ -12,13 +14,13 @@ namespace {
 
 Schedule parse(const std::string& text) {
   StatusOr<Schedule> s = parse_schedule_text(text);
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  HARP_EXPECT_OK(s);
   return *s;
 }
 
 std::string lowered_text(const Schedule& compute) {
   StatusOr<Schedule> s = lower(compute);
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  HARP_EXPECT_OK(s);
   return s.ok() ? schedule_to_text(*s) : "";
 }
 

@@ -2,6 +2,8 @@
 // the comparison's errors.
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include "harp/schedule/timeline.h"
 
 namespace harp::schedule {
@@ -37,7 +39,7 @@ TEST(Timeline, WrittenAndReadBack) {
   const Timeline t = two_ranks();
   const Json trace = chrome_trace(t);
   auto back = timeline_from_trace(trace, "t.json");
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  HARP_ASSERT_OK(back);
   ASSERT_EQ(back->rows.size(), 2u);
   EXPECT_EQ(back->rows[1].name, "stage 1 (a100)");
   EXPECT_EQ(back->events.size(), t.events.size());

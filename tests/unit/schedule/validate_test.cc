@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "testutil/status.h"
+
 #include "harp/schedule/generators.h"
 #include "harp/schedule/lowering.h"
 
@@ -12,7 +14,7 @@ namespace {
 
 Schedule parse(const std::string& text) {
   StatusOr<Schedule> s = parse_schedule_text(text);
-  EXPECT_TRUE(s.ok()) << s.status().to_string();
+  HARP_EXPECT_OK(s);
   return *s;
 }
 

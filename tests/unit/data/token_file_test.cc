@@ -7,12 +7,13 @@
 #include <fstream>
 
 #include "harp/common/document.h"
-#include "launch/test_util.h"
+#include "testutil/status.h"
+#include "testutil/temp_dir.h"
 
 namespace harp::data {
 namespace {
 
-using launch_test::TempDir;
+using testing::TempDir;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream(path, std::ios::binary) << bytes;
@@ -40,7 +41,7 @@ TEST(TokenFile, RoundTripsEveryValue) {
   for (int v = 0; v < 65536; ++v) tokens.push_back(static_cast<std::uint16_t>(v));
   ASSERT_TRUE(write_token_file(tokens, path).ok());
   auto back = read_token_file(path);
-  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  HARP_ASSERT_OK(back);
   EXPECT_EQ(*back, tokens);
   // The write is atomic: no temporary file is left next to the result.
   int entries = 0;
