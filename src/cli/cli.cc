@@ -86,6 +86,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   build_app(app, ctx);
   try {
     app.parse(argc, argv);
+  } catch (const std::bad_alloc&) {
+    err << "harp: out of memory; the input asks for more than this machine has (see docs/file_formats.md, "
+           "Limits)\n";
+    return kExitInput;
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return kExitOk;
@@ -102,6 +106,10 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     std::string where = app.get_subcommands().empty() ? "" : app.get_subcommands()[0]->get_name() + " ";
     err << "harp " << where << "error: " << e.what() << " (run `harp " << where << "--help`)\n";
     return kExitUsage;
+  } catch (const std::exception& e) {
+    // Every input error is a Status with its own message; reaching here is a bug.
+    err << "harp: internal error (a bug in HARP; please report it with the command): " << e.what() << "\n";
+    return kExitInput;
   }
   return ctx.rc;
 }

@@ -80,6 +80,11 @@ int run_train(const Opts& opts, Context& ctx) {
 
   std::unique_ptr<runtime::TokenSource> data;
   if (c.data == "synthetic") {
+    if (m->gpt.vocab > 65536) {
+      ctx.err << "harp train: synthetic tokens are uint16 but the model's vocabulary is " << m->gpt.vocab
+              << "; use a token file, or a model with vocab <= 65536\n";
+      return ctx.rc = kExitInput;
+    }
     data = runtime::synthetic_tokens(c.seed, 1 << 20, m->gpt.vocab);
   } else {
     auto d = runtime::open_token_file(c.data);
@@ -89,6 +94,11 @@ int run_train(const Opts& opts, Context& ctx) {
       ctx.err << "harp train: " << c.data << " has token ids up to " << data->vocab_limit() - 1
               << " but the model's vocabulary is " << m->gpt.vocab << "; use a model with vocab >= "
               << data->vocab_limit() << "\n";
+      return ctx.rc = kExitInput;
+    }
+    if (data->size() < static_cast<std::int64_t>(m->gpt.seq_len) + 2) {
+      ctx.err << "harp train: " << c.data << " holds " << data->size() << " tokens, fewer than one sample of "
+              << m->gpt.seq_len << " + 2; use a longer token file (harp data prepare) or a shorter seq_len\n";
       return ctx.rc = kExitInput;
     }
   }

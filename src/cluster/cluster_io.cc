@@ -7,6 +7,9 @@
 namespace harp::cluster {
 namespace {
 
+// Far beyond any cluster; they keep every count and id inside an int.
+constexpr std::int64_t kMaxNodes = 1 << 16, kMaxDevicesPerNode = 1 << 10;
+
 constexpr const char* kVersionFix = "set `version: 1` at the top of the file";
 
 // A link is written {bandwidth_gbps, latency_us} inside a subcluster and
@@ -92,8 +95,8 @@ StatusOr<Cluster> parse_cluster(const Json& node, const std::string& file,
     Subcluster s;
     s.name = sr.string("name");
     s.device = sr.string("device");
-    s.nodes = static_cast<int>(sr.integer("nodes", 1));
-    s.devices_per_node = static_cast<int>(sr.integer("devices_per_node", 1));
+    s.nodes = static_cast<int>(sr.integer("nodes", 1, std::nullopt, kMaxNodes));
+    s.devices_per_node = static_cast<int>(sr.integer("devices_per_node", 1, std::nullopt, kMaxDevicesPerNode));
     if (sr.failed()) return sr.finish();
     if (!names.insert(s.name).second)
       return field_error(file, join_path(ipath, "name"), Json(s.name).dump(),

@@ -5,8 +5,14 @@
 #include <fstream>
 #include <sstream>
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 namespace harp {
 namespace {
@@ -38,7 +44,25 @@ Json yaml_scalar_to_json(const YAML::Node& node) {
   return text;
 }
 
-Json yaml_to_json(const YAML::Node& node) {
+// Converts with a budget: aliases share nodes, so a small file can expand without
+// bound (and an alias can refer to itself); depth and value counts stop both.
+struct YamlBudget {
+  std::int64_t values = 0;
+  std::string error;
+};
+
+Json yaml_to_json(const YAML::Node& node, int depth, YamlBudget& budget) {
+  if (!budget.error.empty()) return nullptr;
+  if (++budget.values > kMaxDocumentValues) {
+    budget.error = "expands to more than " + std::to_string(kMaxDocumentValues) +
+                   " values (YAML aliases?); write the values out or shorten the file";
+    return nullptr;
+  }
+  if (depth > kMaxDocumentDepth) {
+    budget.error = "nests deeper than " + std::to_string(kMaxDocumentDepth) +
+                   " levels (or an alias refers to itself); flatten the document";
+    return nullptr;
+  }
   switch (node.Type()) {
     case YAML::NodeType::Null:
     case YAML::NodeType::Undefined:
@@ -47,46 +71,185 @@ Json yaml_to_json(const YAML::Node& node) {
       return yaml_scalar_to_json(node);
     case YAML::NodeType::Sequence: {
       Json out = Json::array();
-      for (const auto& item : node) out.push_back(yaml_to_json(item));
+      for (const auto& item : node) out.push_back(yaml_to_json(item, depth + 1, budget));
       return out;
     }
     case YAML::NodeType::Map: {
       Json out = Json::object();
-      for (const auto& kv : node) out[kv.first.as<std::string>()] = yaml_to_json(kv.second);
+      for (const auto& kv : node) {
+        if (!kv.first.IsScalar()) {
+          budget.error = "has a key that is not a plain value (line " + std::to_string(kv.first.Mark().line + 1) +
+                         "); use names as keys";
+          return nullptr;
+        }
+        out[kv.first.Scalar()] = yaml_to_json(kv.second, depth + 1, budget);
+      }
       return out;
     }
   }
   return nullptr;
 }
 
+// The first byte offset that is not valid UTF-8, or -1.
+std::int64_t invalid_utf8_at(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n;) {
+    const unsigned char c = p[i];
+    size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : (c >> 3) == 0x1e ? 4 : 0;
+    if (len == 0 || i + len > n) return static_cast<std::int64_t>(i);
+    for (size_t k = 1; k < len; ++k)
+      if ((p[i + k] >> 6) != 0x2) return static_cast<std::int64_t>(i);
+    // Overlong forms, surrogates and code points past U+10FFFF.
+    if ((len == 2 && c < 0xc2) || (len == 3 && c == 0xe0 && p[i + 1] < 0xa0) ||
+        (len == 3 && c == 0xed && p[i + 1] >= 0xa0) || (len == 4 && c == 0xf0 && p[i + 1] < 0x90) ||
+        (len == 4 && (c > 0xf4 || (c == 0xf4 && p[i + 1] >= 0x90))))
+      return static_cast<std::int64_t>(i);
+    i += len;
+  }
+  return -1;
+}
+
+int line_of(const std::string& s, std::int64_t offset) {
+  return 1 + static_cast<int>(std::count(s.begin(), s.begin() + std::min<std::int64_t>(offset, s.size()), '\n'));
+}
+
+// Bracket depth outside strings (JSON, YAML flow style) and indentation depth (YAML
+// block style): both parsers recurse per level, so a deep document would exhaust the
+// stack before they say anything.
+Status check_nesting(const std::string& text, const std::string& name, bool yaml) {
+  int depth = 0;
+  char quote = 0;
+  bool line_start = true;
+  int indent = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote) {
+      if (c == '\\' && quote == '"') ++i;
+      else if (c == quote) quote = 0;
+      continue;
+    }
+    if (yaml && line_start) {
+      if (c == ' ' || c == '-') {
+        if (++indent > 2 * kMaxDocumentDepth)
+          return invalid_argument(name + ": line " + std::to_string(line_of(text, i)) + ": nests deeper than " +
+                                  std::to_string(kMaxDocumentDepth) + " levels; flatten the document");
+        continue;
+      }
+      line_start = false;
+    }
+    if (c == '\n') {
+      line_start = true;
+      indent = 0;
+    } else if (c == '"' || (yaml && c == '\'')) {
+      quote = c;
+    } else if (yaml && c == '#') {
+      while (i < text.size() && text[i] != '\n') ++i;
+      --i;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDocumentDepth)
+        return invalid_argument(name + ": line " + std::to_string(line_of(text, i)) + ": nests deeper than " +
+                                std::to_string(kMaxDocumentDepth) + " levels; flatten the document");
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return Status();
+}
+
+Status check_text(const std::string& text, const std::string& name, bool yaml) {
+  const std::int64_t bad = invalid_utf8_at(text);
+  if (bad >= 0)
+    return invalid_argument(name + ": line " + std::to_string(line_of(text, bad)) + " (byte " + std::to_string(bad) +
+                            "): not valid UTF-8; save the file as UTF-8 text");
+  return check_nesting(text, name, yaml);
+}
+
+// Parser messages quote the input; a 5,000-digit number must not make a 5,000-column line.
+std::string clip(const std::string& s, size_t most = 200) {
+  return s.size() <= most ? s : s.substr(0, most) + "...";
+}
+
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
 }  // namespace
 
-StatusOr<std::string> read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(path + ": cannot open for reading; check the path");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return io_error(path + ": read failed");
-  return ss.str();
+StatusOr<std::int64_t> check_input_file(const std::string& path, std::int64_t max_bytes) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return io_error(path + ": cannot open: " + std::strerror(errno) + "; check the path");
+  if (!S_ISREG(st.st_mode))
+    return io_error(path + ": is " + kind_of(st.st_mode) + "; HARP reads regular files only, give a file");
+  if (st.st_size > max_bytes)
+    return io_error(path + ": is " + std::to_string(st.st_size) + " bytes, over the limit of " +
+                    std::to_string(max_bytes) + " bytes for this kind of file (docs/file_formats.md, Limits)");
+  return static_cast<std::int64_t>(st.st_size);
+}
+
+StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_bytes) {
+  HARP_RETURN_IF_ERROR(check_input_file(path, max_bytes).status());
+  // O_NONBLOCK: had the path been swapped for a FIFO since the check, open returns at once.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return io_error(path + ": cannot open: " + std::strerror(errno) + "; check the path");
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return io_error(path + ": is not a regular file; HARP reads regular files only, give a file");
+  }
+  std::string text;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const std::string why = std::strerror(errno);
+      ::close(fd);
+      return io_error(path + ": read failed: " + why);
+    }
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (static_cast<std::int64_t>(text.size()) > max_bytes) {
+      ::close(fd);
+      return io_error(path + ": grew past the limit of " + std::to_string(max_bytes) + " bytes while being read");
+    }
+  }
+  ::close(fd);
+  return text;
 }
 
 StatusOr<Json> parse_yaml_text(const std::string& text, const std::string& name) {
+  HARP_RETURN_IF_ERROR(check_text(text, name, /*yaml=*/true));
   try {
     YAML::Node root = YAML::Load(text);
-    return yaml_to_json(root);
+    YamlBudget budget;
+    Json out = yaml_to_json(root, 0, budget);
+    if (!budget.error.empty()) return invalid_argument(name + ": " + budget.error);
+    return out;
   } catch (const YAML::Exception& e) {
     return invalid_argument(name + ": line " + std::to_string(e.mark.line + 1) + ", column " +
                             std::to_string(e.mark.column + 1) + ": not valid YAML (" + e.msg +
                             "); fix the syntax there");
+  } catch (const std::exception& e) {
+    return invalid_argument(name + ": cannot be read as YAML (" + std::string(e.what()) + "); fix the file");
   }
 }
 
 StatusOr<Json> parse_json_text(const std::string& text, const std::string& name) {
+  HARP_RETURN_IF_ERROR(check_text(text, name, /*yaml=*/false));
   try {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
     return invalid_argument(name + ": not valid JSON at byte " + std::to_string(e.byte) + " (" +
-                            e.what() + "); fix the syntax there");
+                            clip(e.what()) + "); fix the syntax there");
+  } catch (const Json::exception& e) {
+    // out_of_range.406: a number too large for a double (e.g. 1e99999).
+    return invalid_argument(name + ": " + clip(e.what()) + "; write the number in range");
   }
 }
 
@@ -98,25 +261,42 @@ StatusOr<Json> load_document(const std::string& path) {
 
 Status write_text_file_atomic(const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
-  fs::path target(path);
+  const fs::path target(path);
   fs::path tmp = target;
   tmp += ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return io_error(path + ": cannot open for writing; check the folder exists and is writable");
-    out << text;
-    out.flush();
-    if (!out) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      return io_error(path + ": write failed (disk full?)");
-    }
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return io_error(path + ": cannot open for writing: " + std::strerror(errno) +
+                    "; check the folder exists and is writable");
+  auto fail = [&](const std::string& what) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return io_error(path + ": " + what + ": " + why);
+  };
+  for (size_t done = 0; done < text.size();) {
+    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return fail("write failed");
+    done += static_cast<size_t>(n);
   }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return io_error(path + ": cannot rename the temporary file into place: " + ec.message());
+  // Durable before it becomes visible: the data, then the rename, then the folder entry.
+  if (::fsync(fd) != 0) return fail("fsync failed");
+  if (::close(fd) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return io_error(path + ": close failed: " + why);
+  }
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    const std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    return io_error(path + ": cannot rename the temporary file into place: " + why);
+  }
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
   }
   return Status();
 }

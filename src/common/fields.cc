@@ -9,7 +9,8 @@ std::string field_message(const std::string& file, const std::string& path,
                           const std::string& fix) {
   std::string m = file.empty() ? std::string("<input>") : file;
   m += ": " + (path.empty() ? std::string("<root>") : path);
-  if (!value.empty()) m += " = " + value;
+  // Values are quoted from the input: keep one readable line.
+  if (!value.empty()) m += " = " + (value.size() <= 120 ? value : value.substr(0, 120) + "...");
   m += ": " + rule;
   if (!fix.empty()) m += "; fix: " + fix;
   return m;
@@ -88,7 +89,7 @@ double FieldReader::non_negative(const std::string& key, std::optional<double> d
 }
 
 std::int64_t FieldReader::integer(const std::string& key, std::int64_t min_value,
-                                  std::optional<std::int64_t> def) {
+                                  std::optional<std::int64_t> def, std::int64_t max_value) {
   const Json* v = get(key);
   if (v == nullptr) {
     if (def) return *def;
@@ -99,6 +100,21 @@ std::int64_t FieldReader::integer(const std::string& key, std::int64_t min_value
                   (v->is_number_float() && std::floor(v->get<double>()) == v->get<double>());
   if (!v->is_number() || !integral) {
     fail(key, v->dump(), "must be a whole number", "write an integer such as 4");
+    return min_value;
+  }
+  // Range first, in the type the value has: no silent wrap or truncation.
+  const bool too_big = v->is_number_unsigned()
+                           ? v->get<std::uint64_t>() > static_cast<std::uint64_t>(max_value)
+                           : v->is_number_integer() ? v->get<std::int64_t>() > max_value
+                                                    : v->get<double>() > static_cast<double>(max_value);
+  if (too_big) {
+    fail(key, v->dump(), "must be at most " + std::to_string(max_value),
+         "use a value up to " + std::to_string(max_value));
+    return min_value;
+  }
+  if (!v->is_number_integer() && v->get<double>() < static_cast<double>(min_value)) {
+    fail(key, v->dump(), "must be at least " + std::to_string(min_value),
+         "use " + std::to_string(min_value) + " or more");
     return min_value;
   }
   std::int64_t i = v->is_number_integer() ? v->get<std::int64_t>()

@@ -12,6 +12,12 @@
 #include "harp/common/document.h"
 
 namespace harp::data {
+namespace {
+
+// 4 GiB: two billion tokens, held in memory as uint16 (a larger corpus wants sharding).
+constexpr std::int64_t kMaxTokenFileBytes = 4ll << 30;
+
+}  // namespace
 
 std::vector<std::uint16_t> byte_tokens(const std::string& text) {
   std::vector<std::uint16_t> tokens;
@@ -44,10 +50,8 @@ StatusOr<std::vector<std::uint16_t>> read_token_file(const std::string& path) {
     return io_error(path + ": cannot read token file: " + std::strerror(err));
   }
   if (S_ISDIR(st.st_mode)) return invalid_argument(path + ": is a folder, not a token file" + fix);
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(path + ": cannot open token file for reading; check its permissions");
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return io_error(path + ": read failed");
+  // Regular files only (a device or FIFO would read forever or block), bounded size.
+  HARP_ASSIGN_OR_RETURN(const std::string bytes, read_text_file(path, kMaxTokenFileBytes));
   if (bytes.empty()) return invalid_argument(path + ": token file is empty (0 bytes)" + fix);
   if (bytes.size() % 2 != 0)
     return invalid_argument(path + ": " + std::to_string(bytes.size()) +

@@ -7,6 +7,8 @@
 #include "harp/common/hash.h"
 #include "harp/model/model_spec.h"
 
+#include <tuple>
+
 namespace harp::model {
 namespace {
 
@@ -116,6 +118,17 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
                "choose heads so that hidden / heads is a whole number");
   if (c.seq_len < 1) return bad("seq_len", c.seq_len, "must be at least 1", "use a positive sequence length");
   if (c.vocab < 2) return bad("vocab", c.vocab, "must be at least 2", "use the tokenizer's vocabulary size");
+  // Upper bounds far beyond published models (GPT-3 175B: 96 blocks, hidden 12288), so
+  // that every FLOP, byte and parameter count stays exact in its type and the layer
+  // sequence stays small (docs/file_formats.md, Limits).
+  for (const auto& [key, v, most] : {std::tuple<const char*, long long, long long>{"num_blocks", c.num_blocks, 1024},
+                                     {"hidden", c.hidden, 1 << 17},
+                                     {"heads", c.heads, 1 << 12},
+                                     {"seq_len", c.seq_len, 1 << 20},
+                                     {"vocab", c.vocab, 1 << 22},
+                                     {"ffn_hidden", c.ffn_hidden, 1 << 20}})
+    if (v > most)
+      return bad(key, v, "must be at most " + std::to_string(most), "describe a model within these bounds");
   if (c.granularity < 1 || c.granularity > 4)
     return bad("granularity", c.granularity, "must be 1, 2, 3 or 4 sub-layers per block",
                "use granularity 1 (whole blocks) to 4 (finest)");

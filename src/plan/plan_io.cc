@@ -6,6 +6,11 @@
 namespace harp::plan {
 namespace {
 
+// Work bounds (docs/file_formats.md, Limits): what simulating and printing a plan can do
+// in seconds and a few GiB. The schedule's action count is bounded again when it is
+// lowered (schedule/lower_plan.h).
+constexpr std::int64_t kMaxPlanMicrobatches = 1 << 16, kMaxPlanMicrobatchSize = 1 << 16, kMaxPlanStages = 4096;
+
 Status parse_stage(const Json& node, const std::string& file, const std::string& path,
                    int microbatches, Stage* s) {
   FieldReader r(node, file, path);
@@ -16,8 +21,8 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->comm_latency_s = r.non_negative("comm_latency_s", 0.0);
   s->allreduce_s = r.non_negative("allreduce_s", 0.0);
   s->optimizer_s = r.non_negative("optimizer_s", 0.0);
-  s->dp = static_cast<int>(r.integer("dp", 1, 1));
-  s->tp = static_cast<int>(r.integer("tp", 1, 1));
+  s->dp = static_cast<int>(r.integer("dp", 1, 1, kMaxPlanMicrobatchSize));
+  s->tp = static_cast<int>(r.integer("tp", 1, 1, 1024));
   s->launch_count = static_cast<int>(r.integer("launch_count", 1, 0));
   s->subcluster = static_cast<int>(r.integer("subcluster", 0, -1));
   s->subcluster_name = r.string("subcluster_name", "");
@@ -25,7 +30,8 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   if (const Json* shape = r.get("cut_shape")) {
     bool good = shape->is_array() && shape->size() <= 4;
     if (good)
-      for (const auto& d : *shape) good = good && d.is_number_integer() && d.get<std::int64_t>() >= 1;
+      for (const auto& d : *shape)
+        good = good && d.is_number_integer() && d.get<std::int64_t>() >= 1 && d.get<std::int64_t>() <= (1 << 24);
     if (!good)
       r.fail("cut_shape", shape->dump(), "must be a list of positive integers (per-sample tensor shape)",
              "write it as harp plan does, e.g. [1024, 2048], or leave it out");
@@ -54,8 +60,10 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
            "must not exceed microbatches (" + std::to_string(microbatches) + ")",
            "lower it, or raise `microbatches`");
   if (const Json* layers = r.get("layers")) {
-    if (!layers->is_array() || layers->size() != 2 || !(*layers)[0].is_number_integer() ||
-        !(*layers)[1].is_number_integer() || (*layers)[0].get<int>() < 0 ||
+    auto in_range = [](const Json& v) {
+      return v.is_number_integer() && v.get<std::int64_t>() >= 0 && v.get<std::int64_t>() <= (1 << 20);
+    };
+    if (!layers->is_array() || layers->size() != 2 || !in_range((*layers)[0]) || !in_range((*layers)[1]) ||
         (*layers)[1].get<int>() <= (*layers)[0].get<int>())
       r.fail("layers", layers->dump(), "must be [first, last) with 0 <= first < last",
              "write the stage's layer range such as [0, 12]");
@@ -67,7 +75,8 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   if (const Json* devs = r.get("devices")) {
     bool good = devs->is_array();
     if (good)
-      for (const auto& d : *devs) good = good && d.is_number_integer() && d.get<int>() >= 0;
+      for (const auto& d : *devs)
+        good = good && d.is_number_integer() && d.get<std::int64_t>() >= 0 && d.get<std::int64_t>() < (1 << 26);
     if (!good || (devs->size() != 0 && devs->size() != static_cast<size_t>(s->dp * s->tp)))
       r.fail("devices", devs->dump(),
              "must list dp x tp = " + std::to_string(s->dp * s->tp) + " device ids (>= 0)",
@@ -88,8 +97,8 @@ StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
   if (!r.failed() && p.version != 1)
     r.fail("version", std::to_string(p.version), "is not a supported plan version",
            "write `\"version\": 1`");
-  p.microbatches = static_cast<int>(r.integer("microbatches", 1));
-  p.microbatch_size = static_cast<int>(r.integer("microbatch_size", 1, 1));
+  p.microbatches = static_cast<int>(r.integer("microbatches", 1, std::nullopt, kMaxPlanMicrobatches));
+  p.microbatch_size = static_cast<int>(r.integer("microbatch_size", 1, 1, kMaxPlanMicrobatchSize));
   std::string kind = r.choice("schedule", {"gpipe", "1f1b", "harp-1f1b"});
   parse_schedule_kind(kind, &p.schedule);
   p.cluster_fingerprint = r.string("cluster_fingerprint", "");
@@ -106,9 +115,10 @@ StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
       p.model_config = *mc;
   }
   if (const Json* search = r.get("search")) {
+    // Informational: read what is well-typed, ignore the rest.
     if (search->is_object()) {
-      p.strategy = search->value("strategy", "");
-      p.search_wall_s = search->value("wall_s", 0.0);
+      if (search->contains("strategy") && (*search)["strategy"].is_string()) p.strategy = (*search)["strategy"];
+      if (search->contains("wall_s") && (*search)["wall_s"].is_number()) p.search_wall_s = (*search)["wall_s"];
     }
   }
   if (r.failed()) return r.finish();
@@ -117,6 +127,10 @@ StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
     return field_error(file, "stages", stages ? stages->dump() : "",
                        "must be a non-empty list of stages",
                        "add `\"stages\": [{\"fwd_s\": 0.01, \"bwd_s\": 0.02, \"comm_s\": 0.001}]`");
+  if (static_cast<std::int64_t>(stages->size()) > kMaxPlanStages)
+    return field_error(file, "stages", "a list of " + std::to_string(stages->size()),
+                       "must have at most " + std::to_string(kMaxPlanStages) + " stages",
+                       "use fewer, larger stages");
   for (size_t i = 0; i < stages->size(); ++i) {
     Stage s;
     HARP_RETURN_IF_ERROR(

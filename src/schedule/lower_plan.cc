@@ -15,6 +15,14 @@ Status LoweredPlan::require_drains() const {
 StatusOr<LoweredPlan> lower_with_launch_counts(int num_stages, int microbatches,
                                                const std::vector<int>& launch_counts,
                                                plan::ScheduleKind kind) {
+  // Bounded work before any allocation that grows with the schedule: each stage has at
+  // most six actions per microbatch (F, B and a send and a receive each way).
+  const std::int64_t actions = 6ll * num_stages * microbatches;
+  if (actions > kMaxScheduleActions)
+    return invalid_argument(std::to_string(num_stages) + " stages x " + std::to_string(microbatches) +
+                            " microbatches make up to " + std::to_string(actions) + " actions, over the limit of " +
+                            std::to_string(kMaxScheduleActions) +
+                            " (about 2 GiB to lower and validate); use fewer stages or microbatches");
   LoweredPlan out;
   out.kind = kind;
   out.launch_counts = launch_counts;

@@ -66,7 +66,24 @@ Json chrome_trace(const Timeline& timeline) {
   return Json{{"traceEvents", std::move(events)}, {"displayTimeUnit", "ms"}};
 }
 
+namespace {
+
+StatusOr<Timeline> read_timeline(const Json& trace, const std::string& file);
+
+}  // namespace
+
 StatusOr<Timeline> timeline_from_trace(const Json& trace, const std::string& file) {
+  try {
+    return read_timeline(trace, file);
+  } catch (const Json::exception& e) {  // a field of the wrong type
+    return invalid_argument(file + ": not a trace HARP wrote (" + std::string(e.what()) +
+                            "); give a trace written by harp simulate --trace or harp train --trace-steps");
+  }
+}
+
+namespace {
+
+StatusOr<Timeline> read_timeline(const Json& trace, const std::string& file) {
   const Json* events = trace.is_object() && trace.contains("traceEvents") ? &trace["traceEvents"] : nullptr;
   if (events == nullptr || !events->is_array())
     return invalid_argument(file + ": not a Chrome trace (no traceEvents list); give a trace written by "
@@ -118,6 +135,8 @@ StatusOr<Timeline> timeline_from_trace(const Json& trace, const std::string& fil
   for (auto& [pid, row] : rows) t.rows.push_back(row);
   return t;
 }
+
+}  // namespace
 
 TimelineFigures timeline_figures(const Timeline& timeline) {
   TimelineFigures out;

@@ -37,13 +37,16 @@ std::string escape(const std::string& s) {
   return out;
 }
 
-// printf into a string; every number in the picture goes through here.
+// printf into a string; every number in the picture goes through here. Sized by a
+// first pass: text from the user (subcluster names, titles) has any length.
 template <typename... A>
 void put(std::string* out, const char* fmt, A... args) {
-  char buf[512];
-  const int n = std::snprintf(buf, sizeof buf, fmt, args...);
-  HARP_CHECK(n >= 0 && n < static_cast<int>(sizeof buf)) << fmt;
-  out->append(buf, static_cast<std::size_t>(n));
+  const int n = std::snprintf(nullptr, 0, fmt, args...);
+  HARP_CHECK(n >= 0) << fmt;
+  const size_t at = out->size();
+  out->resize(at + static_cast<size_t>(n) + 1);
+  std::snprintf(out->data() + at, static_cast<size_t>(n) + 1, fmt, args...);
+  out->resize(at + static_cast<size_t>(n));
 }
 
 // A 1-2-5 tick step giving about ten ticks over `total_ms`.

@@ -1,8 +1,16 @@
 // Loading and writing the project's files. YAML and JSON both load into one JSON tree
 // so that every file has one validation path (fields.h). Writes are atomic: a
 // temporary file in the same folder, then rename, so no reader sees half a file.
+//
+// The one hardened input layer (docs/file_formats.md, "Limits"): only regular files are
+// read (a directory, FIFO or device is refused before it is opened, so nothing blocks or
+// reads forever), at most a size limit, errno's reason in every message; a document must
+// be valid UTF-8, nest at most kMaxDocumentDepth levels, and expand (YAML aliases) to at
+// most kMaxDocumentValues values; a number the parser cannot hold is refused with its
+// line. Every parser exception becomes one message naming the file.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +21,10 @@ namespace harp {
 
 using Json = nlohmann::json;
 
+inline constexpr std::int64_t kMaxDocumentBytes = 64ll << 20;  // YAML/JSON inputs
+inline constexpr int kMaxDocumentDepth = 64;                  // nested lists/maps
+inline constexpr std::int64_t kMaxDocumentValues = 1'000'000; // after alias expansion
+
 // Parses `path` as YAML (.yaml/.yml) or JSON (anything else). Errors name the file and
 // the line where the parser stopped.
 StatusOr<Json> load_document(const std::string& path);
@@ -21,8 +33,11 @@ StatusOr<Json> load_document(const std::string& path);
 StatusOr<Json> parse_yaml_text(const std::string& text, const std::string& name);
 StatusOr<Json> parse_json_text(const std::string& text, const std::string& name);
 
-// Reads a whole file.
-StatusOr<std::string> read_text_file(const std::string& path);
+// Reads a whole regular file of at most `max_bytes` bytes; IoError (with the reason) for
+// anything else.
+StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_bytes = kMaxDocumentBytes);
+// IoError unless `path` is a regular file of at most `max_bytes` bytes (its size, else).
+StatusOr<std::int64_t> check_input_file(const std::string& path, std::int64_t max_bytes);
 
 // Writes `text` to `path` atomically (temp + rename). On failure nothing is left behind.
 Status write_text_file_atomic(const std::string& path, const std::string& text);

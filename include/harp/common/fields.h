@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <set>
 #include <string>
@@ -41,8 +42,11 @@ class FieldReader {
   double number(const std::string& key, std::optional<double> def = std::nullopt);
   double positive(const std::string& key, std::optional<double> def = std::nullopt);
   double non_negative(const std::string& key, std::optional<double> def = std::nullopt);
+  // In [min_value, max_value] (default: what an int holds), checked before any
+  // conversion, so no value wraps or truncates.
   std::int64_t integer(const std::string& key, std::int64_t min_value,
-                       std::optional<std::int64_t> def = std::nullopt);
+                       std::optional<std::int64_t> def = std::nullopt,
+                       std::int64_t max_value = std::numeric_limits<int>::max());
   std::string string(const std::string& key, std::optional<std::string> def = std::nullopt);
   bool boolean(const std::string& key, std::optional<bool> def = std::nullopt);
   // One of `choices`, compared exactly.

@@ -4,6 +4,7 @@
 // each call this once, so all three see the same per-rank lists for the same plan.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "harp/common/status.h"
@@ -12,6 +13,10 @@
 #include "harp/schedule/validate.h"
 
 namespace harp::schedule {
+
+// The most actions a lowered schedule may have (6 per stage and microbatch): what
+// lowering, validating and simulating do in seconds and about 2 GiB.
+inline constexpr std::int64_t kMaxScheduleActions = 50'000'000;
 
 struct LoweredPlan {
   plan::ScheduleKind kind = plan::ScheduleKind::k1F1B;
