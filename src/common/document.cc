@@ -183,11 +183,11 @@ std::string kind_of(mode_t mode) {
 StatusOr<std::int64_t> check_input_file(const std::string& path, std::int64_t max_bytes) {
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
-    return io_error(path + ": cannot open: " + std::strerror(errno) + "; check the path");
+    return io_error(shown_path(path) + ": cannot open: " + std::strerror(errno) + "; check the path");
   if (!S_ISREG(st.st_mode))
-    return io_error(path + ": is " + kind_of(st.st_mode) + "; HARP reads regular files only, give a file");
+    return io_error(shown_path(path) + ": is " + kind_of(st.st_mode) + "; HARP reads regular files only, give a file");
   if (st.st_size > max_bytes)
-    return io_error(path + ": is " + std::to_string(st.st_size) + " bytes, over the limit of " +
+    return io_error(shown_path(path) + ": is " + std::to_string(st.st_size) + " bytes, over the limit of " +
                     std::to_string(max_bytes) + " bytes for this kind of file (docs/file_formats.md, Limits)");
   return static_cast<std::int64_t>(st.st_size);
 }
@@ -196,11 +196,11 @@ StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_b
   HARP_RETURN_IF_ERROR(check_input_file(path, max_bytes).status());
   // O_NONBLOCK: had the path been swapped for a FIFO since the check, open returns at once.
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return io_error(path + ": cannot open: " + std::strerror(errno) + "; check the path");
+  if (fd < 0) return io_error(shown_path(path) + ": cannot open: " + std::strerror(errno) + "; check the path");
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    return io_error(path + ": is not a regular file; HARP reads regular files only, give a file");
+    return io_error(shown_path(path) + ": is not a regular file; HARP reads regular files only, give a file");
   }
   std::string text;
   char buf[1 << 16];
@@ -210,13 +210,13 @@ StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_b
     if (n < 0) {
       const std::string why = std::strerror(errno);
       ::close(fd);
-      return io_error(path + ": read failed: " + why);
+      return io_error(shown_path(path) + ": read failed: " + why);
     }
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
     if (static_cast<std::int64_t>(text.size()) > max_bytes) {
       ::close(fd);
-      return io_error(path + ": grew past the limit of " + std::to_string(max_bytes) + " bytes while being read");
+      return io_error(shown_path(path) + ": grew past the limit of " + std::to_string(max_bytes) + " bytes while being read");
     }
   }
   ::close(fd);
@@ -255,8 +255,8 @@ StatusOr<Json> parse_json_text(const std::string& text, const std::string& name)
 
 StatusOr<Json> load_document(const std::string& path) {
   HARP_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
-  if (ends_with(path, ".yaml") || ends_with(path, ".yml")) return parse_yaml_text(text, path);
-  return parse_json_text(text, path);
+  if (ends_with(path, ".yaml") || ends_with(path, ".yml")) return parse_yaml_text(text, shown_path(path));
+  return parse_json_text(text, shown_path(path));
 }
 
 Status write_text_file_atomic(const std::string& path, const std::string& text) {
@@ -266,13 +266,13 @@ Status write_text_file_atomic(const std::string& path, const std::string& text) 
   tmp += ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
-    return io_error(path + ": cannot open for writing: " + std::strerror(errno) +
+    return io_error(shown_path(path) + ": cannot open for writing: " + std::strerror(errno) +
                     "; check the folder exists and is writable");
   auto fail = [&](const std::string& what) {
     const std::string why = std::strerror(errno);
     ::close(fd);
     ::unlink(tmp.c_str());
-    return io_error(path + ": " + what + ": " + why);
+    return io_error(shown_path(path) + ": " + what + ": " + why);
   };
   for (size_t done = 0; done < text.size();) {
     const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
@@ -285,12 +285,12 @@ Status write_text_file_atomic(const std::string& path, const std::string& text) 
   if (::close(fd) != 0) {
     const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
-    return io_error(path + ": close failed: " + why);
+    return io_error(shown_path(path) + ": close failed: " + why);
   }
   if (::rename(tmp.c_str(), target.c_str()) != 0) {
     const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
-    return io_error(path + ": cannot rename the temporary file into place: " + why);
+    return io_error(shown_path(path) + ": cannot rename the temporary file into place: " + why);
   }
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -299,6 +299,10 @@ Status write_text_file_atomic(const std::string& path, const std::string& text) 
     ::close(dfd);
   }
   return Status();
+}
+
+std::string shown_path(const std::string& path) {
+  return path.size() <= 240 ? path : path.substr(0, 160) + "..." + path.substr(path.size() - 60);
 }
 
 std::string resolve_relative_to(const std::string& base_file, const std::string& path) {

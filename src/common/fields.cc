@@ -7,7 +7,7 @@ namespace harp {
 std::string field_message(const std::string& file, const std::string& path,
                           const std::string& value, const std::string& rule,
                           const std::string& fix) {
-  std::string m = file.empty() ? std::string("<input>") : file;
+  std::string m = file.empty() ? std::string("<input>") : shown_path(file);
   m += ": " + (path.empty() ? std::string("<root>") : path);
   // Values are quoted from the input: keep one readable line.
   if (!value.empty()) m += " = " + (value.size() <= 120 ? value : value.substr(0, 120) + "...");

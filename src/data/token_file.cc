@@ -30,7 +30,7 @@ Status write_token_file(const std::vector<std::uint16_t>& tokens, const std::str
   // An empty file would be refused by read_token_file; refuse to write one instead of
   // failing later in a training run.
   if (tokens.empty())
-    return invalid_argument(path + ": no tokens to write; a token file must hold at least one token");
+    return invalid_argument(shown_path(path) + ": no tokens to write; a token file must hold at least one token");
   std::string bytes;
   bytes.resize(2 * tokens.size());
   for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -42,19 +42,19 @@ Status write_token_file(const std::vector<std::uint16_t>& tokens, const std::str
 }
 
 StatusOr<std::vector<std::uint16_t>> read_token_file(const std::string& path) {
-  const std::string fix = "; fix: create it with `harp data prepare --input TEXT --output " + path + "`";
+  const std::string fix = "; fix: create it with `harp data prepare --input TEXT --output " + shown_path(path) + "`";
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
-    if (err == ENOENT) return not_found(path + ": token file does not exist" + fix);
-    return io_error(path + ": cannot read token file: " + std::strerror(err));
+    if (err == ENOENT) return not_found(shown_path(path) + ": token file does not exist" + fix);
+    return io_error(shown_path(path) + ": cannot read token file: " + std::strerror(err));
   }
-  if (S_ISDIR(st.st_mode)) return invalid_argument(path + ": is a folder, not a token file" + fix);
+  if (S_ISDIR(st.st_mode)) return invalid_argument(shown_path(path) + ": is a folder, not a token file" + fix);
   // Regular files only (a device or FIFO would read forever or block), bounded size.
   HARP_ASSIGN_OR_RETURN(const std::string bytes, read_text_file(path, kMaxTokenFileBytes));
-  if (bytes.empty()) return invalid_argument(path + ": token file is empty (0 bytes)" + fix);
+  if (bytes.empty()) return invalid_argument(shown_path(path) + ": token file is empty (0 bytes)" + fix);
   if (bytes.size() % 2 != 0)
-    return invalid_argument(path + ": " + std::to_string(bytes.size()) +
+    return invalid_argument(shown_path(path) + ": " + std::to_string(bytes.size()) +
                             " bytes is an odd byte count, but tokens are 2-byte little-endian "
                             "uint16; the file is truncated or not a token file" + fix);
   std::vector<std::uint16_t> tokens(bytes.size() / 2);

@@ -40,14 +40,17 @@ StatusOr<ModelSpec> parse_model(const Json& node, const std::string& file,
 StatusOr<ModelSpec> load_model(const std::string& preset_or_file, int granularity_override) {
   Json node;
   std::string file;
-  if (std::filesystem::exists(preset_or_file)) {
-    HARP_ASSIGN_OR_RETURN(node, load_document(preset_or_file));
+  // A preset name is a known word; anything else is a path (whose problems — missing,
+  // a loop of links, not a file — the hardened reader names).
+  if (!gpt_preset(preset_or_file).ok()) {
+    auto doc = load_document(preset_or_file);
+    if (!doc.ok() && doc.status().message().find(": cannot open: No such file") != std::string::npos)
+      return not_found("`" + shown_path(preset_or_file) + "` is neither a model file nor a preset; " +
+                       gpt_preset(preset_or_file).status().message().substr(
+                           gpt_preset(preset_or_file).status().message().find("use one of")));
+    HARP_ASSIGN_OR_RETURN(node, std::move(doc));
     file = preset_or_file;
   } else {
-    auto p = gpt_preset(preset_or_file);
-    if (!p.ok())
-      return not_found("`" + preset_or_file + "` is neither a model file nor a preset; " +
-                       p.status().message().substr(p.status().message().find("use one of")));
     node = {{"family", "gpt"}, {"preset", preset_or_file}};
     file = "<preset>";
   }

@@ -58,7 +58,7 @@ StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* coun
   HARP_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
   const size_t magic = std::strlen(kMagic);
   auto corrupt = [&](const std::string& why) {
-    return invalid_argument(path + ": not a valid checkpoint file (" + why +
+    return invalid_argument(shown_path(path) + ": not a valid checkpoint file (" + why +
                             "); it may be truncated or from another program: resume from an earlier step");
   };
   if (text.size() < magic + 16 || text.compare(0, magic, kMagic) != 0) return corrupt("bad header");

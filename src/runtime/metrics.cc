@@ -14,7 +14,7 @@ StatusOr<MetricsLog> MetricsLog::open(const std::string& out_dir, bool writer, b
   if (!writer) return m;
   const std::string path = out_dir + "/metrics.jsonl";
   m.file_.open(path, append ? std::ios::app : std::ios::trunc);
-  if (!m.file_) return io_error(path + ": cannot open for writing");
+  if (!m.file_) return io_error(shown_path(path) + ": cannot open for writing");
   return m;
 }
 

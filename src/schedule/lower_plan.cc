@@ -22,7 +22,7 @@ StatusOr<LoweredPlan> lower_with_launch_counts(int num_stages, int microbatches,
     return invalid_argument(std::to_string(num_stages) + " stages x " + std::to_string(microbatches) +
                             " microbatches make up to " + std::to_string(actions) + " actions, over the limit of " +
                             std::to_string(kMaxScheduleActions) +
-                            " (about 2 GiB to lower and validate); use fewer stages or microbatches");
+                            "; use fewer stages or microbatches");
   LoweredPlan out;
   out.kind = kind;
   out.launch_counts = launch_counts;

@@ -42,6 +42,9 @@ StatusOr<std::int64_t> check_input_file(const std::string& path, std::int64_t ma
 // Writes `text` to `path` atomically (temp + rename). On failure nothing is left behind.
 Status write_text_file_atomic(const std::string& path, const std::string& text);
 
+// `path` for a message: as is, or its start and end around "..." when very long.
+std::string shown_path(const std::string& path);
+
 // Joins a relative `path` to the folder holding `base_file` (absolute paths unchanged).
 std::string resolve_relative_to(const std::string& base_file, const std::string& path);
 

@@ -1,0 +1,250 @@
+// Seeded fuzzing of every input HARP parses (STYLE habit 20 for issue "hardening"):
+// cluster, model, job, plan, cost table, profile DB, trace and token files, file kinds,
+// and command-line extremes. Each case is a valid file mutated once — truncated, a value
+// replaced by a wrong type or an extreme number, deep nesting, a YAML alias (bomb or
+// self-reference), invalid UTF-8, a flipped byte — run through the `harp` command line
+// in process. Every case must end with a documented exit code, a one-line message when
+// it fails, no internal error, and within a time bound; the whole run within a memory
+// bound. A crash fails the test binary. The seed is printed; HARP_FUZZ_SEED replays one.
+#include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "harp/data/token_file.h"
+#include "testutil/run_harp.h"
+#include "testutil/temp_dir.h"
+
+namespace harp::testing {
+namespace {
+
+const std::string kSource = HARP_SOURCE_DIR;
+
+std::string read(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// The values a mutation puts in place of a number or a string.
+const std::vector<std::string> kExtremes = {
+    "2147483648", "4294967297", "-2147483649", "9223372036854775808", "-1", "0", "1e99999", "-1e99999",
+    "1e-400", "0.5", "nan", ".nan", ".inf", "-.inf", std::string(5000, '9'), "\"text\"", "[]", "{}", "null",
+    "true", "1e308", "100000000", "65536", "1048576"};
+
+struct Mutator {
+  std::mt19937_64 rng;
+  std::string pick(const std::vector<std::string>& v) { return v[rng() % v.size()]; }
+  size_t at(size_t n) { return n == 0 ? 0 : rng() % n; }
+
+  // Replaces the k-th number in the text.
+  std::string replace_number(const std::string& s) {
+    std::vector<std::pair<size_t, size_t>> spans;
+    for (size_t i = 0; i < s.size();) {
+      if ((std::isdigit(static_cast<unsigned char>(s[i])) != 0) && (i == 0 || !std::isalnum(static_cast<unsigned char>(s[i - 1])))) {
+        size_t j = i;
+        while (j < s.size() && (std::isdigit(static_cast<unsigned char>(s[j])) || s[j] == '.' || s[j] == 'e' || s[j] == '-')) ++j;
+        spans.emplace_back(i, j - i);
+        i = j;
+      } else {
+        ++i;
+      }
+    }
+    if (spans.empty()) return s + pick(kExtremes);
+    auto [i, n] = spans[at(spans.size())];
+    return s.substr(0, i) + pick(kExtremes) + s.substr(i + n);
+  }
+
+  std::string mutate(const std::string& s, bool yaml) {
+    switch (rng() % 9) {
+      case 0: return s.substr(0, at(s.size()));                                    // truncation
+      case 1: case 2: case 3: return replace_number(s);                             // extreme numbers
+      case 4: {                                                                     // invalid UTF-8
+        std::string t = s;
+        t.insert(at(t.size()), std::string(1, static_cast<char>(0xc3 + (rng() % 2) * 0x3c)) + "\xff");
+        return t;
+      }
+      case 5: {                                                                     // deep nesting
+        const int depth = rng() % 2 ? 70 : 100000;
+        const std::string deep = std::string(depth, '[') + std::string(depth, ']');
+        return yaml ? s + "\nextra: " + deep + "\n" : s.substr(0, s.rfind('}')) + ", \"extra\": " + deep + "}";
+      }
+      case 6:                                                                       // aliases
+        if (yaml) {
+          if (rng() % 2) return s + "\nself: &x [*x]\n";
+          std::string bomb = "\nb0: &b0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n";
+          for (int k = 1; k < 9; ++k)
+            bomb += "b" + std::to_string(k) + ": &b" + std::to_string(k) + " [" +
+                    [&] { std::string r; for (int j = 0; j < 10; ++j) r += (j ? ", *b" : "*b") + std::to_string(k - 1); return r; }() + "]\n";
+          return s + bomb;
+        }
+        return replace_number(s);
+      case 7: {                                                                     // a flipped byte
+        std::string t = s;
+        if (!t.empty()) t[at(t.size())] = static_cast<char>(rng() % 256);
+        return t;
+      }
+      default: {                                                                    // wrong type
+        const size_t colon = s.find(':', at(s.size()));
+        if (colon == std::string::npos) return s;
+        const size_t end = s.find_first_of(",\n}", colon);
+        return s.substr(0, colon + 1) + " " + pick({"[1, 2]", "{\"a\": 1}", "\"x\"", "null", "-3"}) +
+               (end == std::string::npos ? "" : s.substr(end));
+      }
+    }
+  }
+};
+
+struct Outcome {
+  int cases = 0;
+  std::map<std::string, int> per_class;
+  double slowest_s = 0;
+  std::string slowest;
+};
+
+// Runs one case and checks the rules; returns the seconds it took.
+void check_case(const std::string& cls, const std::vector<std::string>& args, Outcome* o) {
+  const auto start = std::chrono::steady_clock::now();
+  CliResult r = run_harp(args);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++o->cases;
+  ++o->per_class[cls];
+  if (secs > o->slowest_s) {
+    o->slowest_s = secs;
+    o->slowest = cls + ": " + args[0] + " " + (args.size() > 1 ? args[1] : "");
+  }
+  std::string cmd;
+  for (const auto& a : args) cmd += a.substr(0, 80) + " ";
+  SCOPED_TRACE(cls + ": harp " + cmd);
+  EXPECT_TRUE(r.rc == 0 || r.rc == 1 || r.rc == 2 || r.rc == 3) << "exit code " << r.rc;
+  EXPECT_EQ(r.err.find("internal error"), std::string::npos) << r.err;
+  EXPECT_LT(secs, 5.0) << "bounded time";
+  if (r.rc != 0 && r.rc != 3) {
+    EXPECT_FALSE(r.err.empty()) << "a failure says why";
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err.substr(0, 2000);
+    EXPECT_LT(r.err.size(), 2000u) << "a readable line";
+  }
+}
+
+std::uint64_t seed() {
+  const char* s = std::getenv("HARP_FUZZ_SEED");
+  return s != nullptr ? std::strtoull(s, nullptr, 10) : 20261201;
+}
+
+TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
+  TempDir dir;
+  Mutator m{std::mt19937_64(seed())};
+  std::cout << "fuzz seed " << seed() << " (HARP_FUZZ_SEED replays it)\n";
+  Outcome o;
+  const std::string cluster = read(kSource + "/examples/clusters/cpu_hetero.yaml");
+  const std::string paper = read(kSource + "/examples/clusters/paper_v100_a100.yaml");
+  const std::string model = read(kSource + "/examples/models/gpt_small_cpu.json");
+  const std::string plan = read(kSource + "/examples/plans/slow_link.json");
+  const std::string costs = read(kSource + "/examples/costs/opt350_sailor_mbs4.json");
+  const std::string sailor_cluster = kSource + "/examples/clusters/a100_v100_sailor.yaml";
+  const std::string job = "version: 1\ncluster: cluster.yaml\nmodel: {family: gpt, preset: gpt-tiny, granularity: 2}\n"
+                          "planner: {strategy: harp, microbatches: 8, microbatch_size: 4}\n"
+                          "training: {steps: 5, lr: 0.01}\n";
+  write(dir.file("cluster.yaml"), cluster);
+  // A profile DB and a trace to mutate.
+  const std::string profile =
+      R"({"version": 1, "entries": [{"device": "cpu", "signature": "x", "layer": "embed", "microbatch_size": 4, )"
+      R"("tp": 1, "fwd_s": 0.001, "bwd_s": 0.002, "activation_bytes": 1000, "output_bytes": 100, )"
+      R"("param_bytes": 10, "workspace_bytes": 0, "source": "measured"}]})";
+  ASSERT_EQ(run_harp({"simulate", "--plan", kSource + "/examples/plans/slow_link.json", "--trace", dir.file("t.json")}).rc, 0);
+  const std::string trace = read(dir.file("t.json"));
+
+  for (int i = 0; i < 90; ++i) {
+    write(dir.file("c.yaml"), m.mutate(i % 2 ? cluster : paper, true));
+    check_case("cluster", {"cluster", "show", dir.file("c.yaml")}, &o);
+  }
+  for (int i = 0; i < 80; ++i) {
+    const bool yaml = i % 2 == 0;
+    write(dir.file(yaml ? "m.yaml" : "m.json"), m.mutate(model, yaml));
+    check_case("model", {"model", "show", dir.file(yaml ? "m.yaml" : "m.json")}, &o);
+  }
+  for (int i = 0; i < 80; ++i) {
+    write(dir.file("job.yaml"), m.mutate(job, true));
+    check_case("job", {"plan", "--job", dir.file("job.yaml")}, &o);
+  }
+  for (int i = 0; i < 90; ++i) {
+    write(dir.file("p.json"), m.mutate(plan, false));
+    check_case("plan", {"simulate", "--plan", dir.file("p.json"), "--svg", dir.file("p.svg")}, &o);
+  }
+  for (int i = 0; i < 60; ++i) {
+    write(dir.file("costs.json"), m.mutate(costs, false));
+    check_case("cost table", {"plan", "--cluster", sailor_cluster, "--costs", dir.file("costs.json"),
+                              "--microbatches", "8"}, &o);
+  }
+  write(dir.file("job_ok.yaml"), job);
+  for (int i = 0; i < 50; ++i) {
+    write(dir.file("db.json"), m.mutate(profile, false));
+    check_case("profile DB", {"plan", "--job", dir.file("job_ok.yaml"), "--profile", dir.file("db.json")}, &o);
+  }
+  for (int i = 0; i < 50; ++i) {
+    write(dir.file("tm.json"), m.mutate(trace, false));
+    check_case("trace", {"trace", "compare", dir.file("t.json"), dir.file("tm.json")}, &o);
+  }
+  // File kinds, for every reader.
+  mkfifo(dir.file("fifo").c_str(), 0644);
+  symlink(dir.file("loop_b").c_str(), dir.file("loop_a").c_str());
+  symlink(dir.file("loop_a").c_str(), dir.file("loop_b").c_str());
+  for (const std::string& f : {dir.path(), dir.file("fifo"), std::string("/dev/zero"), dir.file("loop_a"),
+                               dir.file("missing.yaml"), std::string(5000, 'a')})
+    for (const std::vector<std::string>& cmd : std::vector<std::vector<std::string>>{
+             {"cluster", "show", f}, {"model", "show", f}, {"plan", "--job", f}, {"simulate", "--plan", f},
+             {"plan", "--cluster", sailor_cluster, "--costs", f, "--microbatches", "4"},
+             {"plan", "--job", dir.file("job_ok.yaml"), "--profile", f}, {"trace", "compare", f, f},
+             {"data", "prepare", "--input", f, "--output", dir.file("out.bin")}})
+      check_case("file kinds", cmd, &o);
+  // Command-line extremes.
+  for (const auto& [s, b] : std::vector<std::pair<std::string, std::string>>{
+           {"4096", "1048576"}, {"4097", "2"}, {"0", "1"}, {"2", "0"}, {"-1", "3"}, {"3", "99999999999"},
+           {"abc", "2"}, {"1e3", "4"}, {"64", "65536"}, {"8", "8"}})
+    for (const char* kind : {"gpipe", "1f1b"}) check_case("flags", {"schedule", "show", "--stages", s, "--microbatches", b, "--kind", kind}, &o);
+  for (const char* v : {"0", "-1", "abc", "1e9", "99999999999999999999", "auto"})
+    check_case("flags", {"plan", "--job", dir.file("job_ok.yaml"), "--microbatches", v}, &o);
+  // Token files (read by harp train; the reader itself here, torch-free).
+  for (int i = 0; i < 20; ++i) {
+    std::string bytes(m.at(64), '\0');
+    for (auto& c : bytes) c = static_cast<char>(m.rng() % 256);
+    write(dir.file("tok.bin"), bytes);
+    auto r = data::read_token_file(dir.file("tok.bin"));
+    ++o.cases;
+    ++o.per_class["token file"];
+    if (!r.ok()) {
+      const std::string msg = r.status().message();
+      EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 0) << msg;
+    }
+  }
+  for (const std::string& f : {dir.file("fifo"), std::string("/dev/zero"), dir.file("loop_a"), dir.path()}) {
+    auto r = data::read_token_file(f);
+    ++o.cases;
+    ++o.per_class["token file"];
+    EXPECT_FALSE(r.ok()) << f;
+  }
+
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  std::cout << o.cases << " cases:";
+  for (const auto& [cls, n] : o.per_class) std::cout << " " << cls << " " << n << ";";
+  std::cout << "\nslowest " << o.slowest_s << " s (" << o.slowest << "); peak memory " << ru.ru_maxrss / 1024
+            << " MiB\n";
+  EXPECT_GE(o.cases, 500);
+  EXPECT_LT(ru.ru_maxrss, 1536L * 1024) << "peak memory of the whole run, KiB";
+}
+
+}  // namespace
+}  // namespace harp::testing
