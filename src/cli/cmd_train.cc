@@ -108,8 +108,14 @@ int run_train(const Opts& opts, Context& ctx) {
   t.resume = o.resume;
   t.exec.emulate = c.emulate || env_int("HARP_EMULATE", 0) != 0;  // harp launch --emulate
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
+  std::unique_ptr<runtime::RunDirLock> lock;
+  if (rank == 0) {
+    auto taken = runtime::RunDirLock::take(c.out);
+    if (!taken.ok()) return ctx.fail("train", taken.status());
+    lock = std::move(*taken);
+  }
   try {
-    auto comm = runtime::C10dTransport::create(runtime::tcp_store_from_env(rank, world, timeout), *layout, timeout,
+    auto comm = runtime::C10dTransport::create(runtime::store_from_env(rank, world, timeout), *layout, timeout,
                                       m->gpt.tied_embeddings);
     if (rank == 0 && c.progress)
       ctx.out << "training " << m->gpt.name << " (k = " << m->gpt.granularity << ", " << m->num_layers() << " layers) on "

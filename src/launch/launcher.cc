@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -90,7 +92,7 @@ struct Worker {
   bool got_sigkill = false;
 };
 
-std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port) {
+std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port, const std::string& store) {
   std::map<std::string, std::string> vars;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string kv = *e;
@@ -104,6 +106,9 @@ std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port) 
   vars["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
   vars["MASTER_ADDR"] = "127.0.0.1";
   vars["MASTER_PORT"] = std::to_string(port);
+  // Rendezvous through a file only this launch knows: nothing listens for it, on any
+  // interface (the c10d TCPStore would listen on every one).
+  if (!store.empty()) vars["HARP_STORE_FILE"] = store;
   std::vector<std::string> env;
   for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
   return env;
@@ -131,6 +136,7 @@ Status start_worker(std::vector<std::string> argv, std::vector<std::string> env,
   // calls are allowed if the parent has threads.
   std::vector<char*> argv_c = c_strings(argv);
   std::vector<char*> env_c = c_strings(env);
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
     const std::string why = std::strerror(errno);
@@ -139,6 +145,10 @@ Status start_worker(std::vector<std::string> argv, std::vector<std::string> env,
   }
   if (pid == 0) {
     setpgid(0, 0);
+    // Die with the launcher, even when it is killed with SIGKILL (no orphans); the
+    // setting survives exec. If the launcher died before this line, leave at once.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
     dup2(out_p[1], STDOUT_FILENO);
     dup2(err_p[1], STDERR_FILENO);
     environ = env_c.data();
@@ -282,12 +292,24 @@ StatusOr<int> free_port() {
 StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
   HARP_RETURN_IF_ERROR(validate(options));
   HARP_ASSIGN_OR_RETURN(const int port, free_port());
+  // A private folder for the rendezvous file, removed when the launch ends.
+  std::string store_dir = (std::filesystem::temp_directory_path() / "harp_launch_XXXXXX").string();
+  if (mkdtemp(store_dir.data()) == nullptr)
+    return io_error("harp launch: cannot create a folder for the rendezvous file: " + std::string(std::strerror(errno)));
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() {
+      std::error_code ec;
+      std::filesystem::remove_all(path, ec);
+    }
+  } remove_store{store_dir};
+  const std::string store = store_dir + "/store";
   StopSignals stop_signals;
 
   std::vector<Worker> workers(options.nproc);
   for (int r = 0; r < options.nproc; ++r) {
     workers[r].rank = r;
-    Status s = start_worker(options.command, worker_env(options, r, port), &workers[r]);
+    Status s = start_worker(options.command, worker_env(options, r, port, store), &workers[r]);
     if (!s.ok()) {
       // Bounded cleanup of those already started: SIGKILL cannot be ignored.
       signal_groups(workers, SIGKILL);

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -140,17 +141,47 @@ void C10dTransport::barrier(const std::string& what) {
   wait_or_throw(groups_->world->barrier(), timeout(), what + " (all ranks)");
 }
 
-c10::intrusive_ptr<c10d::Store> tcp_store_from_env(int rank, int world_size,
-                                                   std::chrono::milliseconds timeout) {
+// MASTER_PORT as a port number: digits only, 1..65535.
+std::uint16_t master_port() {
+  const std::string text = env_or("MASTER_PORT", "29500");
+  int port = 0;
+  bool digits = !text.empty() && text.size() <= 5;
+  for (char ch : text) digits = digits && ch >= '0' && ch <= '9';
+  if (digits) port = std::stoi(text);
+  if (!digits || port < 1 || port > 65535)
+    throw RuntimeFailure("MASTER_PORT = " + text.substr(0, 40) +
+                         ": must be a port number 1..65535; set it as torchrun does, or use harp launch");
+  return static_cast<std::uint16_t>(port);
+}
+
+c10::intrusive_ptr<c10d::Store> store_from_env(int rank, int world_size, std::chrono::milliseconds timeout) {
+  const std::string attempt = env_or("TORCHELASTIC_RESTART_COUNT", "0");
+  const std::string file = env_or("HARP_STORE_FILE", "");
+  if (!file.empty()) {
+    // One machine (harp launch): the store is a file in the launch's private folder,
+    // so the rendezvous listens on no socket at all.
+    auto store = c10::make_intrusive<c10d::FileStore>(file, world_size);
+    store->setTimeout(timeout);
+    return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, store);
+  }
   c10d::TCPStoreOptions o;
-  o.port = static_cast<std::uint16_t>(std::stoi(env_or("MASTER_PORT", "29500")));
+  o.port = master_port();
   o.isServer = rank == 0 && env_or("TORCHELASTIC_USE_AGENT_STORE", "") != "True";
   o.numWorkers = world_size;
   o.waitWorkers = false;
   o.timeout = timeout;
-  auto store = c10::make_intrusive<c10d::TCPStore>(env_or("MASTER_ADDR", "127.0.0.1"), o);
-  const std::string attempt = env_or("TORCHELASTIC_RESTART_COUNT", "0");
-  return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, store);
+  const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
+  try {
+    auto store = c10::make_intrusive<c10d::TCPStore>(addr, o);
+    return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, store);
+  } catch (const std::exception& e) {
+    // c10d's message carries a C++ stack trace: keep its first line.
+    std::string msg = e.what();
+    msg = msg.substr(0, msg.find('\n'));
+    throw RuntimeFailure("rendezvous at MASTER_ADDR:MASTER_PORT = " + addr + ":" + std::to_string(o.port) +
+                         (o.isServer ? " (this rank hosts it)" : "") + " failed: " + msg +
+                         (o.isServer ? "; is the port in use? pick a free MASTER_PORT" : "; is rank 0 running?"));
+  }
 }
 
 c10::intrusive_ptr<c10d::Store> hash_store() { return c10::make_intrusive<c10d::HashStore>(); }

@@ -9,9 +9,12 @@
 #include "testutil/status.h"
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include "launch/test_util.h"
@@ -212,3 +215,66 @@ TEST(Launcher, FreePortIsBindable) {
 
 }  // namespace
 }  // namespace harp::launch
+
+namespace harp {
+namespace {
+
+using launch::launch;
+using launch::LaunchOptions;
+using launch_test::TempDir;
+using std::chrono::milliseconds;
+
+// Regression (hardening issue): after `kill -9` of `harp launch`, its workers kept
+// training as orphans. They now get the parent-death signal.
+TEST(LauncherFaults, KilledLauncherTakesItsWorkersAlong) {
+  TempDir dir;
+  const pid_t launcher = fork();
+  ASSERT_GE(launcher, 0);
+  if (launcher == 0) {
+    const std::string script = "echo $$ > " + dir.file("pid.$RANK") + ".tmp && mv " + dir.file("pid.$RANK") +
+                               ".tmp " + dir.file("pid.$RANK") + "; exec sleep 60";
+    const std::string harp = std::string(HARP_BINARY_DIR) + "/src/cli/harp";
+    execl(harp.c_str(), harp.c_str(), "launch", "--nproc", "2", "--", "sh", "-c", script.c_str(),
+          static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  ASSERT_TRUE(launch_test::wait_for_file(dir.file("pid.0"), milliseconds(10000)));
+  ASSERT_TRUE(launch_test::wait_for_file(dir.file("pid.1"), milliseconds(10000)));
+  std::vector<pid_t> workers;
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(dir.file("pid." + std::to_string(r)));
+    pid_t pid = 0;
+    in >> pid;
+    ASSERT_GT(pid, 0);
+    workers.push_back(pid);
+  }
+  kill(launcher, SIGKILL);
+  int status = 0;
+  waitpid(launcher, &status, 0);
+  for (pid_t w : workers) {
+    const bool gone = launch_test::process_gone(w, milliseconds(3000));
+    if (!gone) kill(w, SIGKILL);
+    EXPECT_TRUE(gone) << "worker " << w << " outlived its launcher";
+  }
+}
+
+// The local rendezvous is a file the launcher made: every worker is told where.
+TEST(LauncherFaults, WorkersRendezvousThroughAPrivateFile) {
+  TempDir dir;
+  LaunchOptions o;
+  o.nproc = 2;
+  o.command = {"sh", "-c", "echo $HARP_STORE_FILE > " + dir.file("store.$RANK")};
+  std::ostringstream out;
+  auto r = launch(o, out);
+  HARP_ASSERT_OK(r);
+  std::ifstream a(dir.file("store.0")), b(dir.file("store.1"));
+  std::string sa, sb;
+  a >> sa;
+  b >> sb;
+  EXPECT_FALSE(sa.empty());
+  EXPECT_EQ(sa, sb);
+  EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(sa).parent_path())) << "removed after the launch";
+}
+
+}  // namespace
+}  // namespace harp

@@ -177,3 +177,61 @@ TEST(Failure, StalledRankTimesOutTheOthers) {
 
 }  // namespace
 }  // namespace harp
+
+namespace harp {
+namespace {
+
+// Regression (hardening issue): two runs on one --out both exited 0 and interleaved
+// metrics.jsonl. The second is now refused while the first holds the folder.
+TEST(Failure, SecondRunOnTheSameOutIsRefused) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/failure_same_out";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(write_text_file_atomic(dir + "/model.json", R"({"family": "gpt", "num_blocks": 2, "hidden": 32,
+      "heads": 4, "seq_len": 16, "vocab": 64, "granularity": 1})").ok());
+  EXPECT_TRUE(write_text_file_atomic(dir + "/plan.json", R"({"version": 1, "microbatches": 2,
+      "microbatch_size": 2, "schedule": "1f1b", "stages": [{"layers": [0, 4], "fwd_s": 1, "bwd_s": 2}]})").ok());
+  auto start = [&](const std::string& name, const std::string& steps) {
+    return spawn_rank({std::string(HARP_BINARY_DIR) + "/src/cli/harp", "train", "--plan", dir + "/plan.json",
+                       "--model", dir + "/model.json", "--steps", steps, "--quiet", "--out", dir + "/run"},
+                      {"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(free_port()),
+                       "OMP_NUM_THREADS=1"},
+                      dir + "/" + name + ".err");
+  };
+  Child first = start("first", "1000000");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (line_count(dir + "/run/metrics.jsonl") < 1 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  Child second = start("second", "3");
+  const int rc = wait_bounded(second.pid, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  kill(first.pid, SIGKILL);
+  int status = 0;
+  waitpid(first.pid, &status, 0);
+  const std::string err = read_text_file(second.err_file).value();
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_NE(err.find("another run is using this output folder"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  // The lock dies with its holder: a new run on the folder now starts.
+  Child third = start("third", "2");
+  EXPECT_EQ(wait_bounded(third.pid, std::chrono::steady_clock::now() + std::chrono::seconds(60)), 0)
+      << read_text_file(third.err_file).value();
+}
+
+TEST(Failure, BadMasterPortIsOneLine) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/failure_port";
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(write_text_file_atomic(dir + "/plan.json", R"({"version": 1, "microbatches": 2,
+      "microbatch_size": 2, "schedule": "1f1b", "stages": [{"layers": [0, 4], "fwd_s": 1, "bwd_s": 2}]})").ok());
+  for (const char* port : {"abc", "70000", "-1"}) {
+    Child c = spawn_rank({std::string(HARP_BINARY_DIR) + "/src/cli/harp", "train", "--plan", dir + "/plan.json",
+                          "--model", "gpt-tiny", "--granularity", "1", "--out", dir + "/run"},
+                         {"RANK=0", "WORLD_SIZE=1", std::string("MASTER_PORT=") + port}, dir + "/err");
+    const int rc = wait_bounded(c.pid, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    const std::string err = read_text_file(c.err_file).value();
+    EXPECT_EQ(rc, 1) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+}
+
+}  // namespace
+}  // namespace harp

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -36,6 +37,22 @@ struct TrainSummary {
   std::vector<double> losses;       // per step run
   double mean_iteration_s = 0;      // over the steps run, excluding the first
   double tokens_per_s = 0;
+};
+
+// One run per output folder: the holder has an flock on OUT/.lock, so a second run on the
+// same folder is refused (FailedPrecondition) instead of interleaving metrics.jsonl. The
+// kernel releases it when the process ends, however it ends. `harp train` takes it on
+// rank 0 before the rendezvous.
+class RunDirLock {
+ public:
+  static StatusOr<std::unique_ptr<RunDirLock>> take(const std::string& dir);
+  ~RunDirLock();
+  RunDirLock(const RunDirLock&) = delete;
+  RunDirLock& operator=(const RunDirLock&) = delete;
+
+ private:
+  explicit RunDirLock(int fd) : fd_(fd) {}
+  int fd_;
 };
 
 // Sets this process's intra-op threads, and keeps an OpenBLAS thread pool (Debian's
