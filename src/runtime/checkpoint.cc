@@ -8,12 +8,17 @@
 #include <filesystem>
 
 #include "harp/common/document.h"
-#include "harp/common/hash.h"
+#include "harp/common/fields.h"
+#include "harp/common/sha256.h"
 
 namespace harp::runtime {
 namespace {
 
-constexpr char kMagic[] = "HARPCKPT1\n";
+constexpr char kMagic[] = "HARPCKPT2\n";
+constexpr char kOldMagic[] = "HARPCKPT1\n";  // FNV-1a trailer: refused with a message
+constexpr size_t kDigestChars = 64;           // hex SHA-256 trailer
+// A stage's weights and optimizer state; far beyond what fits one device today.
+constexpr std::int64_t kMaxCheckpointFileBytes = 1ll << 40;
 
 std::string dtype_name(torch::Dtype d) {
   switch (d) {
@@ -50,36 +55,66 @@ Status write_tensor_file(const std::string& path, const NamedTensors& tensors, l
   std::string text = kMagic;
   const std::string h = header.dump();
   text += std::to_string(h.size()) + "\n" + h + body;
-  text += hex_fingerprint(text);
+  text += sha256_hex(text);
   return write_text_file_atomic(path, text);
 }
 
 StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* counter) {
-  HARP_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  HARP_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxCheckpointFileBytes));
   const size_t magic = std::strlen(kMagic);
   auto corrupt = [&](const std::string& why) {
     return invalid_argument(shown_path(path) + ": not a valid checkpoint file (" + why +
                             "); it may be truncated or from another program: resume from an earlier step");
   };
-  if (text.size() < magic + 16 || text.compare(0, magic, kMagic) != 0) return corrupt("bad header");
-  const std::string stored = text.substr(text.size() - 16);
-  text.resize(text.size() - 16);
-  if (hex_fingerprint(text) != stored) return corrupt("checksum mismatch");
+  if (text.compare(0, std::strlen(kOldMagic), kOldMagic) == 0)
+    return invalid_argument(shown_path(path) + ": a checkpoint of an older HARP (FNV-1a checksum, format 1); "
+                            "this version reads format 2 only: start the run again without --resume");
+  if (text.size() < magic + kDigestChars || text.compare(0, magic, kMagic) != 0) return corrupt("bad header");
+  const std::string stored = text.substr(text.size() - kDigestChars);
+  text.resize(text.size() - kDigestChars);
+  if (sha256_hex(text) != stored) return corrupt("checksum (SHA-256) mismatch");
+  // Everything below is covered by the digest, but is still checked as untrusted input.
   const size_t nl = text.find('\n', magic);
-  if (nl == std::string::npos) return corrupt("no header length");
-  const size_t hlen = std::stoul(text.substr(magic, nl - magic));
-  auto header = parse_json_text(text.substr(nl + 1, hlen), path);
-  if (!header.ok()) return corrupt("header is not JSON");
+  if (nl == std::string::npos || nl == magic || nl - magic > 12) return corrupt("no header length");
+  size_t hlen = 0;
+  for (size_t k = magic; k < nl; ++k) {
+    if (text[k] < '0' || text[k] > '9') return corrupt("header length is not a number");
+    hlen = hlen * 10 + static_cast<size_t>(text[k] - '0');
+  }
+  if (hlen > text.size() - nl - 1) return corrupt("header length past the end");
+  auto header = parse_json_text(text.substr(nl + 1, hlen), shown_path(path));
+  if (!header.ok() || !header->is_object() || !header->contains("tensors") || !(*header)["tensors"].is_array())
+    return corrupt("header is not the expected JSON");
   const size_t base = nl + 1 + hlen;
-  if (counter) *counter = (*header).value("counter", 0LL);
+  const size_t data = text.size() - base;  // bytes of tensor data
+  if (counter) {
+    const Json& c = header->value("counter", Json(0));
+    if (!c.is_number_integer()) return corrupt("counter is not an integer");
+    *counter = c.get<long long>();
+  }
   NamedTensors out;
   for (const auto& e : (*header)["tensors"]) {
+    if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("dtype") ||
+        !e["dtype"].is_string() || !e.contains("shape") || !e["shape"].is_array() || !e.contains("offset") ||
+        !e["offset"].is_number_unsigned() || !e.contains("bytes") || !e["bytes"].is_number_unsigned())
+      return corrupt("a tensor entry lacks name, dtype, shape, offset or bytes");
     torch::Dtype dtype;
     if (!dtype_from(e["dtype"].get<std::string>(), &dtype)) return corrupt("unknown dtype");
-    const size_t offset = e["offset"].get<size_t>(), bytes = e["bytes"].get<size_t>();
-    if (base + offset + bytes > text.size()) return corrupt("tensor data out of range");
-    torch::Tensor t = torch::empty(e["shape"].get<std::vector<int64_t>>(), torch::TensorOptions().dtype(dtype));
-    if (static_cast<size_t>(t.numel()) * t.element_size() != bytes) return corrupt("size mismatch");
+    const std::uint64_t offset = e["offset"].get<std::uint64_t>(), bytes = e["bytes"].get<std::uint64_t>();
+    // No sum can wrap: each term is compared with what is left.
+    if (offset > data || bytes > data - offset) return corrupt("tensor data out of range");
+    std::vector<std::int64_t> shape;
+    std::uint64_t numel = 1;
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_integer() || d.get<std::int64_t>() < 0 || d.get<std::int64_t>() > (1ll << 40))
+        return corrupt("a shape entry is not a size");
+      shape.push_back(d.get<std::int64_t>());
+      if (shape.back() != 0 && numel > data / static_cast<std::uint64_t>(shape.back()))
+        return corrupt("shape larger than the file");
+      numel *= static_cast<std::uint64_t>(shape.back());
+    }
+    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
+    if (numel * static_cast<std::uint64_t>(t.element_size()) != bytes) return corrupt("size mismatch");
     std::memcpy(t.data_ptr(), text.data() + base + offset, bytes);
     out.emplace_back(e["name"].get<std::string>(), t);
   }
@@ -95,11 +130,13 @@ std::string checkpoint_step_dir(const std::string& dir, int step) {
 StatusOr<int> latest_checkpoint_step(const std::string& dir) {
   auto text = read_text_file((std::filesystem::path(dir) / "latest").string());
   if (!text.ok()) return not_found(dir + ": no complete checkpoint (no `latest` file); start without --resume");
-  try {
-    return std::stoi(*text);
-  } catch (...) {
-    return invalid_argument(dir + "/latest: not a step number; delete it or fix it");
-  }
+  std::string digits = *text;
+  while (!digits.empty() && (digits.back() == '\n' || digits.back() == ' ')) digits.pop_back();
+  bool ok = !digits.empty() && digits.size() <= 9;
+  for (char c : digits) ok = ok && c >= '0' && c <= '9';
+  if (!ok) return invalid_argument(dir + "/latest: `" + digits.substr(0, 40) + "` is not a step number; delete the "
+                                   "file to start again, or write the last complete step");
+  return std::stoi(digits);
 }
 
 Status mark_checkpoint_complete(const std::string& dir, int step, const std::string& manifest_json) {
@@ -140,14 +177,39 @@ Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, in
   }
   comm.barrier("checkpoint of step " + std::to_string(steps_done));
   if (l.rank == 0) {
-    Json manifest = {{"step", steps_done}, {"stages", plan.num_stages()}, {"microbatches", plan.microbatches},
-                     {"schedule", plan::schedule_kind_name(plan.schedule)}};
+    Json manifest = {{"version", 2}, {"step", steps_done}, {"layout", checkpoint_layout(plan, l.world_size)}};
     HARP_RETURN_IF_ERROR(mark_checkpoint_complete(dir, steps_done, manifest.dump(2) + "\n"));
   }
   return Status();
 }
 
-Status load_checkpoint(Executor& ex, const std::string& dir, int step) {
+Json checkpoint_layout(const plan::Plan& plan, int world_size) {
+  Json stages = Json::array();
+  for (const auto& s : plan.stages) stages.push_back({s.first_layer, s.last_layer, s.dp});
+  return {{"model_fingerprint", plan.model_fingerprint}, {"world_size", world_size},
+          {"microbatches", plan.microbatches},           {"microbatch_size", plan.microbatch_size},
+          {"schedule", plan::schedule_kind_name(plan.schedule)}, {"stages", stages}};
+}
+
+Status check_checkpoint_layout(const std::string& dir, int step, const Json& layout) {
+  const std::string file = checkpoint_step_dir(dir, step) + "/manifest.json";
+  HARP_ASSIGN_OR_RETURN(Json manifest, load_document(file));
+  if (!manifest.is_object() || !manifest.contains("layout") || !manifest["layout"].is_object())
+    return field_error(file, "layout", "", "is missing: the checkpoint's layout is unknown",
+                       "resume only from checkpoints this version wrote; start again without --resume");
+  const Json& was = manifest["layout"];
+  for (const auto& [key, value] : layout.items()) {
+    if (was.contains(key) && was[key] == value) continue;
+    return failed_precondition(file + ": the checkpoint was written with " + key + " = " +
+                               (was.contains(key) ? was[key].dump() : std::string("(missing)")) + ", this run has " +
+                               value.dump() + "; resume with the plan and world size it was made with (resuming on "
+                               "another plan is not supported yet)");
+  }
+  return Status();
+}
+
+Status load_checkpoint(Executor& ex, const std::string& dir, int step, const Json& layout) {
+  HARP_RETURN_IF_ERROR(check_checkpoint_layout(dir, step, layout));
   long long opt_steps = 0;
   HARP_ASSIGN_OR_RETURN(NamedTensors all, read_checkpoint(dir, step, &opt_steps));
   std::map<std::string, torch::Tensor> by_name(all.begin(), all.end());

@@ -125,7 +125,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   TrainSummary summary;
   if (options.resume) {
     HARP_ASSIGN_OR_RETURN(summary.first_step, latest_checkpoint_step(ckpt_dir));
-    HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step));
+    HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step, checkpoint_layout(plan, l.world_size)));
     if (l.rank == 0 && options.progress) log << "resumed from step " << summary.first_step << "\n";
   }
   HARP_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::open(options.out_dir, l.rank == 0, options.resume));

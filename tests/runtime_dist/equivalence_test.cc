@@ -8,10 +8,13 @@
 
 #include "testutil/tiny_gpt.h"
 
+#include <cstring>
 #include <filesystem>
 #include <map>
 
 #include "harp/common/document.h"
+#include "harp/common/sha256.h"
+#include "testutil/status.h"
 #include "harp/runtime/checkpoint.h"
 #include "rank_threads.h"
 #include "reference/single_process_trainer.h"
@@ -154,6 +157,59 @@ TEST(Resume, ContinuesBitForBit) {
   for (int s = 0; s < 3; ++s) {
     EXPECT_EQ(first.losses[s], straight.losses[s]) << "step " << s;
     EXPECT_EQ(second.losses[s], straight.losses[3 + s]) << "step " << 3 + s << " after resume";
+  }
+}
+
+// Regression (hardening issue): resuming with another plan or world size was accepted
+// without a word. The manifest's layout must match until resuming on another plan works.
+TEST(Resume, AnotherLayoutIsRefusedWithTheDifference) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = tiny(2);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const std::string root = std::string(HARP_BINARY_DIR) + "/resume_layout_test";
+  std::filesystem::remove_all(root);
+  runtime::TrainOptions o;
+  o.exec.optim = optim();
+  o.progress = false;
+  o.steps = 2;
+  o.checkpoint_every = 2;
+  o.out_dir = root;
+  train_threads(m, make_plan(m, {3}, {1, 1}, 2, 2, ScheduleKind::k1F1B), *data, o);
+  o.steps = 4;
+  o.resume = true;
+  auto errors = train_threads_errors(m, make_plan(m, {5}, {1, 1}, 2, 2, ScheduleKind::k1F1B), *data, o);
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_NE(errors[0].find("the checkpoint was written with stages = [[0,3,1],[3,"), std::string::npos) << errors[0];
+  EXPECT_NE(errors[0].find("resume with the plan and world size it was made with"), std::string::npos) << errors[0];
+  errors = train_threads_errors(m, make_plan(m, {3}, {2, 1}, 2, 2, ScheduleKind::k1F1B), *data, o);
+  ASSERT_EQ(errors.size(), 3u);
+  // The first difference in key order: the stages (dp 2 on stage 0), then world_size.
+  EXPECT_NE(errors[0].find("this run has [[0,3,2],[3,"), std::string::npos) << errors[0];
+}
+
+// Regression (hardening issue): a tensor offset that wraps around passed the bounds check
+// of a re-signed file and read out of bounds. Bounds are now checked without sums.
+TEST(Resume, CraftedResignedCheckpointIsRefused) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/crafted_ckpt";
+  std::filesystem::create_directories(dir);
+  runtime::NamedTensors t = {{"w", torch::arange(10, torch::kFloat64)}};
+  HARP_ASSERT_OK(runtime::write_tensor_file(dir + "/a.bin", t, 5));
+  std::string text = read_text_file(dir + "/a.bin").value();
+  text.resize(text.size() - 64);  // drop the digest
+  for (const std::string& evil : {std::string("18446744073709551608"), std::string("9223372036854775807")}) {
+    std::string crafted = text;
+    const size_t at = crafted.find("\"offset\":0");
+    ASSERT_NE(at, std::string::npos);
+    // Same length header (a wrapped offset needs more digits: pad the length line).
+    crafted.replace(at, std::strlen("\"offset\":0"), "\"offset\":" + evil);
+    const size_t nl = crafted.find('\n', 10);
+    const size_t hlen = std::stoul(crafted.substr(10, nl - 10)) + evil.size() - 1;
+    crafted.replace(10, nl - 10, std::to_string(hlen));
+    crafted += sha256_hex(crafted);  // re-signed, as an attacker would
+    HARP_ASSERT_OK(write_text_file_atomic(dir + "/c.bin", crafted));
+    auto r = runtime::read_tensor_file(dir + "/c.bin", nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("out of range"), std::string::npos) << r.status().message();
   }
 }
 

@@ -111,6 +111,23 @@ runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::P
   return out;
 }
 
+std::vector<std::string> train_threads_errors(const model::ModelSpec& model, const plan::Plan& plan,
+                                              const runtime::TokenSource& data, const runtime::TrainOptions& options) {
+  auto store = runtime::hash_store();
+  return for_each_rank_on(
+      plan, [&](const runtime::RankLayout& l) -> std::unique_ptr<runtime::Transport> {
+        return runtime::C10dTransport::create(store, l, std::chrono::milliseconds(20000), model.gpt.tied_embeddings);
+      },
+      [&](runtime::Transport& comm) {
+        std::ostringstream log;
+        auto s = runtime::train(model, plan, comm, data, options, log);
+        if (!s.ok()) {
+          comm.abort(s.status().message());
+          throw std::runtime_error(s.status().message());
+        }
+      });
+}
+
 plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts, const std::vector<int>& dp,
                      int microbatches, int microbatch_size, plan::ScheduleKind kind,
                      const std::vector<int>& launch_counts) {

@@ -36,6 +36,10 @@ std::vector<std::string> run_plan_in_memory(const model::ModelSpec& model, const
 runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::Plan& plan,
                                     const runtime::TokenSource& data, const runtime::TrainOptions& options);
 
+// The same, returning each rank's error ("" when it finished) instead of failing.
+std::vector<std::string> train_threads_errors(const model::ModelSpec& model, const plan::Plan& plan,
+                                              const runtime::TokenSource& data, const runtime::TrainOptions& options);
+
 // A plan over `model` with the given stage boundaries (layer indices where stages start,
 // after 0), dp per stage, microbatches, microbatch size, schedule and launch counts
 // (empty: the schedule's own).

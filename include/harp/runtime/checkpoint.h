@@ -21,7 +21,8 @@ namespace harp::runtime {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-// Writes tensors (contiguous CPU copies) with a trailing FNV-1a checksum, atomically.
+// Writes tensors (contiguous CPU copies) with a trailing SHA-256 of everything before
+// it, atomically (fsync'd before the rename).
 Status write_tensor_file(const std::string& path, const NamedTensors& tensors, long long counter);
 // Reads a tensor file; an error names the file when the checksum or format is wrong.
 StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* counter);
@@ -38,7 +39,13 @@ StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long lo
 // (collective: every rank calls it; rank 0 marks it complete after a barrier).
 Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, int steps_done,
                        const plan::Plan& plan);
-// Loads checkpoint `step` of DIR into the executor's parameters and optimizer state.
-Status load_checkpoint(Executor& ex, const std::string& dir, int step);
+// What a checkpoint must match to be resumed: model fingerprint, world size, microbatch
+// count and size, schedule, and every stage's layer range and dp. Written into the
+// manifest; a different layout is refused until resuming on another plan is supported.
+Json checkpoint_layout(const plan::Plan& plan, int world_size);
+// Loads checkpoint `step` of DIR into the executor's parameters and optimizer state
+// after checking that its manifest's layout equals `layout` (FailedPrecondition naming
+// the first difference).
+Status load_checkpoint(Executor& ex, const std::string& dir, int step, const Json& layout);
 
 }  // namespace harp::runtime
