@@ -56,9 +56,16 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     plan::parse_strategy(pr.choice("strategy", {"harp", "uniform", "homogeneous"},
                                    std::string(plan::strategy_name(job.planner.strategy))),
                          &job.planner.strategy);
-    job.planner.microbatches = static_cast<int>(pr.integer("microbatches", 1, job.planner.microbatches));
+    // Bounded so that the global batch (their product) and every sweep stay small.
+    job.planner.microbatches = static_cast<int>(pr.integer("microbatches", 1, job.planner.microbatches, 1 << 16));
     job.planner.microbatch_size =
-        static_cast<int>(pr.integer("microbatch_size", 1, job.planner.microbatch_size));
+        static_cast<int>(pr.integer("microbatch_size", 1, job.planner.microbatch_size, 1 << 16));
+    if (!pr.failed() && static_cast<std::int64_t>(job.planner.microbatches) * job.planner.microbatch_size > (1 << 24))
+      pr.fail("microbatch_size", std::to_string(job.planner.microbatch_size),
+              "makes a global batch of " +
+                  std::to_string(static_cast<std::int64_t>(job.planner.microbatches) * job.planner.microbatch_size) +
+                  " samples, over the limit of 16777216",
+              "use a smaller microbatch_size or fewer microbatches");
     HARP_RETURN_IF_ERROR(pr.finish());
   }
   if (schedule_node != nullptr) {
