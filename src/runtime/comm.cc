@@ -4,6 +4,8 @@
 // tag only helps debugging.
 #include "harp/runtime/comm.h"
 
+#include "harp/common/sha256.h"
+
 #include <cstdlib>
 #include <utility>
 
@@ -164,16 +166,27 @@ c10::intrusive_ptr<c10d::Store> store_from_env(int rank, int world_size, std::ch
     store->setTimeout(timeout);
     return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, store);
   }
+  const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
+  // Across machines the TCPStore answers anyone who reaches the port: the keys live
+  // under a prefix derived from a secret every rank shares, so a stranger who connects
+  // can neither read nor overwrite them without it (docs/runtime.md).
+  const bool loopback = addr == "127.0.0.1" || addr == "localhost" || addr == "::1";
+  const std::string secret = env_or("HARP_RENDEZVOUS_SECRET", "");
+  if (!loopback && secret.size() < 16)
+    throw RuntimeFailure("MASTER_ADDR = " + addr.substr(0, 80) +
+                         " is not this machine: set HARP_RENDEZVOUS_SECRET (16+ characters, the same on every "
+                         "rank, e.g. `export HARP_RENDEZVOUS_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')`)");
+  const std::string prefix = "harp" + (secret.empty() ? std::string() : "/" + sha256_hex(secret).substr(0, 32)) +
+                             "/" + attempt;
   c10d::TCPStoreOptions o;
   o.port = master_port();
   o.isServer = rank == 0 && env_or("TORCHELASTIC_USE_AGENT_STORE", "") != "True";
   o.numWorkers = world_size;
   o.waitWorkers = false;
   o.timeout = timeout;
-  const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(addr, o);
-    return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, store);
+    return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   } catch (const std::exception& e) {
     // c10d's message carries a C++ stack trace: keep its first line.
     std::string msg = e.what();

@@ -217,6 +217,25 @@ TEST(Failure, SecondRunOnTheSameOutIsRefused) {
       << read_text_file(third.err_file).value();
 }
 
+// Across machines the store needs a shared secret; without one the run is refused
+// before any connection (the address is a name that cannot resolve, so a regression
+// sends nothing anywhere).
+TEST(Failure, RemoteRendezvousWithoutASecretIsRefused) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/failure_secret";
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(write_text_file_atomic(dir + "/plan.json", R"({"version": 1, "microbatches": 2,
+      "microbatch_size": 2, "schedule": "1f1b", "stages": [{"layers": [0, 4], "fwd_s": 1, "bwd_s": 2}]})").ok());
+  Child c = spawn_rank({std::string(HARP_BINARY_DIR) + "/src/cli/harp", "train", "--plan", dir + "/plan.json",
+                        "--model", "gpt-tiny", "--granularity", "1", "--out", dir + "/run"},
+                       {"RANK=0", "WORLD_SIZE=1", "MASTER_ADDR=harp-no-such-host.invalid", "MASTER_PORT=29999"},
+                       dir + "/err");
+  const int rc = wait_bounded(c.pid, std::chrono::steady_clock::now() + std::chrono::seconds(30));
+  const std::string err = read_text_file(c.err_file).value();
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_NE(err.find("HARP_RENDEZVOUS_SECRET"), std::string::npos) << err;
+  EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+}
+
 TEST(Failure, BadMasterPortIsOneLine) {
   const std::string dir = std::string(HARP_BINARY_DIR) + "/failure_port";
   std::filesystem::create_directories(dir);
