@@ -47,11 +47,10 @@ int env_int(const char* name, int fallback) {
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
-int run_train(const Opts& opts, Context& ctx) {
-  auto config = resolve_config(opts);
+int run_train(const Opts& o, Context& ctx) {
+  auto config = resolve_config(o);
   if (!config.ok()) return ctx.fail("train", config.status());
   const runtime::TrainConfig& c = *config;
-  const Opts& o = opts;
   auto p = plan::load_plan(o.plan_file);
   if (!p.ok()) return ctx.fail("train", p.status());
   // The model: the spec the plan was made for (its model_config), unless --model names
@@ -148,40 +147,35 @@ void add_train_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--granularity", o->granularity, "Sub-layers per block (default: from the plan)")
       ->check(CLI::Range(1, 4));
   cmd->add_option("--job", o->job_file, "Job file whose training: section is the base configuration");
-  // Overrides of the training section (docs/file_formats.md, "Job"): only the given ones apply.
-  auto over = [&](CLI::Option* opt, std::function<void(runtime::TrainConfig&)> apply) {
-    o->overrides.push_back(opt);
-    o->apply.push_back(std::move(apply));
-  };
+  // Overrides of the training section (docs/file_formats.md, "Job"): only the given ones
+  // apply, each copying its field from the flag values into the resolved config.
   runtime::TrainConfig& f = o->flags;
-  over(cmd->add_option("--data", f.data, "Token file (.bin) or `synthetic`")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.data = f.data; });
-  over(cmd->add_option("--steps", f.steps, "Training steps")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.steps = f.steps; });
-  over(cmd->add_option("--seed", f.seed, "Seed of weights and data")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.seed = f.seed; });
-  over(cmd->add_option("--lr", f.lr, "Peak learning rate")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.lr = f.lr; });
+  auto over = [&](CLI::Option* opt, auto runtime::TrainConfig::*field) {
+    o->overrides.push_back(opt);
+    o->apply.push_back([&f, field](runtime::TrainConfig& c) { c.*field = f.*field; });
+  };
+  using C = runtime::TrainConfig;
+  over(cmd->add_option("--data", f.data, "Token file (.bin) or `synthetic`")->capture_default_str(), &C::data);
+  over(cmd->add_option("--steps", f.steps, "Training steps")->capture_default_str(), &C::steps);
+  over(cmd->add_option("--seed", f.seed, "Seed of weights and data")->capture_default_str(), &C::seed);
+  over(cmd->add_option("--lr", f.lr, "Peak learning rate")->capture_default_str(), &C::lr);
   over(cmd->add_option("--warmup-steps", f.warmup_steps, "Linear warm-up steps")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.warmup_steps = f.warmup_steps; });
+       &C::warmup_steps);
   over(cmd->add_option("--grad-clip", f.grad_clip, "Max global gradient norm (0: off)")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.grad_clip = f.grad_clip; });
-  over(cmd->add_option("--dtype", f.dtype, "float32 or float64")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.dtype = f.dtype; });
+       &C::grad_clip);
+  over(cmd->add_option("--dtype", f.dtype, "float32 or float64")->capture_default_str(), &C::dtype);
   over(cmd->add_option("--out", f.out, "Output folder: metrics, traces, checkpoints")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.out = f.out; });
+       &C::out);
   over(cmd->add_option("--checkpoint-every", f.checkpoint_every, "Checkpoint every K steps (0: never)"),
-       [&f](runtime::TrainConfig& c) { c.checkpoint_every = f.checkpoint_every; });
+       &C::checkpoint_every);
   cmd->add_flag("--resume", o->resume, "Continue from the last checkpoint in --out");
   over(cmd->add_option("--trace-steps", f.trace_steps, "Steps whose measured timeline is written, e.g. 3,4")
            ->delimiter(','),
-       [&f](runtime::TrainConfig& c) { c.trace_steps = f.trace_steps; });
+       &C::trace_steps);
   over(cmd->add_option("--timeout-s", f.timeout_s, "Give up on a peer after this long")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.timeout_s = f.timeout_s; });
-  over(cmd->add_option("--threads", f.threads, "Intra-op threads per rank")->capture_default_str(),
-       [&f](runtime::TrainConfig& c) { c.threads = f.threads; });
-  over(cmd->add_flag("--emulate", f.emulate, "Apply the plan's emulated device slowdowns"),
-       [&f](runtime::TrainConfig& c) { c.emulate = f.emulate; });
+       &C::timeout_s);
+  over(cmd->add_option("--threads", f.threads, "Intra-op threads per rank")->capture_default_str(), &C::threads);
+  over(cmd->add_flag("--emulate", f.emulate, "Apply the plan's emulated device slowdowns"), &C::emulate);
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->callback([o, &ctx] { ctx.rc = run_train(*o, ctx); });
 }

@@ -130,6 +130,18 @@ TEST(Equivalence, SameGlobalBatchAnyMicrobatchCount) {
   expect_close(c.params, a.params, 1e-10, 1e-12, "2x4 vs 4x2 dp");
 }
 
+// Training options of the resume tests: the shared optimizer, no progress lines,
+// checkpoints every `checkpoint_every` steps in `out_dir`.
+runtime::TrainOptions resume_options(const std::string& out_dir, int steps, int checkpoint_every) {
+  runtime::TrainOptions o;
+  o.exec.optim = optim();
+  o.progress = false;
+  o.steps = steps;
+  o.checkpoint_every = checkpoint_every;
+  o.out_dir = out_dir;
+  return o;
+}
+
 TEST(Resume, ContinuesBitForBit) {
   torch::set_num_threads(1);
   const model::ModelSpec m = tiny(2);
@@ -137,12 +149,7 @@ TEST(Resume, ContinuesBitForBit) {
   plan::Plan p = make_plan(m, {3, 6}, {1, 2, 1}, 3, 2, ScheduleKind::kHarp1F1B, {3, 2, 1});
   const std::string root = std::string(HARP_BINARY_DIR) + "/resume_test";
   std::filesystem::remove_all(root);
-  runtime::TrainOptions o;
-  o.exec.optim = optim();
-  o.progress = false;
-  o.steps = 6;
-  o.checkpoint_every = 3;
-  o.out_dir = root + "/straight";
+  runtime::TrainOptions o = resume_options(root + "/straight", 6, 3);
   runtime::TrainSummary straight = train_threads(m, p, *data, o);
   ASSERT_EQ(straight.losses.size(), 6u);
   o.out_dir = root + "/stopped";
@@ -168,12 +175,7 @@ TEST(Resume, AnotherLayoutIsRefusedWithTheDifference) {
   auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
   const std::string root = std::string(HARP_BINARY_DIR) + "/resume_layout_test";
   std::filesystem::remove_all(root);
-  runtime::TrainOptions o;
-  o.exec.optim = optim();
-  o.progress = false;
-  o.steps = 2;
-  o.checkpoint_every = 2;
-  o.out_dir = root;
+  runtime::TrainOptions o = resume_options(root, 2, 2);
   train_threads(m, make_plan(m, {3}, {1, 1}, 2, 2, ScheduleKind::k1F1B), *data, o);
   o.steps = 4;
   o.resume = true;

@@ -41,14 +41,17 @@ std::vector<std::string> for_each_rank_on(const plan::Plan& plan, const Connect&
   return errors;
 }
 
+// Gloo ranks over one in-process store.
+Connect gloo(const model::ModelSpec& model) {
+  auto store = runtime::hash_store();
+  return [store, tied = model.gpt.tied_embeddings](const runtime::RankLayout& l) -> std::unique_ptr<runtime::Transport> {
+    return runtime::C10dTransport::create(store, l, kTimeout, tied);
+  };
+}
+
 template <typename Body>
 void for_each_rank(const plan::Plan& plan, const model::ModelSpec& model, Body body) {
-  auto store = runtime::hash_store();
-  auto errors = for_each_rank_on(
-      plan, [&](const runtime::RankLayout& l) -> std::unique_ptr<runtime::Transport> {
-        return runtime::C10dTransport::create(store, l, kTimeout, model.gpt.tied_embeddings);
-      },
-      body);
+  auto errors = for_each_rank_on(plan, gloo(model), body);
   for (size_t r = 0; r < errors.size(); ++r)
     if (!errors[r].empty()) ADD_FAILURE() << "rank " << r << ": " << errors[r];
 }
@@ -113,11 +116,8 @@ runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::P
 
 std::vector<std::string> train_threads_errors(const model::ModelSpec& model, const plan::Plan& plan,
                                               const runtime::TokenSource& data, const runtime::TrainOptions& options) {
-  auto store = runtime::hash_store();
   return for_each_rank_on(
-      plan, [&](const runtime::RankLayout& l) -> std::unique_ptr<runtime::Transport> {
-        return runtime::C10dTransport::create(store, l, std::chrono::milliseconds(20000), model.gpt.tied_embeddings);
-      },
+      plan, gloo(model),
       [&](runtime::Transport& comm) {
         std::ostringstream log;
         auto s = runtime::train(model, plan, comm, data, options, log);

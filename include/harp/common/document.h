@@ -36,8 +36,6 @@ StatusOr<Json> parse_json_text(const std::string& text, const std::string& name)
 // Reads a whole regular file of at most `max_bytes` bytes; IoError (with the reason) for
 // anything else.
 StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_bytes = kMaxDocumentBytes);
-// IoError unless `path` is a regular file of at most `max_bytes` bytes (its size, else).
-StatusOr<std::int64_t> check_input_file(const std::string& path, std::int64_t max_bytes);
 
 // Writes `text` to `path` atomically (temp + rename). On failure nothing is left behind.
 Status write_text_file_atomic(const std::string& path, const std::string& text);

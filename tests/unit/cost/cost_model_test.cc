@@ -32,6 +32,16 @@ links: [{between: [v, a], bandwidth_gbps: 8, latency_ms: 1}]
   return cluster::parse_cluster(*doc, "c.yaml").value();
 }
 
+// A tp = 1 profile entry for (device, signature, samples).
+void put_entry(profile::ProfileDb& db, const std::string& device, const std::string& signature, int samples,
+               Seconds fwd_s, Seconds bwd_s) {
+  profile::ProfileEntry e;
+  e.key = {device, signature, samples, 1};
+  e.fwd_s = fwd_s;
+  e.bwd_s = bwd_s;
+  db.put(e);
+}
+
 TEST(CommCost, P2pAndRing) {
   cluster::Link l{8.0, 0.001};  // 8 Gbit/s = 1e9 B/s
   EXPECT_DOUBLE_EQ(p2p_s(1e9, l), 1.001);
@@ -76,11 +86,7 @@ TEST(LayerCosts, ProfileDbWinsOverAnalytic) {
   auto m = model::load_model("gpt-350m");
   ASSERT_TRUE(m.ok());
   profile::ProfileDb db;
-  profile::ProfileEntry e;
-  e.key = {"A100-40GB", m->layers[1].signature, 2, 1};
-  e.fwd_s = 0.125;
-  e.bwd_s = 0.25;
-  db.put(e);
+  put_entry(db, "A100-40GB", m->layers[1].signature, 2, 0.125, 0.25);
   ProfiledCosts costs(*m, db, CostConfig{}, "p.json");
   auto t = costs.time(c, 1, 5, 2, 1);  // every block shares the signature
   ASSERT_TRUE(t.has_value());
@@ -134,11 +140,7 @@ TEST(StageCosts, RangeFiguresEqualADirectSumForEverySource) {
   const int mbs = 4;
   profile::ProfileDb db;
   for (int i = 1; i < m->num_layers(); i += 3) {
-    profile::ProfileEntry e;
-    e.key = {"V100-32GB", m->layers[i].signature, 2, 1};
-    e.fwd_s = 1e-3 * i;
-    e.bwd_s = 2e-3 * i;
-    db.put(e);
+    put_entry(db, "V100-32GB", m->layers[i].signature, 2, 1e-3 * i, 2e-3 * i);
   }
   AnalyticCosts analytic(*m, cfg);
   ProfiledCosts profiled(*m, db, cfg, "db.json");
@@ -198,11 +200,7 @@ TEST(StageCosts, PlanRecordsItsCostSources) {
   auto c = test_cluster();
   auto m = model::load_model("gpt-350m");
   profile::ProfileDb db;
-  profile::ProfileEntry e;
-  e.key = {"V100-32GB", m->layers[1].signature, 1, 1};
-  e.fwd_s = 0.01;
-  e.bwd_s = 0.02;
-  db.put(e);
+  put_entry(db, "V100-32GB", m->layers[1].signature, 1, 0.01, 0.02);
   CostConfig cfg;
   cfg.profile_file = "db.json";
   auto problem = planner::problem_from_model(c, *m, cfg, &db, 8, 4, 1);
