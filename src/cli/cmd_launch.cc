@@ -1,6 +1,8 @@
 // `harp launch --nproc N [--emulate] [--grace-s S] -- COMMAND ARGS...`: the local
 // launcher (harp/launch/launcher.h). The exit code is the first failed worker's, so
 // scripts see the same code as from torchrun; the summary goes to stderr.
+#include <thread>
+
 #include "commands.h"
 #include "harp/launch/launcher.h"
 
@@ -22,6 +24,12 @@ int run_launch(const Opts& o, Context& ctx) {
   // The trainer reads HARP_EMULATE to apply the plan's emulated slowdowns; an explicit
   // flag keeps them from ever being applied silently.
   if (o.emulate) options.env["HARP_EMULATE"] = "1";
+  // More busy ranks than cores: they take turns, and every measured time (and so every
+  // comparison with a prediction) is inflated by it.
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores > 0 && static_cast<unsigned>(o.nproc) > cores)
+    ctx.err << "harp launch: note: " << o.nproc << " ranks share " << cores
+            << " cores; measured times include their competition for the cores\n";
   auto result = launch::launch(options, ctx.out);
   if (!result.ok()) return ctx.fail("launch", result.status());
   ctx.err << "harp launch: " << result->summary << "\n";

@@ -1,6 +1,7 @@
 // `harp train --plan PLAN.json`: one rank of a training run (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT as torchrun sets them; `harp launch` starts several locally).
 // Built only with libtorch.
+#include <algorithm>
 #include <cstdlib>
 #include <thread>
 
@@ -124,9 +125,24 @@ int run_train(const Opts& o, Context& ctx) {
     auto summary = runtime::train(*m, *p, *comm, *data, t, ctx.out);
     if (!summary.ok()) return ctx.fail("train", summary.status());
     if (rank == 0 && c.progress)
-      ctx.out << "done: " << summary->losses.size() << " steps, mean " << fmt_time(summary->mean_iteration_s)
-              << "/step, " << fmt("%.0f", summary->tokens_per_s) << " tokens/s; metrics in " << c.out
-              << "/metrics.jsonl\n";
+    {
+      ctx.out << "done: " << summary->losses.size() << " steps, median " << fmt_time(summary->median_iteration_s)
+              << "/step (mean " << fmt_time(summary->mean_iteration_s) << "), " << fmt("%.0f", summary->tokens_per_s)
+              << " tokens/s; metrics in " << c.out << "/metrics.jsonl\n";
+      // The plan's own claim beside the measurement (closed form; `harp simulate` on the
+      // plan gives the simulated figure).
+      const double predicted = p->predicted.iteration_s, measured = summary->median_iteration_s;
+      const bool emulated_stages = std::any_of(p->stages.begin(), p->stages.end(),
+                                               [](const plan::Stage& s) { return s.emulated_slowdown > 1.0; });
+      if (predicted > 0 && measured > 0)
+        ctx.out << "predicted " << fmt_time(predicted) << "/step by the plan (costs: "
+                << (p->cost_source.empty() ? "unknown" : p->cost_source.substr(0, 60))
+                << (p->cost_source.size() > 60 ? "..." : "") << "), measured " << fmt_time(measured)
+                << fmt(": error %+.1f%%", 100 * (predicted - measured) / measured)
+                << (emulated_stages && !t.exec.emulate ? " (the plan's emulated devices were not emulated: --emulate)"
+                                                       : "")
+                << "\n";
+    }
   } catch (const runtime::RuntimeFailure& e) {
     ctx.err << "harp train: " << e.what() << "\n";
     return ctx.rc = kExitInput;

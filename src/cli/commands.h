@@ -41,6 +41,7 @@ void add_plan_command(CLI::App& root, Context& ctx);
 void add_launch_command(CLI::App& root, Context& ctx);
 void add_data_command(CLI::App& root, Context& ctx);
 void add_trace_command(CLI::App& root, Context& ctx);
+void add_profile_command(CLI::App& root, Context& ctx);
 // Commands that need libtorch live in the `harp-train` executable (train_main.cc), which
 // registers them before run(); `harp` itself never loads libtorch and hands `harp train`
 // over to `harp-train` (main.cc). Without a registered `train`, run() lists a stand-in
@@ -50,5 +51,7 @@ void register_command(const char* name, AddCommand add);
 
 // In harp_train_cli (links the runtime; only when built with libtorch).
 void add_train_command(CLI::App& root, Context& ctx);
+// In harp_train_cli: installs the measuring half of `harp profile` (cmd_profile.h).
+void add_profiler_commands(CLI::App& root, Context& ctx);
 
 }  // namespace harp::cli

@@ -25,12 +25,17 @@ std::string own_dir() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::string(argv[1]) == "train") {
+  // `harp profile` measures with libtorch, except its torch-free merge and import.
+  const bool torch_command =
+      argc >= 2 && (std::string(argv[1]) == "train" ||
+                    (std::string(argv[1]) == "profile" &&
+                     !(argc >= 3 && (std::string(argv[2]) == "merge" || std::string(argv[2]) == "import"))));
+  if (torch_command) {
     const std::string target = own_dir() + "/harp-train";
     if (access(target.c_str(), X_OK) == 0) {
       argv[0] = const_cast<char*>(target.c_str());
       execv(target.c_str(), argv);
-      std::cerr << "harp train: cannot start " << target << ": " << std::strerror(errno) << "\n";
+      std::cerr << "harp " << argv[1] << ": cannot start " << target << ": " << std::strerror(errno) << "\n";
       return harp::cli::kExitInput;
     }
     // No harp-train beside us: run() explains (a build without libtorch).

@@ -3,6 +3,10 @@
 
 #include "harp/cost/compute_cost.h"
 
+#include <algorithm>
+#include <cstdio>
+#include <set>
+
 namespace harp::cost {
 
 const char* cost_source_name(CostSource source) {
@@ -51,6 +55,83 @@ std::optional<LayerTime> ProfiledCosts::time(const cluster::Cluster& cluster, in
 std::string ProfiledCosts::describe() const {
   return "profile DB " + file_ + " (" + std::to_string(db_.size()) +
          " entries; the analytic roofline for keys it lacks)";
+}
+
+namespace {
+
+std::string shown_factor(double f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", f);
+  return buf;
+}
+
+// The device types of `cluster`, each once, in subcluster order.
+std::vector<std::string> device_types(const cluster::Cluster& cluster) {
+  std::vector<std::string> out;
+  for (const auto& s : cluster.subclusters)
+    if (std::find(out.begin(), out.end(), s.device) == out.end()) out.push_back(s.device);
+  return out;
+}
+
+// Signatures of `model` the DB has any entry for on `device`, and how many there are.
+std::pair<int, int> covered_signatures(const profile::ProfileDb& db, const model::ModelSpec& model,
+                                       const std::string& device) {
+  std::set<std::string> all, found;
+  for (const auto& l : model.layers) all.insert(l.signature);
+  for (const auto& e : db.entries())
+    if (e.key.device == device && all.count(e.key.signature)) found.insert(e.key.signature);
+  return {static_cast<int>(found.size()), static_cast<int>(all.size())};
+}
+
+}  // namespace
+
+std::string ProfiledCosts::describe_for(const cluster::Cluster& cluster) const {
+  std::string out = "profile DB " + file_ + ":";
+  for (const std::string& dev : device_types(cluster)) {
+    const std::string& real = real_device(dev);
+    const auto [found, all] = covered_signatures(db_, model_, real);
+    out += " " + dev + " ";
+    if (found == 0) {
+      out += "analytic (not in the profile);";
+      continue;
+    }
+    const profile::DeviceProfile* d = db_.device(real);
+    out += d != nullptr && d->source == "imported" ? "imported" : "measured";
+    out += " (" + std::to_string(found) + " of " + std::to_string(all) + " unique layers";
+    if (d != nullptr && d->emulated_slowdown > 1)
+      out += ", emulated " + shown_factor(d->emulated_slowdown) + "x slower";
+    if (d != nullptr && d->threads > 0) out += ", " + std::to_string(d->threads) + " thread(s)";
+    out += ");";
+  }
+  out.pop_back();
+  return out;
+}
+
+std::optional<Seconds> ProfiledCosts::optimizer_s_per_param_byte(const cluster::Cluster& cluster, int sub) const {
+  const profile::DeviceProfile* d = db_.device(real_device(cluster.subclusters.at(sub).device));
+  if (d == nullptr || d->optimizer_s_per_param_byte < 0) return std::nullopt;
+  return d->optimizer_s_per_param_byte;
+}
+
+Status ProfiledCosts::check(const profile::ProfileDb& db, const model::ModelSpec& model,
+                            const cluster::Cluster& cluster, const std::string& dtype, const std::string& file) {
+  for (const std::string& dev : device_types(cluster)) {
+    const int entries = db.entries_of(dev);
+    if (entries == 0) continue;
+    const profile::DeviceProfile* d = db.device(dev);
+    const std::string fix = "; fix: profile this model (`harp profile --job JOB -o " + shown_path(file) +
+                            "`) or plan without --profile";
+    if (covered_signatures(db, model, dev).first == 0)
+      return failed_precondition(
+          shown_path(file) + ": device " + dev + " has " + std::to_string(entries) +
+          " entries, none for a layer of this model (" + model.gpt.name + ", granularity " +
+          std::to_string(model.gpt.granularity) + "): it was profiled for another model shape" +
+          (d != nullptr && !d->model.empty() ? " (" + d->model + ")" : std::string()) + fix);
+    if (d != nullptr && !d->dtype.empty() && !dtype.empty() && d->dtype != dtype)
+      return failed_precondition(shown_path(file) + ": device " + dev + " was profiled in " + d->dtype +
+                                 ", the job trains in " + dtype + " (training.dtype)" + fix);
+  }
+  return Status();
 }
 
 }  // namespace harp::cost

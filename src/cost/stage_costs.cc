@@ -20,10 +20,11 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
   s.microbatch_size_ = microbatch_size;
   s.max_tp_ = max_tp;
   s.layers_ = source.layers();
-  s.source_description_ = source.describe();
+  s.source_description_ = source.describe_for(cluster);
   const int L = static_cast<int>(s.layers_.size());
   for (int sub = 0; sub < static_cast<int>(s.cluster_.subclusters.size()); ++sub) {
     const std::string& dev = s.cluster_.subclusters[sub].device;
+    if (auto opt = source.optimizer_s_per_param_byte(s.cluster_, sub)) s.optimizer_s_[dev] = *opt;
     for (int dp = 1; dp <= microbatch_size; ++dp) {
       if (microbatch_size % dp != 0) continue;
       const int samples = microbatch_size / dp;
@@ -101,7 +102,10 @@ RangeView StageCosts::view(int sub, int dp, int tp) const {
   v.tp_ = tp;
   v.samples_ = microbatch_size_ / dp;
   v.allreduce_ = dp_allreduce_time(dp, tp, cluster_.subclusters[sub]);
-  v.opt_per_param_byte_ = optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
+  auto measured = optimizer_s_.find(cluster_.subclusters[sub].device);
+  v.opt_per_param_byte_ = measured != optimizer_s_.end()
+                              ? measured->second / tp
+                              : optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
   v.config_ = &config_;
   return v;
 }

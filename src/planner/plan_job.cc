@@ -89,6 +89,7 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
     model::GptConfig g = job.model.gpt;
     g.granularity = k;
     HARP_ASSIGN_OR_RETURN(model::ModelSpec m, model::build_gpt(g, job.file, "model"));
+    if (db) HARP_RETURN_IF_ERROR(cost::ProfiledCosts::check(*db, m, job.cluster, job.training.dtype, profile_file));
     for (auto [b, mbs] : bs) {
       PlanningProblem problem =
           problem_from_model(job.cluster, m, config, db ? &*db : nullptr, b, mbs, max_tp);

@@ -14,8 +14,14 @@ std::optional<ProfileEntry> ProfileDb::find(const ProfileKey& key) const {
   return it->second;
 }
 
-void ProfileDb::merge(const ProfileDb& other) {
-  for (const auto& [k, e] : other.entries_) entries_[k] = e;
+int ProfileDb::merge(const ProfileDb& other) {
+  int replaced = 0;
+  for (const auto& [k, e] : other.entries_) {
+    replaced += entries_.count(k) ? 1 : 0;
+    entries_[k] = e;
+  }
+  for (const auto& [name, d] : other.devices_) devices_[name] = d;
+  return replaced;
 }
 
 std::vector<ProfileEntry> ProfileDb::entries() const {
@@ -23,6 +29,47 @@ std::vector<ProfileEntry> ProfileDb::entries() const {
   for (const auto& [k, e] : entries_) out.push_back(e);
   return out;
 }
+
+const DeviceProfile* ProfileDb::device(const std::string& name) const {
+  auto it = devices_.find(name);
+  return it == devices_.end() ? nullptr : &it->second;
+}
+
+int ProfileDb::entries_of(const std::string& device) const {
+  int n = 0;
+  for (const auto& [k, e] : entries_) n += k.device == device ? 1 : 0;
+  return n;
+}
+
+namespace {
+
+Status parse_devices(const Json& devices, const std::string& file, ProfileDb* db) {
+  if (!devices.is_array())
+    return field_error(file, "devices", devices.dump(), "must be a list", "write `\"devices\": []`");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    FieldReader r(devices[i], file, "devices[" + std::to_string(i) + "]");
+    if (r.failed()) return r.finish();
+    DeviceProfile d;
+    d.device = r.string("device");
+    d.machine = r.string("machine", "");
+    d.libtorch = r.string("libtorch", "");
+    d.dtype = r.string("dtype", "");
+    d.date = r.string("date", "");
+    d.model = r.string("model", "");
+    d.threads = static_cast<int>(r.integer("threads", 0, 0, 4096));
+    d.emulated_slowdown = r.number("emulated_slowdown", 1.0);
+    if (!r.failed() && !(d.emulated_slowdown >= 1.0 && d.emulated_slowdown <= 1000.0))
+      r.fail("emulated_slowdown", std::to_string(d.emulated_slowdown), "must be in [1, 1000]",
+             "write the factor the times include (1: none)");
+    d.optimizer_s_per_param_byte = r.number("optimizer_s_per_param_byte", -1.0);
+    d.source = r.choice("source", {"measured", "imported"}, std::string("measured"));
+    HARP_RETURN_IF_ERROR(r.finish());
+    db->put_device(d);
+  }
+  return Status();
+}
+
+}  // namespace
 
 StatusOr<ProfileDb> parse_profile_db(const Json& node, const std::string& file) {
   FieldReader r(node, file, "");
@@ -32,8 +79,10 @@ StatusOr<ProfileDb> parse_profile_db(const Json& node, const std::string& file) 
     r.fail("version", std::to_string(version), "is not a supported profile version",
            "write `\"version\": 1`");
   const Json* entries = r.get("entries");
+  const Json* devices = r.get("devices");
   HARP_RETURN_IF_ERROR(r.finish());
   ProfileDb db;
+  if (devices != nullptr) HARP_RETURN_IF_ERROR(parse_devices(*devices, file, &db));
   if (entries == nullptr) return db;
   if (!entries->is_array())
     return field_error(file, "entries", entries->dump(), "must be a list", "write `\"entries\": []`");
@@ -52,7 +101,11 @@ StatusOr<ProfileDb> parse_profile_db(const Json& node, const std::string& file) 
     e.output_bytes = er.non_negative("output_bytes", 0.0);
     e.param_bytes = er.non_negative("param_bytes", 0.0);
     e.workspace_bytes = er.non_negative("workspace_bytes", 0.0);
-    e.source = er.choice("source", {"measured", "analytic"}, std::string("measured"));
+    e.peak_bytes = er.non_negative("peak_bytes", 0.0);
+    e.fwd_spread = er.non_negative("fwd_spread", 0.0);
+    e.bwd_spread = er.non_negative("bwd_spread", 0.0);
+    e.repeats = static_cast<int>(er.integer("repeats", 0, 0));
+    e.source = er.choice("source", {"measured", "analytic", "imported"}, std::string("measured"));
     HARP_RETURN_IF_ERROR(er.finish());
     db.put(e);
   }
@@ -65,6 +118,18 @@ StatusOr<ProfileDb> load_profile_db(const std::string& file) {
 }
 
 Json profile_db_to_json(const ProfileDb& db) {
+  Json devices = Json::array();
+  for (const auto& [name, d] : db.devices())
+    devices.push_back({{"device", d.device},
+                       {"machine", d.machine},
+                       {"libtorch", d.libtorch},
+                       {"dtype", d.dtype},
+                       {"date", d.date},
+                       {"model", d.model},
+                       {"threads", d.threads},
+                       {"emulated_slowdown", d.emulated_slowdown},
+                       {"optimizer_s_per_param_byte", d.optimizer_s_per_param_byte},
+                       {"source", d.source}});
   Json entries = Json::array();
   for (const auto& e : db.entries())
     entries.push_back({{"device", e.key.device},
@@ -74,12 +139,16 @@ Json profile_db_to_json(const ProfileDb& db) {
                        {"layer", e.layer},
                        {"fwd_s", e.fwd_s},
                        {"bwd_s", e.bwd_s},
+                       {"fwd_spread", e.fwd_spread},
+                       {"bwd_spread", e.bwd_spread},
+                       {"repeats", e.repeats},
                        {"activation_bytes", e.activation_bytes},
                        {"output_bytes", e.output_bytes},
                        {"param_bytes", e.param_bytes},
                        {"workspace_bytes", e.workspace_bytes},
+                       {"peak_bytes", e.peak_bytes},
                        {"source", e.source}});
-  return {{"version", 1}, {"entries", entries}};
+  return {{"version", 1}, {"devices", devices}, {"entries", entries}};
 }
 
 Status save_profile_db(const ProfileDb& db, const std::string& file) {

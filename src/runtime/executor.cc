@@ -119,12 +119,9 @@ void Executor::forward(int step, int mb) {
   }
   if (has_tail(layers_)) loss_sum_ += y.item<double>();
   s.output = y;
-  compute_begin_ = begin;
-  compute_end_ = std::chrono::steady_clock::now();
-  const double secs = std::chrono::duration<double>(compute_end_ - begin).count();
+  const double secs = finish_compute(begin);
   compute_s_ += secs;
   forward_s_ += secs;
-  emulate_slowdown(secs);
 }
 
 void Executor::backward(int mb) {
@@ -139,12 +136,9 @@ void Executor::backward(int mb) {
     torch::autograd::backward({s.output}, {dy});
   }
   s.output = torch::Tensor();
-  compute_begin_ = begin;
-  compute_end_ = std::chrono::steady_clock::now();
-  const double secs = std::chrono::duration<double>(compute_end_ - begin).count();
+  const double secs = finish_compute(begin);
   compute_s_ += secs;
   backward_s_ += secs;
-  emulate_slowdown(secs);
 }
 
 void Executor::send(int mb, bool forward_direction) {
@@ -161,10 +155,18 @@ void Executor::send(int mb, bool forward_direction) {
   if (!forward_direction) s.input = torch::Tensor();  // the gradient has been handed over
 }
 
-void Executor::emulate_slowdown(double seconds) const {
+double Executor::finish_compute(std::chrono::steady_clock::time_point begin) {
+  // An emulated slower device (DESIGN.md, last section) sleeps (factor - 1) x the
+  // measured time; the span and the stage's measured time include the sleep, since
+  // that is how long the emulated device is busy.
   const double factor = plan_.stages[layout_.stage].emulated_slowdown;
-  if (config_.emulate && factor > 1.0)
-    std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * seconds));
+  if (config_.emulate && factor > 1.0) {
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * secs));
+  }
+  compute_begin_ = begin;
+  compute_end_ = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(compute_end_ - begin).count();
 }
 
 void Executor::reduce_grads(int step) {

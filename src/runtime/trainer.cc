@@ -140,6 +140,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   const double flops = 3.0 * model.fwd_flops_per_sample() * plan.microbatches * plan.microbatch_size;
   double total_s = 0;
   int timed = 0;
+  std::vector<double> step_seconds;  // the timed steps, for the median
   torch::Tensor measured_compute = torch::zeros({2 * l.num_stages()}, torch::kFloat64);
   for (int step = summary.first_step; step < options.steps; ++step) {
     const bool trace = traced.count(step) > 0;
@@ -161,6 +162,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     summary.losses.push_back(r.loss);
     if (step > summary.first_step) {
       total_s += r.seconds;
+      step_seconds.push_back(r.seconds);
       ++timed;
     }
     StepMetrics m;
@@ -197,6 +199,11 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     }
   }
   summary.mean_iteration_s = timed > 0 ? total_s / timed : 0;
+  if (!step_seconds.empty()) {
+    std::sort(step_seconds.begin(), step_seconds.end());
+    const size_t n = step_seconds.size();
+    summary.median_iteration_s = n % 2 ? step_seconds[n / 2] : (step_seconds[n / 2 - 1] + step_seconds[n / 2]) / 2;
+  }
   if (l.rank == 0 && timed > 0) {
     // The plan with the measured compute times: `harp simulate` on it predicts this
     // machine, so predicted and measured timelines can be compared.

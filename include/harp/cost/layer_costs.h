@@ -46,6 +46,18 @@ class LayerCostSource {
                                         int samples, int tp) const = 0;
   // One line for reports: "analytic roofline", "profile DB p.json (roofline for ...)".
   virtual std::string describe() const = 0;
+  // The same for planning on `cluster` (a profile DB says per device type what it gave).
+  virtual std::string describe_for(const cluster::Cluster& cluster) const {
+    (void)cluster;
+    return describe();
+  }
+  // The optimizer step's seconds per fp16 parameter byte on one device of `sub` (tp = 1),
+  // when the source measured it; nullopt: the cost model's estimate.
+  virtual std::optional<Seconds> optimizer_s_per_param_byte(const cluster::Cluster& cluster, int sub) const {
+    (void)cluster;
+    (void)sub;
+    return std::nullopt;
+  }
 
   // Looks up `view_device` as `real_device` (a planning view that renames device types,
   // e.g. the homogeneous baseline, still finds the measured entries).
@@ -92,6 +104,16 @@ class ProfiledCosts : public LayerCostSource {
   std::optional<LayerTime> time(const cluster::Cluster& cluster, int sub, int layer, int samples,
                                 int tp) const override;
   std::string describe() const override;
+  // Per device type of `cluster`: measured (how), imported, or analytic (not in the DB).
+  std::string describe_for(const cluster::Cluster& cluster) const override;
+  std::optional<Seconds> optimizer_s_per_param_byte(const cluster::Cluster& cluster, int sub) const override;
+
+  // Refuses a DB that cannot describe this job: a device type of the cluster with entries
+  // but none for the model's layer signatures (a profile of another model shape), or one
+  // measured in another dtype than `dtype` (the training dtype). FailedPrecondition
+  // naming the file, the device, what was profiled and the command that fixes it.
+  static Status check(const profile::ProfileDb& db, const model::ModelSpec& model,
+                      const cluster::Cluster& cluster, const std::string& dtype, const std::string& file);
 
  private:
   const model::ModelSpec& model_;

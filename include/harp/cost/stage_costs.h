@@ -131,6 +131,8 @@ class StageCosts {
   std::vector<Bytes> param_prefix_, act_prefix_;  // size L + 1
   // key (device name, samples, tp)
   std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;
+  // device name -> the source's measured optimizer seconds per parameter byte (tp = 1)
+  std::map<std::string, Seconds> optimizer_s_;
 };
 
 }  // namespace harp::cost

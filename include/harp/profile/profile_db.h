@@ -1,8 +1,10 @@
 // The profile database, data side (torch-free): measured or analytic per-layer costs
-// keyed by (device type, layer signature, microbatch size, tp). The profiler (a later
-// subsystem, links libtorch) writes it; the cost model reads it. Format in
-// docs/file_formats.md. Databases from several machines merge: each device type
-// profiles itself.
+// keyed by (device type, layer signature, microbatch size, tp), and per device type the
+// circumstances of the measurement (machine, libtorch, threads, dtype, date, emulated
+// slowdown) and the optimizer step's time per parameter byte. The profiler (src/profiler,
+// links libtorch) writes it; `harp profile import` converts other tools' measurements
+// into it; the cost model reads it. Format in docs/file_formats.md. Databases from
+// several machines merge: each device type profiles itself.
 #pragma once
 
 #include <map>
@@ -32,8 +34,26 @@ struct ProfileEntry {
   ProfileKey key;
   std::string layer;        // a readable name of one layer with this signature
   Seconds fwd_s = 0, bwd_s = 0;
+  // Per microbatch (not per sample), as measured for key.microbatch_size samples.
   Bytes activation_bytes = 0, output_bytes = 0, param_bytes = 0, workspace_bytes = 0;
-  std::string source = "measured";  // measured | analytic
+  Bytes peak_bytes = 0;     // peak above the inputs during forward + backward; 0: unknown
+  double fwd_spread = 0, bwd_spread = 0;  // half the interquartile range / median
+  int repeats = 0;          // timed repetitions behind the medians; 0: unknown
+  std::string source = "measured";  // measured | analytic | imported
+};
+
+// How one device type was measured. Every field is optional in the file.
+struct DeviceProfile {
+  std::string device;
+  std::string machine;       // host name, or the tool an import came from
+  std::string libtorch;      // version string
+  std::string dtype;         // float32 | float64 | bfloat16 | float16 ...
+  std::string date;          // ISO 8601, UTC
+  std::string model;         // the model's shape (model::ModelSpec::shape_key-like), readable
+  int threads = 0;           // intra-op threads; 0: unknown
+  double emulated_slowdown = 1;  // > 1: the times include the cluster file's declared factor
+  Seconds optimizer_s_per_param_byte = -1;  // per fp16 parameter byte of the model spec; < 0: unknown
+  std::string source = "measured";          // measured | imported
 };
 
 class ProfileDb {
@@ -42,18 +62,27 @@ class ProfileDb {
   void put(const ProfileEntry& entry);
   // Entry for the key, if present.
   std::optional<ProfileEntry> find(const ProfileKey& key) const;
-  // Adds every entry of `other`; on a key present in both, `other` wins.
-  void merge(const ProfileDb& other);
+  // Adds every entry and device record of `other`; on a key present in both, `other`
+  // wins. Returns how many entries of this DB `other` replaced.
+  int merge(const ProfileDb& other);
   size_t size() const { return entries_.size(); }
   std::vector<ProfileEntry> entries() const;
 
+  void put_device(const DeviceProfile& device) { devices_[device.device] = device; }
+  const DeviceProfile* device(const std::string& name) const;
+  const std::map<std::string, DeviceProfile>& devices() const { return devices_; }
+  // Entries of one device type.
+  int entries_of(const std::string& device) const;
+
  private:
   std::map<ProfileKey, ProfileEntry> entries_;
+  std::map<std::string, DeviceProfile> devices_;
 };
 
 StatusOr<ProfileDb> parse_profile_db(const Json& node, const std::string& file);
 StatusOr<ProfileDb> load_profile_db(const std::string& file);
 Json profile_db_to_json(const ProfileDb& db);
+// Atomic: a temporary file renamed over `file`.
 Status save_profile_db(const ProfileDb& db, const std::string& file);
 
 }  // namespace harp::profile

@@ -40,7 +40,7 @@ struct StepResult {
   double loss = 0;             // mean token cross-entropy of the global batch (every rank)
   double grad_norm = 0;        // global gradient norm before clipping
   double seconds = 0;          // wall time of the step on this rank
-  double compute_seconds = 0;  // time in F and B
+  double compute_seconds = 0;  // time in F and B (with an emulated device's sleep)
   double forward_seconds = 0, backward_seconds = 0;  // their parts (all microbatches)
 };
 
@@ -90,7 +90,9 @@ class Executor {
   torch::Tensor gather(std::vector<Part>& parts, const schedule::Action& recv);
   void reduce_grads(int step);
   void apply_step(int step, StepResult* result);
-  void emulate_slowdown(double seconds) const;
+  // Ends a compute span started at `begin` (sleeping first on an emulated device);
+  // returns its seconds.
+  double finish_compute(std::chrono::steady_clock::time_point begin);
 
   const model::ModelSpec& model_;
   const plan::Plan& plan_;

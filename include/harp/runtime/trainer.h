@@ -36,6 +36,7 @@ struct TrainSummary {
   int first_step = 0;               // 0, or the resumed step
   std::vector<double> losses;       // per step run
   double mean_iteration_s = 0;      // over the steps run, excluding the first
+  double median_iteration_s = 0;    // the same steps' median (robust to a noisy machine)
   double tokens_per_s = 0;
 };
 

@@ -233,6 +233,14 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp trace compare predicted",
       "harp trace compare measured",
       "harp trace compare --json",
+      "harp profile --job", "harp profile --output", "harp profile --device", "harp profile --microbatch-sizes",
+      "harp profile --per-layer", "harp profile --quick", "harp profile --threads",
+      "harp profile check --plan", "harp profile check --quick", "harp profile check --threads",
+      "harp profile links --cluster", "harp profile links --plan", "harp profile links --quick",
+      "harp profile merge inputs", "harp profile merge --output",
+      "harp profile import dir", "harp profile import --format", "harp profile import --job",
+      "harp profile import --gpu", "harp profile import --as", "harp profile import --microbatch-size",
+      "harp profile import --output",
   };
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds

@@ -1,0 +1,421 @@
+// The measurement side of the Zero-Redundant Profiler (see profiler.h).
+#include "harp/profiler/profiler.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <mutex>
+#include <thread>
+
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/version.h>
+
+#include "harp/common/check.h"
+#include "harp/profile/unique_layers.h"
+#include "harp/runtime/comm.h"
+#include "harp/runtime/gpt.h"
+#include "harp/runtime/trainer.h"
+
+// libtorch 2.3 made Allocator::allocate non-const and added copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define HARP_ALLOCATOR_2_3 1
+#endif
+
+namespace harp::profiler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<long long> g_live{0}, g_peak{0};
+
+// A header in front of each block holds its size; 64 bytes keep libtorch's alignment.
+constexpr size_t kHeader = 64;
+
+void counted_free(void* p) {
+  if (p == nullptr) return;
+  char* base = static_cast<char*>(p) - kHeader;
+  g_live -= static_cast<long long>(*reinterpret_cast<size_t*>(base));
+  c10::free_cpu(base);
+}
+
+// Counts live tensor bytes and their high-water mark. The data pointer is its own
+// context (raw_deleter), as libtorch's default CPU allocator does.
+struct CountingAllocator final : c10::Allocator {
+#ifdef HARP_ALLOCATOR_2_3
+  c10::DataPtr allocate(size_t n) override {
+#else
+  c10::DataPtr allocate(size_t n) const override {
+#endif
+    char* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    *reinterpret_cast<size_t*>(base) = n;
+    const long long live = g_live += static_cast<long long>(n);
+    long long peak = g_peak.load();
+    while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
+    }
+    void* p = base + kHeader;
+    return {p, p, &counted_free, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
+#ifdef HARP_ALLOCATOR_2_3
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+#endif
+};
+
+void reset_peak() { g_peak = g_live.load(); }
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Inputs of a range starting at `first`: token ids for the head, else the cut tensor of
+// the layer before (a leaf that requires grad, as the runtime's received tensors are).
+torch::Tensor range_input(const model::ModelSpec& model, int first, int samples, torch::Dtype dtype) {
+  const auto& g = model.gpt;
+  if (first == 0) return torch::randint(0, g.vocab, {samples, g.seq_len}, torch::kInt64);
+  std::vector<std::int64_t> shape = {samples};
+  const auto& cut = model.layers[first - 1].output_shape;
+  shape.insert(shape.end(), cut.begin(), cut.end());
+  return torch::randn(shape, torch::TensorOptions().dtype(dtype)).requires_grad_(true);
+}
+
+double tensor_bytes(const torch::Tensor& t) {
+  return t.defined() ? static_cast<double>(t.numel()) * static_cast<double>(t.element_size()) : 0.0;
+}
+
+}  // namespace
+
+void install_counting_allocator() {
+  static CountingAllocator* allocator = [] {
+    auto* a = new CountingAllocator();  // lives as long as the process, as libtorch's do
+    c10::SetCPUAllocator(a, /*priority=*/100);
+    return a;
+  }();
+  (void)allocator;
+}
+
+double live_tensor_bytes() { return static_cast<double>(g_live.load()); }
+
+Timing summarize(std::vector<double> samples) {
+  HARP_CHECK(!samples.empty());
+  std::sort(samples.begin(), samples.end());
+  auto quantile = [&](double q) {
+    const double pos = q * static_cast<double>(samples.size() - 1);
+    const size_t lo = static_cast<size_t>(pos);
+    const size_t hi = std::min(lo + 1, samples.size() - 1);
+    return samples[lo] + (pos - static_cast<double>(lo)) * (samples[hi] - samples[lo]);
+  };
+  Timing t;
+  t.median_s = quantile(0.5);
+  t.spread = t.median_s > 0 ? (quantile(0.75) - quantile(0.25)) / 2 / t.median_s : 0;
+  t.repeats = static_cast<int>(samples.size());
+  return t;
+}
+
+Measurement measure_range(const model::ModelSpec& model, int first, int last, int samples,
+                          torch::Dtype dtype, const MeasureOptions& options) {
+  HARP_CHECK(0 <= first && first < last && last <= model.num_layers()) << first << ".." << last;
+  HARP_CHECK(samples >= 1);
+  install_counting_allocator();
+  std::vector<runtime::GptLayer> layers = runtime::build_gpt_layers(model, first, last, 1234, dtype, torch::kCPU);
+  const bool tail = layers.back()->layer().kind == model::LayerKind::kTail;
+  const auto& g = model.gpt;
+  torch::Tensor input = range_input(model, first, samples, dtype);
+  torch::Tensor targets = tail ? torch::randint(0, g.vocab, {samples, g.seq_len}, torch::kInt64) : torch::Tensor();
+  const double tokens = static_cast<double>(samples) * static_cast<double>(g.seq_len);
+  torch::Tensor dy;
+
+  Measurement m;
+  for (const auto& [name, p] : runtime::named_parameters(layers)) m.param_bytes += tensor_bytes(p);
+  std::vector<double> fwd, bwd;
+  const auto start = Clock::now();
+  for (int run = 0;; ++run) {
+    const bool timed = run >= options.warmup;
+    const bool count_bytes = run == options.warmup;
+    if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
+    const double base = live_tensor_bytes();
+    reset_peak();
+    auto t0 = Clock::now();
+    torch::Tensor y = input;
+    for (auto& layer : layers)
+      y = layer->layer().kind == model::LayerKind::kTail ? layer->forward(y, targets) : layer->forward(y);
+    if (tail) (void)y.item<double>();  // the runtime reads the loss sum here
+    const double f = seconds_since(t0);
+    if (count_bytes) {
+      m.activation_bytes = live_tensor_bytes() - base;
+      m.output_bytes = tail ? 0.0 : tensor_bytes(y);
+    }
+    if (!tail && !dy.defined()) dy = torch::randn_like(y);
+    t0 = Clock::now();
+    if (tail)
+      (y / tokens).backward();
+    else
+      torch::autograd::backward({y}, {dy});
+    const double b = seconds_since(t0);
+    if (count_bytes) m.peak_bytes = static_cast<double>(g_peak.load()) - base;
+    y = torch::Tensor();
+    if (!timed) continue;
+    fwd.push_back(f);
+    bwd.push_back(b);
+    const int n = static_cast<int>(fwd.size());
+    if (n >= options.max_repeats || (n >= 1 && seconds_since(start) > options.max_seconds && n >= 3)) break;
+    if (n >= options.min_repeats) {
+      m.fwd = summarize(fwd);
+      m.bwd = summarize(bwd);
+      if (m.fwd.spread <= options.target_spread && m.bwd.spread <= options.target_spread) break;
+    }
+  }
+  m.fwd = summarize(fwd);
+  m.bwd = summarize(bwd);
+  return m;
+}
+
+double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::Dtype dtype,
+                                          const MeasureOptions& options) {
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  std::vector<runtime::GptLayer> keep;
+  double spec_bytes = 0;
+  for (const auto& group : profile::unique_layers(model)) {
+    const int i = group.representative;
+    auto layers = runtime::build_gpt_layers(model, i, i + 1, 1234, dtype, torch::kCPU);
+    for (auto& [name, p] : runtime::named_parameters(layers)) {
+      p.mutable_grad() = torch::randn_like(p) * 1e-3;
+      params.emplace_back(name, p);
+    }
+    spec_bytes += model.layers[i].param_bytes;
+    keep.push_back(layers.front());
+  }
+  runtime::AdamW opt(params, runtime::OptimConfig{});
+  const std::vector<bool> count(params.size(), true);
+  std::vector<double> times;
+  const auto start = Clock::now();
+  for (int run = 0; run < options.warmup + options.max_repeats; ++run) {
+    const auto t0 = Clock::now();
+    const double norm = std::sqrt(opt.grad_squared_norm(count));
+    opt.step(run, opt.clip_scale(norm));
+    const double t = seconds_since(t0);
+    if (run < options.warmup) continue;
+    times.push_back(t);
+    const int n = static_cast<int>(times.size());
+    if (n >= options.min_repeats && (summarize(times).spread <= options.target_spread ||
+                                     seconds_since(start) > options.max_seconds))
+      break;
+  }
+  return spec_bytes > 0 ? summarize(times).median_s / spec_bytes : 0.0;
+}
+
+namespace {
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+std::string utc_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::string dtype_name(torch::Dtype d) { return d == torch::kFloat64 ? "float64" : "float32"; }
+
+std::string ms(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  return buf;
+}
+
+}  // namespace
+
+ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest& request,
+                            const ProgressFn& progress) {
+  HARP_CHECK(request.emulated_slowdown >= 1.0);
+  install_counting_allocator();
+  runtime::set_compute_threads(request.threads);
+  const auto start = Clock::now();
+  ProfileReport report;
+  report.layers = model.num_layers();
+  const std::vector<profile::LayerGroup> groups = profile::unique_layers(model);
+  report.unique = static_cast<int>(groups.size());
+  // The layers to measure: one per signature, or all of them.
+  std::vector<std::pair<int, const profile::LayerGroup*>> todo;
+  for (const auto& g : groups) {
+    if (request.deduplicate)
+      todo.emplace_back(g.representative, &g);
+    else
+      for (int i : g.layers) todo.emplace_back(i, &g);
+  }
+  std::sort(todo.begin(), todo.end());
+  const double f = request.emulated_slowdown;
+  for (int mbs : request.microbatch_sizes) {
+    for (size_t n = 0; n < todo.size(); ++n) {
+      const int i = todo[n].first;
+      Measurement m = measure_range(model, i, i + 1, mbs, request.dtype, request.options);
+      ++report.measured;
+      profile::ProfileEntry e;
+      e.key = {request.device, model.layers[i].signature, mbs, 1};
+      e.layer = model.layers[i].name;
+      e.fwd_s = m.fwd.median_s * f;
+      e.bwd_s = m.bwd.median_s * f;
+      e.fwd_spread = m.fwd.spread;
+      e.bwd_spread = m.bwd.spread;
+      e.repeats = m.fwd.repeats;
+      e.param_bytes = m.param_bytes;
+      e.output_bytes = m.output_bytes;
+      e.activation_bytes = m.activation_bytes;
+      e.peak_bytes = m.peak_bytes;
+      e.workspace_bytes = std::max(0.0, m.peak_bytes - m.activation_bytes);
+      e.source = "measured";
+      report.db.put(e);
+      if (progress)
+        progress(request.device + " mbs " + std::to_string(mbs) + ": " + e.layer + " (" + std::to_string(n + 1) +
+                 "/" + std::to_string(todo.size()) + ")  fwd " + ms(e.fwd_s) + " ±" +
+                 std::to_string(static_cast<int>(m.fwd.spread * 1000 + 0.5) / 10.0).substr(0, 4) + "%  bwd " +
+                 ms(e.bwd_s) + "  x" + std::to_string(m.fwd.repeats));
+    }
+  }
+  profile::DeviceProfile d;
+  d.device = request.device;
+  d.machine = hostname();
+  d.libtorch = TORCH_VERSION;
+  d.dtype = dtype_name(request.dtype);
+  d.date = utc_now();
+  d.model = model.gpt.name + " (h" + std::to_string(model.gpt.hidden) + ", s" + std::to_string(model.gpt.seq_len) +
+            ", k" + std::to_string(model.gpt.granularity) + ")";
+  d.threads = request.threads;
+  d.emulated_slowdown = f;
+  d.optimizer_s_per_param_byte = measure_optimizer_s_per_param_byte(model, request.dtype, request.options);
+  d.source = "measured";
+  report.db.put_device(d);
+  report.wall_s = seconds_since(start);
+  return report;
+}
+
+std::vector<StageCheck> check_plan_stages(const model::ModelSpec& model, const plan::Plan& plan,
+                                          torch::Dtype dtype, const MeasureOptions& options,
+                                          const ProgressFn& progress) {
+  std::vector<StageCheck> out;
+  for (int i = 0; i < plan.num_stages(); ++i) {
+    const plan::Stage& st = plan.stages[i];
+    StageCheck c;
+    c.stage = i;
+    c.samples = plan.microbatch_size / st.dp;
+    c.predicted_fwd_s = st.fwd_s;
+    c.predicted_bwd_s = st.bwd_s;
+    c.slowdown = std::max(1.0, st.emulated_slowdown);
+    c.measured = measure_range(model, st.first_layer, st.last_layer, c.samples, dtype, options);
+    c.measured.fwd.median_s *= c.slowdown;
+    c.measured.bwd.median_s *= c.slowdown;
+    if (progress)
+      progress("stage " + std::to_string(i) + " [" + std::to_string(st.first_layer) + ", " +
+               std::to_string(st.last_layer) + "): fwd " + ms(c.measured.fwd.median_s) + "  bwd " +
+               ms(c.measured.bwd.median_s) + "  x" + std::to_string(c.measured.fwd.repeats));
+    out.push_back(c);
+  }
+  return out;
+}
+
+namespace {
+
+LinkFit fit(std::vector<std::pair<double, double>> points) {
+  LinkFit f;
+  f.points = points;
+  const double n = static_cast<double>(points.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto [x, y] : points) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double den = n * sxx - sx * sx;
+  const double slope = den > 0 ? (n * sxy - sx * sy) / den : 0;
+  f.latency_s = std::max(0.0, (sy - slope * sx) / n);
+  f.bytes_per_s = slope > 0 ? 1.0 / slope : 0;
+  return f;
+}
+
+}  // namespace
+
+LinkReport measure_links(const std::vector<double>& sizes_bytes, const MeasureOptions& options) {
+  HARP_CHECK(!sizes_bytes.empty());
+  auto store = runtime::hash_store();
+  const auto timeout = std::chrono::milliseconds(30000);
+  std::vector<std::vector<double>> roundtrip(sizes_bytes.size()), reduce(sizes_bytes.size());
+  std::vector<double> small_rt;
+  std::string failure;
+  std::mutex mu;
+  auto rank_main = [&](int rank) {
+    try {
+      runtime::RankLayout l;
+      l.rank = rank;
+      l.world_size = 2;
+      l.stage = rank;
+      l.stage_ranks = {{0}, {1}};
+      l.rank_device = {0, 1};
+      auto t = runtime::C10dTransport::create(store, l, timeout, false);
+      const int peer = 1 - rank;
+      const int reps = options.warmup + std::max(options.min_repeats, 10);
+      auto pingpong = [&](torch::Tensor& big, torch::Tensor& small) {
+        if (rank == 0) {
+          t->isend(big, peer, 0, "links").wait(timeout);
+          t->irecv(small, peer, 1, "links").wait(timeout);
+        } else {
+          t->irecv(big, peer, 0, "links").wait(timeout);
+          t->isend(small, peer, 1, "links").wait(timeout);
+        }
+      };
+      torch::Tensor small = torch::zeros({1});
+      for (int r = 0; r < reps; ++r) {
+        const auto t0 = Clock::now();
+        pingpong(small, small);
+        if (rank == 0 && r >= options.warmup) small_rt.push_back(seconds_since(t0));
+      }
+      for (size_t i = 0; i < sizes_bytes.size(); ++i) {
+        torch::Tensor big = torch::zeros({static_cast<std::int64_t>(sizes_bytes[i] / 4)});
+        for (int r = 0; r < reps; ++r) {
+          t->barrier("links");
+          auto t0 = Clock::now();
+          pingpong(big, small);
+          const double rt = seconds_since(t0);
+          t->barrier("links");
+          t0 = Clock::now();
+          t->allreduce_world(big, "links");
+          const double ar = seconds_since(t0);
+          if (rank == 0 && r >= options.warmup) {
+            roundtrip[i].push_back(rt);
+            reduce[i].push_back(ar);
+          }
+        }
+      }
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (failure.empty()) failure = std::string("rank ") + std::to_string(rank) + ": " + e.what();
+    }
+  };
+  std::thread peer(rank_main, 1);
+  rank_main(0);
+  peer.join();
+  if (!failure.empty()) throw runtime::RuntimeFailure(failure.substr(0, failure.find('\n')));
+  const double small_one_way = summarize(small_rt).median_s / 2;
+  std::vector<std::pair<double, double>> p2p, ar;
+  for (size_t i = 0; i < sizes_bytes.size(); ++i) {
+    p2p.emplace_back(sizes_bytes[i], std::max(0.0, summarize(roundtrip[i]).median_s - small_one_way));
+    ar.emplace_back(sizes_bytes[i], summarize(reduce[i]).median_s);
+  }
+  LinkReport report;
+  report.p2p = fit(p2p);
+  report.p2p.latency_s = small_one_way;  // the fit's intercept is noisier than the ping-pong
+  report.allreduce = fit(ar);
+  return report;
+}
+
+}  // namespace harp::profiler
