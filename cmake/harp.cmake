@@ -16,9 +16,10 @@ function(harp_add_library name)
   target_link_libraries(harp_${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# harp_add_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT s])
+# harp_add_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT s] [SERIAL])
+# SERIAL: ctest runs these alone (timing tests: a test on the other core would skew them).
 function(harp_add_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
   endif()
@@ -31,6 +32,6 @@ function(harp_add_test name)
     HARP_BINARY_DIR="${PROJECT_BINARY_DIR}")
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name}
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${ARG_SERIAL}
     DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -40,6 +40,9 @@ struct MeasureOptions {
   int max_repeats = 40;
   double target_spread = 0.02;  // stop rule: half-IQR / median of forward and backward
   double max_seconds = 3.0;     // per measurement, after the warm-up
+  // Evict the core's private caches before each timed forward and backward: inside a
+  // stage, the other layers and microbatches run in between (see evict_private_caches).
+  bool evict_caches = true;
 };
 
 struct Timing {

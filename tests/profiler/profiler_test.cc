@@ -1,0 +1,154 @@
+// The profiler's measurements with the runtime's layers: bytes counted by the tensor
+// allocator against closed forms, the stop rule, and `harp profile` end to end (unique
+// layers only, emulated device types as the runtime runs them, the planner using the
+// result, `check` and `links`).
+#include <gtest/gtest.h>
+
+#include "commands.h"
+#include "harp/profile/profile_db.h"
+#include "harp/profiler/profiler.h"
+#include "harp/runtime/trainer.h"
+#include "testutil/run_harp.h"
+#include "testutil/status.h"
+#include "testutil/temp_dir.h"
+
+namespace harp::profiler {
+namespace {
+
+model::ModelSpec small_gpt(int k) {
+  model::GptConfig c;
+  c.name = "g";
+  c.num_blocks = 2;
+  c.hidden = 64;
+  c.heads = 4;
+  c.seq_len = 32;
+  c.vocab = 256;
+  c.granularity = k;
+  return model::build_gpt(c, "<test>", "model").value();
+}
+
+MeasureOptions quick() {
+  MeasureOptions o;
+  o.warmup = 1;
+  o.min_repeats = 3;
+  o.max_repeats = 3;
+  return o;
+}
+
+TEST(Profiler, BytesAreCountedNotComputed) {
+  runtime::set_compute_threads(1);
+  const model::ModelSpec m = small_gpt(4);
+  for (int i = 0; i < m.num_layers(); ++i) {
+    SCOPED_TRACE(m.layers[i].name);
+    const Measurement one = measure_range(m, i, i + 1, 2, torch::kFloat32, quick());
+    const Measurement two = measure_range(m, i, i + 1, 4, torch::kFloat32, quick());
+    const bool tail = i == m.num_layers() - 1;
+    // Parameters: float32, exactly the spec's count; the tail also holds its copy of the
+    // tied LM head weight (the spec counts that weight once, in the embedding).
+    const double tied = tail ? static_cast<double>(m.gpt.vocab) * m.gpt.hidden : 0.0;
+    EXPECT_EQ(one.param_bytes, 4.0 * (static_cast<double>(m.layers[i].param_count) + tied));
+    double out = 4;  // float32 elements of the cut tensor per sample
+    for (auto d : m.layers[i].output_shape) out *= static_cast<double>(d);
+    EXPECT_EQ(one.output_bytes, tail ? 0.0 : 2 * out);
+    EXPECT_EQ(two.output_bytes, tail ? 0.0 : 4 * out);
+    // What forward leaves alive includes the output; the peak includes what forward left.
+    EXPECT_GE(one.activation_bytes, one.output_bytes);
+    EXPECT_GE(one.peak_bytes, one.activation_bytes);
+    // Activations scale with the samples: four keep about twice what two keep (with one
+    // sample some reshapes are views and save nothing, so the count starts at two).
+    if (!tail && i > 0) {
+      EXPECT_NEAR(two.activation_bytes / one.activation_bytes, 2.0, 0.25);
+    }
+  }
+}
+
+TEST(Profiler, StopRuleBoundsTheRepetitions) {
+  const model::ModelSpec m = small_gpt(1);
+  MeasureOptions loose = quick();
+  loose.max_repeats = 50;
+  loose.target_spread = 10.0;  // any spread is small enough: stop at min_repeats
+  EXPECT_EQ(measure_range(m, 1, 2, 1, torch::kFloat32, loose).fwd.repeats, 3);
+  MeasureOptions strict = quick();
+  strict.max_repeats = 6;
+  strict.target_spread = 0.0;  // never small enough: stop at max_repeats
+  strict.max_seconds = 100;
+  EXPECT_EQ(measure_range(m, 1, 2, 1, torch::kFloat32, strict).fwd.repeats, 6);
+}
+
+TEST(Profiler, SummaryIsMedianAndHalfInterquartileRange) {
+  const Timing t = summarize({5, 1, 3, 2, 4});
+  EXPECT_EQ(t.median_s, 3);
+  EXPECT_DOUBLE_EQ(t.spread, (4.0 - 2.0) / 2 / 3);
+  EXPECT_EQ(t.repeats, 5);
+}
+
+TEST(Profiler, ProfileModelMeasuresOneLayerPerSignature) {
+  const model::ModelSpec m = small_gpt(2);
+  ProfileRequest r;
+  r.microbatch_sizes = {1, 2};
+  r.options = quick();
+  ProfileReport dedup = profile_model(m, r, nullptr);
+  EXPECT_EQ(dedup.layers, 6);
+  EXPECT_EQ(dedup.unique, 4);
+  EXPECT_EQ(dedup.measured, 8);  // (2 + k) x 2 sizes
+  EXPECT_EQ(dedup.db.size(), 8u);
+  r.deduplicate = false;
+  ProfileReport all = profile_model(m, r, nullptr);
+  EXPECT_EQ(all.measured, 12);  // (2 + R k) x 2 sizes
+  EXPECT_EQ(all.db.size(), 8u);  // the same keys
+  const profile::DeviceProfile* d = dedup.db.device("cpu");
+  ASSERT_NE(d, nullptr);
+  EXPECT_EQ(d->dtype, "float32");
+  EXPECT_EQ(d->threads, 1);
+  EXPECT_GT(d->optimizer_s_per_param_byte, 0);
+}
+
+TEST(ProfileCommand, RecordsEachDeviceTypeAndTheEmulatedOnesAsTheRuntimeRunsThem) {
+  cli::register_command("profile", cli::add_profiler_commands);
+  harp::testing::TempDir dir;
+  const std::string job = std::string(HARP_SOURCE_DIR) + "/examples/jobs/tiny_cpu.yaml";
+  auto r = harp::testing::run_harp({"profile", "--job", job, "--quick", "-o", dir.file("p.json")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("4 unique of 6 per microbatch size; a per-layer profiler measures 18"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.err.find("mbs 4: block0.attn"), std::string::npos) << "progress per measurement: " << r.err;
+  HARP_ASSERT_OK_AND_ASSIGN(profile::ProfileDb db, profile::load_profile_db(dir.file("p.json")));
+  // cpu_hetero.yaml: `cpu` and `cpu-slow` (emulated_slowdown 2): one measurement, the
+  // emulated type at twice its times, and its record says so.
+  ASSERT_NE(db.device("cpu-slow"), nullptr);
+  EXPECT_EQ(db.device("cpu-slow")->emulated_slowdown, 2);
+  EXPECT_EQ(db.device("cpu")->emulated_slowdown, 1);
+  EXPECT_EQ(db.entries_of("cpu"), 12);
+  for (const auto& e : db.entries()) {
+    if (e.key.device != "cpu") continue;
+    auto slow = db.find({"cpu-slow", e.key.signature, e.key.microbatch_size, 1});
+    ASSERT_TRUE(slow.has_value());
+    EXPECT_EQ(slow->fwd_s, 2 * e.fwd_s);
+    EXPECT_EQ(slow->bwd_s, 2 * e.bwd_s);
+  }
+  // The planner plans from it and says so per device type.
+  r = harp::testing::run_harp({"plan", "--job", job, "--profile", dir.file("p.json"), "--output", dir.file("plan.json")});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("cpu-slow measured (4 of 4 unique layers, emulated 2x slower"), std::string::npos) << r.out;
+  // check: every stage run here beside its prediction.
+  r = harp::testing::run_harp({"profile", "check", "--plan", dir.file("plan.json"), "--quick"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("slow (emulated x2)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("median |error|"), std::string::npos) << r.out;
+  // No half-written file when the job is bad; one line, exit 1.
+  r = harp::testing::run_harp({"profile", "--job", dir.file("missing.yaml"), "-o", dir.file("q.json")});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("q.json")));
+}
+
+TEST(ProfileCommand, LinksPrintsClusterEntries) {
+  cli::register_command("profile", cli::add_profiler_commands);
+  auto r = harp::testing::run_harp(
+      {"profile", "links", "--quick", "--cluster", std::string(HARP_SOURCE_DIR) + "/examples/clusters/cpu_pair.yaml"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("  - {between: [fast, slow], bandwidth_gbps: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("intra_node: {bandwidth_gbps: "), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace harp::profiler

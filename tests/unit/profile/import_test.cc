@@ -1,0 +1,100 @@
+// Import of measurements in the Metis format (Sailor's published GPU profiles, a few of
+// which are copied into tests/data/sailor with their MIT license): the values land in
+// the profile DB exactly as the files give them (times split 1/3 forward, 2/3 backward;
+// parameters halved to fp16 bytes; the lower median over a signature's layers).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "harp/job/job.h"
+#include "harp/profile/import.h"
+#include "testutil/status.h"
+#include "testutil/temp_dir.h"
+
+namespace harp::profile {
+namespace {
+
+const std::string kSailor = std::string(HARP_TEST_DATA_DIR) + "/sailor/OPT-350";
+
+model::ModelSpec opt350() {
+  return job::load_job(std::string(HARP_SOURCE_DIR) + "/examples/jobs/opt350_sailor.yaml").value().model;
+}
+
+TEST(Import, SailorFilesGiveTheirOwnValues) {
+  const model::ModelSpec m = opt350();
+  ImportRequest r;
+  r.format = "sailor";
+  r.dir = kSailor;
+  HARP_ASSERT_OK_AND_ASSIGN(ProfileDb db, import_profiles(r, m));
+  // 3 signatures (embedding, block, head) x (A100-40 at mbs 1 and 2, V100-16 at mbs 1).
+  EXPECT_EQ(db.size(), 9u);
+  const std::string head = m.layers.front().signature, block = m.layers[1].signature, tail = m.layers.back().signature;
+  // A100-40/mbs1_tmp1.json: layer_compute_total_ms[0] = 0.403, [25] = 8.497; the blocks:
+  // 8.692 once, 8.222999999999999 23 times (lower median: the latter).
+  auto e = db.find({"A100-40GB", head, 1, 1}).value();
+  EXPECT_EQ(e.fwd_s, 0.403 * 1e-3 / 3);
+  EXPECT_EQ(e.bwd_s, 2 * (0.403 * 1e-3) / 3);
+  EXPECT_EQ(e.param_bytes, 214433792.0 / 2);
+  EXPECT_EQ(e.activation_bytes, 8388608.0);
+  EXPECT_EQ(e.source, "imported");
+  EXPECT_EQ(db.find({"A100-40GB", tail, 1, 1})->fwd_s, 8.497 * 1e-3 / 3);
+  EXPECT_EQ(db.find({"A100-40GB", block, 1, 1})->fwd_s, 8.222999999999999 * 1e-3 / 3);
+  EXPECT_EQ(db.find({"A100-40GB", block, 1, 1})->param_bytes, 50384896.0 / 2);
+  EXPECT_EQ(db.find({"A100-40GB", block, 1, 1})->repeats, 24);
+  // V100-16/mbs1_tmp1.json: [0] = 0.44799999999999995; optimizer_time_ms 126.204 over
+  // 1629724672 fp32 parameter bytes.
+  EXPECT_EQ(db.find({"V100-16GB", head, 1, 1})->fwd_s, 0.44799999999999995 * 1e-3 / 3);
+  ASSERT_NE(db.device("V100-16GB"), nullptr);
+  EXPECT_EQ(db.device("V100-16GB")->optimizer_s_per_param_byte, 126.204 * 1e-3 / (1629724672.0 / 2));
+  EXPECT_EQ(db.device("V100-16GB")->source, "imported");
+  EXPECT_TRUE(db.find({"A100-40GB", block, 2, 1}).has_value());
+}
+
+TEST(Import, MetisLayoutReadsTheSameFiles) {
+  const model::ModelSpec m = opt350();
+  harp::testing::TempDir dir;
+  namespace fs = std::filesystem;
+  fs::copy_file(kSailor + "/A100-40/mbs1_tmp1.json", dir.file("DeviceType.A100-40_tp1_bs1.json"));
+  fs::copy_file(kSailor + "/A100-40/mbs2_tmp1.json", dir.file("DeviceType.A100-40_tp1_bs2.json"));
+  ImportRequest r;
+  r.format = "metis";
+  r.dir = dir.path();
+  r.gpu_names["A100-40"] = "my-a100";
+  HARP_ASSERT_OK_AND_ASSIGN(ProfileDb metis, import_profiles(r, m));
+  r.format = "sailor";
+  r.dir = kSailor;
+  HARP_ASSERT_OK_AND_ASSIGN(ProfileDb sailor, import_profiles(r, m));
+  EXPECT_EQ(metis.size(), 6u);
+  for (const auto& e : metis.entries()) {
+    EXPECT_EQ(e.key.device, "my-a100");
+    auto s = sailor.find({"my-a100", e.key.signature, e.key.microbatch_size, 1});
+    ASSERT_TRUE(s.has_value());
+    EXPECT_EQ(s->fwd_s, e.fwd_s);
+    EXPECT_EQ(s->bwd_s, e.bwd_s);
+  }
+}
+
+TEST(Import, AProfileOfAnotherModelIsRefusedWithTheField) {
+  model::ModelSpec m = opt350();
+  model::GptConfig c = m.gpt;
+  c.num_blocks = 12;  // 14 layers, the files have 26
+  m = model::build_gpt(c, "<test>", "model").value();
+  ImportRequest r;
+  r.format = "sailor";
+  r.dir = kSailor;
+  auto db = import_profiles(r, m);
+  ASSERT_FALSE(db.ok());
+  EXPECT_NE(db.status().message().find("mbs1_tmp1.json: model.num_layers = 26: must equal the model's layer count"),
+            std::string::npos)
+      << db.status().message();
+  r.dir = kSailor + "/missing";
+  EXPECT_FALSE(import_profiles(r, opt350()).ok());
+  r.dir = std::string(HARP_TEST_DATA_DIR);
+  r.format = "metis";
+  auto none = import_profiles(r, opt350());
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no metis profile files"), std::string::npos) << none.status().message();
+}
+
+}  // namespace
+}  // namespace harp::profile

@@ -1,0 +1,176 @@
+// Profile DB: JSON round trip, merge (later wins, device records kept), and how the
+// planner uses it: measured where it has the entry, the roofline where it does not, said
+// per device type; a profile of another model shape or dtype refused.
+#include <gtest/gtest.h>
+
+#include "harp/cost/layer_costs.h"
+#include "harp/job/job.h"
+#include "harp/planner/plan_job.h"
+#include "harp/profile/profile_db.h"
+#include "harp/profile/unique_layers.h"
+#include "testutil/status.h"
+#include "testutil/temp_dir.h"
+
+namespace harp::profile {
+namespace {
+
+ProfileEntry entry(const std::string& device, const std::string& sig, int mbs, double fwd) {
+  ProfileEntry e;
+  e.key = {device, sig, mbs, 1};
+  e.layer = "x";
+  e.fwd_s = fwd;
+  e.bwd_s = 2 * fwd;
+  e.fwd_spread = 0.01;
+  e.repeats = 7;
+  e.activation_bytes = 1000;
+  e.peak_bytes = 3000;
+  return e;
+}
+
+TEST(ProfileDb, RoundTripKeepsEntriesAndDeviceRecords) {
+  ProfileDb db;
+  db.put(entry("cpu", "abc", 2, 0.5));
+  DeviceProfile d;
+  d.device = "cpu";
+  d.machine = "host";
+  d.libtorch = "1.13.1";
+  d.dtype = "float32";
+  d.threads = 1;
+  d.emulated_slowdown = 2;
+  d.optimizer_s_per_param_byte = 4e-9;
+  db.put_device(d);
+  harp::testing::TempDir dir;
+  HARP_ASSERT_OK(save_profile_db(db, dir.file("p.json")));
+  HARP_ASSERT_OK_AND_ASSIGN(ProfileDb back, load_profile_db(dir.file("p.json")));
+  ASSERT_EQ(back.size(), 1u);
+  const ProfileEntry e = back.find({"cpu", "abc", 2, 1}).value();
+  EXPECT_EQ(e.fwd_s, 0.5);
+  EXPECT_EQ(e.peak_bytes, 3000);
+  EXPECT_EQ(e.repeats, 7);
+  const DeviceProfile* bd = back.device("cpu");
+  ASSERT_NE(bd, nullptr);
+  EXPECT_EQ(bd->machine, "host");
+  EXPECT_EQ(bd->emulated_slowdown, 2);
+  EXPECT_EQ(bd->optimizer_s_per_param_byte, 4e-9);
+}
+
+TEST(ProfileDb, MergeLaterWinsAndCountsReplacements) {
+  ProfileDb a, b;
+  a.put(entry("cpu", "s1", 1, 1.0));
+  a.put(entry("cpu", "s2", 1, 1.0));
+  b.put(entry("cpu", "s2", 1, 2.0));
+  b.put(entry("gpu", "s1", 1, 3.0));
+  DeviceProfile g;
+  g.device = "gpu";
+  b.put_device(g);
+  EXPECT_EQ(a.merge(b), 1);
+  EXPECT_EQ(a.size(), 3u);
+  EXPECT_EQ(a.find({"cpu", "s2", 1, 1})->fwd_s, 2.0);
+  EXPECT_EQ(a.find({"cpu", "s1", 1, 1})->fwd_s, 1.0);
+  EXPECT_NE(a.device("gpu"), nullptr);
+  EXPECT_EQ(a.entries_of("cpu"), 2);
+}
+
+TEST(ProfileDb, BadFieldsNameTheFileAndField) {
+  auto r = parse_profile_db(Json::parse(R"({"version": 1, "devices": [{"device": "cpu", "emulated_slowdown": 0.5}]})"),
+                            "p.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("p.json: devices[0].emulated_slowdown"), std::string::npos)
+      << r.status().message();
+  r = parse_profile_db(Json::parse(R"({"version": 1, "entries": [{"device": "cpu", "signature": "s", "microbatch_size": 1, "fwd_s": -1, "bwd_s": 0}]})"),
+                       "p.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("entries[0].fwd_s"), std::string::npos) << r.status().message();
+}
+
+// tiny_cpu.yaml: GPT-tiny on `cpu` (2 devices) and the emulated `cpu-slow`.
+job::Job tiny_job() {
+  return job::load_job(std::string(HARP_SOURCE_DIR) + "/examples/jobs/tiny_cpu.yaml").value();
+}
+
+// Entries for every unique layer of `m` on `device` at every samples count of mbs 4.
+ProfileDb profile_of(const model::ModelSpec& m, const std::string& device, double scale) {
+  ProfileDb db;
+  for (const auto& g : unique_layers(m))
+    for (int s : {1, 2, 4}) db.put(entry(device, g.signature, s, scale * 1e-3 * s));
+  DeviceProfile d;
+  d.device = device;
+  d.dtype = "float32";
+  d.optimizer_s_per_param_byte = 1e-9;
+  db.put_device(d);
+  return db;
+}
+
+TEST(ProfileDbPlanning, MeasuredWhereItHasEntriesAnalyticElsewhereSaidPerDevice) {
+  job::Job job = tiny_job();
+  harp::testing::TempDir dir;
+  HARP_ASSERT_OK(save_profile_db(profile_of(job.model, "cpu", 1.0), dir.file("p.json")));
+  planner::PlanRequest r;
+  r.profile_file = dir.file("p.json");
+  HARP_ASSERT_OK_AND_ASSIGN(planner::PlanOutcome out, planner::plan_job(job, r));
+  ASSERT_TRUE(out.result.feasible);
+  const plan::Plan& p = out.result.plan;
+  EXPECT_NE(p.cost_source.find("cpu measured (4 of 4 unique layers"), std::string::npos) << p.cost_source;
+  EXPECT_NE(p.cost_source.find("cpu-slow analytic (not in the profile)"), std::string::npos) << p.cost_source;
+  for (const auto& st : p.stages) {
+    const bool slow = st.subcluster_name == "slow";
+    EXPECT_EQ(st.cost_source, slow ? "analytic" : "profile") << st.subcluster_name;
+    if (!slow) {
+      // Exactly the entries' sum over the stage's layers (fwd = 1 ms x samples each).
+      EXPECT_NEAR(st.fwd_s, (st.last_layer - st.first_layer) * 1e-3 * 4 / st.dp, 1e-12);
+    }
+  }
+}
+
+TEST(ProfileDbPlanning, AProfileOfAnotherModelShapeIsRefused) {
+  job::Job job = tiny_job();
+  model::GptConfig other = job.model.gpt;
+  other.hidden = 128;
+  const model::ModelSpec m = model::build_gpt(other, "<test>", "model").value();
+  harp::testing::TempDir dir;
+  HARP_ASSERT_OK(save_profile_db(profile_of(m, "cpu", 1.0), dir.file("other.json")));
+  planner::PlanRequest r;
+  r.profile_file = dir.file("other.json");
+  auto out = planner::plan_job(job, r);
+  ASSERT_FALSE(out.ok());
+  const std::string& msg = out.status().message();
+  EXPECT_NE(msg.find("other.json: device cpu has"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("another model shape"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("harp profile --job"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos);
+}
+
+TEST(ProfileDbPlanning, AProfileInAnotherDtypeIsRefused) {
+  job::Job job = tiny_job();
+  ProfileDb db = profile_of(job.model, "cpu", 1.0);
+  DeviceProfile d = *db.device("cpu");
+  d.dtype = "float64";
+  db.put_device(d);
+  EXPECT_EQ(cost::ProfiledCosts::check(db, job.model, job.cluster, "float32", "p.json").message(),
+            "p.json: device cpu was profiled in float64, the job trains in float32 (training.dtype); fix: profile "
+            "this model (`harp profile --job JOB -o p.json`) or plan without --profile");
+  HARP_EXPECT_OK(cost::ProfiledCosts::check(db, job.model, job.cluster, "float64", "p.json"));
+}
+
+TEST(ProfileDbPlanning, MeasuredOptimizerTimeReplacesTheEstimate) {
+  job::Job job = tiny_job();
+  ProfileDb db = profile_of(job.model, "cpu", 1.0);
+  db.merge(profile_of(job.model, "cpu-slow", 2.0));
+  DeviceProfile slow = *db.device("cpu-slow");
+  slow.optimizer_s_per_param_byte = 1e-6;  // far from the roofline's estimate
+  db.put_device(slow);
+  harp::testing::TempDir dir;
+  HARP_ASSERT_OK(save_profile_db(db, dir.file("p.json")));
+  planner::PlanRequest r;
+  r.profile_file = dir.file("p.json");
+  HARP_ASSERT_OK_AND_ASSIGN(planner::PlanOutcome out, planner::plan_job(job, r));
+  for (const auto& st : out.result.plan.stages) {
+    double params = 0;
+    for (int i = st.first_layer; i < st.last_layer; ++i) params += job.model.layers[i].param_bytes;
+    const double per_byte = st.subcluster_name == "slow" ? 1e-6 : 1e-9;
+    EXPECT_NEAR(st.optimizer_s, per_byte * params, 1e-12 + 1e-9 * per_byte * params) << st.subcluster_name;
+  }
+}
+
+}  // namespace
+}  // namespace harp::profile
