@@ -44,13 +44,16 @@ def median_s(cmds, repeat):
 
 
 def make_tables(out):
+    """One cost table per microbatch size from the Sailor files, by `harp profile import`."""
+    harp = os.path.join(ROOT, "build", "src", "cli", "harp")
+    job = os.path.join(ROOT, "examples", "jobs", "opt350_sailor.yaml")
     tables = []
     for m in SIZES:
         path = os.path.join(out, "opt350_mbs%d.json" % m)
-        with open(path, "w") as f:
-            subprocess.run([sys.executable, os.path.join(ROOT, "tools", "sailor_to_costs.py"), PROFILES, "OPT-350",
-                            str(m), "--gpu", "A100-40=A100-40GB", "--gpu", "V100-16=V100-16GB", "--hidden", "1024",
-                            "--seq", "2048"], stdout=f, check=True)
+        subprocess.run([harp, "profile", "import", "--format", "sailor", os.path.join(PROFILES, "OPT-350"),
+                        "--job", job, "--gpu", "A100-40=A100-40GB", "--gpu", "V100-16=V100-16GB",
+                        "--as", "cost-table", "--microbatch-size", str(m), "-o", path],
+                       stdout=subprocess.DEVNULL, check=True)
         tables.append((m, path))
     return tables
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The main job on the built-in example: describe the cluster and the model, search the
-# plan (with the baselines beside it), simulate and draw it, then train a small GPT for
-# real with a 3-stage plan on local ranks.
+# plan (with the baselines beside it), simulate and draw it; then, on a CPU stand-in
+# cluster, measure its links, profile a small GPT, plan from the profile, train that plan
+# (and the analytic model's) for real on local ranks, and put prediction beside
+# measurement.
 set -eu  # no pipefail: `| head` ends a command early on purpose
 cd "$(dirname "$0")/.."
 harp="${BUILD:-build}/src/cli/harp"
@@ -24,15 +26,32 @@ step "the uniform baseline under standard 1F1B and under HARP's 1F1B" \
 step "a small schedule, drawn per rank" \
   "$harp schedule show --stages 3 --microbatches 6 --kind harp-1f1b --launch-counts 4,2,1"
 if "$harp" train --help > /dev/null 2>&1; then
-  step "plan GPT-tiny on a 3-device CPU stand-in cluster" \
-    "$harp plan --job examples/jobs/tiny_cpu.yaml --output $out/tiny_plan.json | head -8"
+  job=examples/jobs/cpu_pair.yaml
+  step "the CPU stand-in cluster's links, measured here (Gloo over 127.0.0.1), as cluster-file entries" \
+    "$harp profile links --cluster examples/clusters/cpu_pair.yaml --quick | tail -6"
+  step "profile the model on this CPU: each unique layer once, for each device type of the stand-in cluster" \
+    "$harp profile --job $job -o $out/cpu_profile.json"
+  step "plan from the profile (and, for comparison, from the analytic roofline)" \
+    "$harp plan --job $job --profile $out/cpu_profile.json --output $out/cpu_plan.json | head -9 && \
+     $harp plan --job $job --output $out/cpu_plan_analytic.json | sed -n 3,7p"
+  step "the profiled plan's stages run here, against their prediction" \
+    "$harp profile check --plan $out/cpu_plan.json --quick 2> /dev/null"
   step "byte-level tokens from this project's docs" \
     "cat README.md docs/*.md > $out/corpus.txt && $harp data prepare --input $out/corpus.txt --output $out/corpus.bin"
-  step "train it for real: 3 ranks, HARP's 1F1B, the slow device emulated (the job's training section)" \
-    "$harp launch --nproc 3 --emulate -- $harp train --plan $out/tiny_plan.json \
-     --job examples/jobs/tiny_cpu.yaml --data $out/corpus.bin"
-  step "predicted against measured, per stage (the plan was costed by the analytic roofline, far from this CPU)" \
-    "$harp simulate --plan $out/tiny_plan.json --trace $out/tiny_predicted.json > /dev/null && \
-     $harp trace compare $out/tiny_predicted.json $out/train/trace.json"
+  step "train the profiled plan for real: 2 ranks, HARP's 1F1B, the slow device emulated (the job's training section)" \
+    "$harp launch --nproc 2 --emulate -- $harp train --plan $out/cpu_plan.json --job $job --data $out/corpus.bin \
+     --out $out/train 2>&1 | tee $out/train.log | grep -v '] step '"
+  step "train the analytic plan on the same cluster" \
+    "$harp launch --nproc 2 --emulate -- $harp train --plan $out/cpu_plan_analytic.json --job $job \
+     --data $out/corpus.bin --out $out/train_analytic 2>&1 | tee $out/train_analytic.log | grep -v '] step '"
+  step "feed the run's measured stage times back: the next plan is calibrated to this machine now" \
+    "$harp plan --job $job --profile $out/cpu_profile.json --calibrate $out/train/measured_plan.json \
+     --output $out/cpu_plan_calibrated.json | grep -E '^predicted|^costs'"
+  step "predicted against measured, per stage (the profiled plan)" \
+    "$harp simulate --plan $out/cpu_plan.json --trace $out/cpu_predicted.json > /dev/null && \
+     $harp trace compare $out/cpu_predicted.json $out/train/trace.json"
+  printf '\n\033[1m== the two plans, measured in this run\033[0m\n'
+  printf '  %-10s %s\n' profile "$(grep -h 'predicted .*/step by the plan' $out/train.log | sed 's/.*\] //')" \
+                       analytic "$(grep -h 'predicted .*/step by the plan' $out/train_analytic.log | sed 's/.*\] //')"
 fi
 printf '\npictures: %s/*.svg; traces (%s/trace.json, %s/train/trace.json) open in ui.perfetto.dev\n' "$out" "$out" "$out"

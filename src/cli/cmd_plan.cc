@@ -19,7 +19,7 @@ namespace harp::cli {
 namespace {
 
 struct Opts {
-  std::string job_file, cluster_file, profile_file;
+  std::string job_file, cluster_file, profile_file, calibrate_file;
   std::vector<std::string> costs_files;
   int global_batch = 0;
   std::string strategy;
@@ -98,6 +98,7 @@ planner::PlanRequest request_of(const Opts& o, Context& ctx) {
   r.fixed_order = o.fixed_order;
   r.compare = o.compare;
   r.profile_file = o.profile_file;
+  r.calibrate_file = o.calibrate_file;
   r.progress = progress_line();
   if (!o.json)
     r.on_candidate = [&ctx](const std::string& label, const planner::StrategyResult& res) {
@@ -191,8 +192,8 @@ int run_plan(const Opts& o, Context& ctx) {
     ctx.err << "harp plan: --granularity applies to --job only (a cost table fixes its layers)\n";
     return ctx.rc = kExitUsage;
   }
-  if (table_mode && !o.profile_file.empty()) {
-    ctx.err << "harp plan: --profile applies to --job only (a cost table already gives every time)\n";
+  if (table_mode && (!o.profile_file.empty() || !o.calibrate_file.empty())) {
+    ctx.err << "harp plan: --profile and --calibrate apply to --job only (a cost table already gives every time)\n";
     return ctx.rc = kExitUsage;
   }
   if (!table_mode && o.global_batch > 0) {
@@ -249,6 +250,8 @@ void add_plan_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--global-batch", o->global_batch, "Samples per iteration, with --costs: B = G / microbatch size")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--profile", o->profile_file, "Profile DB (JSON) of measured layer times, with --job");
+  cmd->add_option("--calibrate", o->calibrate_file,
+                  "A run's measured_plan.json: scale the costs per device type to predict its stage times (--job)");
   cmd->add_option("--strategy", o->strategy, "harp, homogeneous or uniform (default: the job's, else harp)")
       ->check(CLI::IsMember({"harp", "uniform", "homogeneous"}));
   cmd->add_flag("--compare", o->compare, "Print harp, homogeneous and uniform side by side");

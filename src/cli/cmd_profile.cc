@@ -204,7 +204,7 @@ void add_profile_command(CLI::App& root, Context& ctx) {
       ->required();
   imp->add_option("--format", i->format, "sailor or metis")->required()->check(CLI::IsMember({"sailor", "metis"}));
   imp->add_option("--job", i->job_file, "Job file whose model (granularity 1) the profiles measured")->required();
-  imp->add_option("--gpu", i->gpus, "SRC=DEVICE: record GPU SRC as device type DEVICE (repeatable)");
+  imp->add_option("--gpu", i->gpus, "SRC=DEVICE: import GPU SRC as device type DEVICE (repeatable; given, only these GPUs)");
   imp->add_option("--as", i->as, "profile (default) or cost-table")->check(CLI::IsMember({"profile", "cost-table"}));
   imp->add_option("--microbatch-size", i->microbatch_size, "With --as cost-table: the table's microbatch size")
       ->check(CLI::PositiveNumber);

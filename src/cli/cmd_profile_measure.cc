@@ -3,8 +3,11 @@
 // for every microbatch size the planner will ask for, and records it for each device
 // type this machine stands in for; `harp profile check --plan PLAN` runs the plan's
 // stages here and prints predicted against measured stage time.
+#include <unistd.h>
+
 #include <algorithm>
 #include <iostream>
+#include <map>
 #include <optional>
 
 #include "cmd_profile.h"
@@ -67,8 +70,27 @@ int run_measure(const ProfileOpts& o, Context& ctx) {
   if (sizes.empty())
     for (int s = 1; s <= job->planner.microbatch_size; ++s)
       if (job->planner.microbatch_size % s == 0) sizes.push_back(s);
+  // What measuring holds at once (float32: weights, gradients and the optimizer's two
+  // moments of one layer per signature, plus the largest layer's activations), against
+  // this machine's memory: a model far too large is refused before anything is built.
+  {
+    double bytes = 0, acts = 0;
+    const int largest = *std::max_element(sizes.begin(), sizes.end());
+    for (const auto& g : profile::unique_layers(job->model)) {
+      const auto& l = job->model.layers[g.representative];
+      bytes += 16.0 * (static_cast<double>(l.param_count) +
+                       (l.kind == model::LayerKind::kTail ? static_cast<double>(job->model.gpt.vocab) * job->model.gpt.hidden : 0));
+      acts = std::max(acts, 4.0 * l.activation_bytes * largest);  // spec bytes are fp16: x2 for fp32, x2 margin
+    }
+    const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+    if (have > 0 && bytes + acts > 0.8 * have)
+      return ctx.fail("profile", failed_precondition(fmt(
+          "%s: measuring %s needs about %.1f GiB (one layer per signature with its optimizer state, and "
+          "activations at microbatch size %d), this machine has %.1f GiB; profile on a larger machine, or "
+          "with smaller --microbatch-sizes", o.job_file.c_str(), job->model.gpt.name.c_str(), (bytes + acts) / (1 << 30),
+          largest, have / (1 << 30))));
+  }
   profiler::ProfileRequest r;
-  r.device = "local";
   r.microbatch_sizes = sizes;
   r.dtype = dtype_of(job->training.dtype);
   r.threads = o.threads > 0 ? o.threads : job->training.threads;
@@ -79,35 +101,44 @@ int run_measure(const ProfileOpts& o, Context& ctx) {
           << profile::unique_layers(m).size() << " unique), microbatch sizes";
   for (int s : sizes) ctx.err << " " << s;
   ctx.err << ", " << job->training.dtype << ", " << r.threads << " thread(s), on this CPU\n";
-  profiler::ProfileReport report =
-      profiler::profile_model(m, r, [&ctx](const std::string& line) { ctx.err << "  " << line << "\n" << std::flush; });
-  // One measurement of this CPU, recorded for each device type it stands in for; an
-  // emulated type takes its declared factor, as `harp train --emulate` applies it.
+  // This CPU once per distinct slowdown: as itself (factor 1) and as each emulated type,
+  // which runs as `harp train --emulate` runs it (sleeping after each compute).
   profile::ProfileDb db;
-  const profile::DeviceProfile& local = report.db.devices().at("local");
+  std::map<double, profiler::ProfileReport> by_factor;
+  profiler::ProfileReport total;
   for (const cluster::DeviceType* d : *devices) {
     const double f = std::max(1.0, d->emulated_slowdown);
-    for (profile::ProfileEntry e : report.db.entries()) {
+    if (!by_factor.count(f)) {
+      r.device = d->name;
+      r.emulated_slowdown = f;
+      if (f > 1) ctx.err << "  (as " << d->name << ", emulated " << fmt("%g", f) << "x slower)\n";
+      by_factor[f] = profiler::profile_model(
+          m, r, [&ctx](const std::string& line) { ctx.err << "  " << line << "\n" << std::flush; });
+      total.measured += by_factor[f].measured;
+      total.wall_s += by_factor[f].wall_s;
+      total.unique = by_factor[f].unique;
+      total.layers = by_factor[f].layers;
+    }
+    for (profile::ProfileEntry e : by_factor[f].db.entries()) {
       e.key.device = d->name;
-      e.fwd_s *= f;
-      e.bwd_s *= f;
       db.put(e);
     }
-    profile::DeviceProfile dp = local;
+    profile::DeviceProfile dp = by_factor[f].db.devices().begin()->second;
     dp.device = d->name;
-    dp.emulated_slowdown = f;
     db.put_device(dp);
   }
+  const profiler::ProfileReport& report = total;
+  const profile::DeviceProfile& local = by_factor.begin()->second.db.devices().begin()->second;
   Status s = profile::save_profile_db(db, o.output);
   if (!s.ok()) return ctx.fail("profile", s);
   ctx.out << "measured " << report.measured << " layer(s) (" << report.unique << " unique of " << report.layers
-          << " per microbatch size; a per-layer profiler measures " << report.layers * static_cast<int>(sizes.size())
-          << ") in " << fmt_time(report.wall_s) << "; optimizer step "
+          << " per microbatch size and slowdown; a per-layer profiler measures "
+          << report.layers * static_cast<int>(sizes.size() * by_factor.size()) << ") in " << fmt_time(report.wall_s) << "; optimizer step "
           << fmt("%.3g", local.optimizer_s_per_param_byte * 1e9) << " ns per parameter byte\n";
   ctx.out << "wrote " << o.output << ":";
   for (const cluster::DeviceType* d : *devices) {
     ctx.out << " " << d->name;
-    if (d->emulated_slowdown > 1.0) ctx.out << fmt(" (emulated: this CPU's times x %g)", d->emulated_slowdown);
+    if (d->emulated_slowdown > 1.0) ctx.out << fmt(" (emulated %gx slower, measured so)", d->emulated_slowdown);
   }
   ctx.out << "\n";
   return kExitOk;

@@ -4,6 +4,7 @@
 #include "harp/cost/compute_cost.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <set>
 
@@ -132,6 +133,75 @@ Status ProfiledCosts::check(const profile::ProfileDb& db, const model::ModelSpec
                                  ", the job trains in " + dtype + " (training.dtype)" + fix);
   }
   return Status();
+}
+
+std::string Calibration::describe() const {
+  std::string out;
+  for (const auto& [dev, f] : factors) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "%s%s x%.3f / x%.3f", out.empty() ? "" : ", ", dev.c_str(), f.first, f.second);
+    out += buf;
+  }
+  return out;
+}
+
+StatusOr<Calibration> calibrate(const LayerCostSource& source, const cluster::Cluster& cluster,
+                                const std::vector<MeasuredStage>& stages, const std::string& file) {
+  std::map<std::string, std::array<double, 4>> sums;  // device -> measured f, b, predicted f, b
+  for (size_t i = 0; i < stages.size(); ++i) {
+    const MeasuredStage& st = stages[i];
+    const std::string& dev = cluster.subclusters.at(st.subcluster).device;
+    auto& s = sums[dev];
+    s[0] += st.fwd_s;
+    s[1] += st.bwd_s;
+    for (int l = st.first_layer; l < st.last_layer; ++l) {
+      auto t = source.time(cluster, st.subcluster, l, st.samples, 1);
+      if (!t)
+        return invalid_argument(shown_path(file) + ": stage " + std::to_string(i) + " has no predicted time for layer " +
+                                std::to_string(l) + " at " + std::to_string(st.samples) +
+                                " samples on " + dev + "; calibrate with a run of this job's model");
+      s[2] += t->fwd_s;
+      s[3] += t->bwd_s;
+    }
+  }
+  Calibration c;
+  c.file = file;
+  for (const auto& [dev, s] : sums) {
+    if (!(s[0] > 0 && s[1] > 0 && s[2] > 0 && s[3] > 0))
+      return invalid_argument(shown_path(file) + ": device " + dev +
+                              " has a zero measured or predicted stage time; use a measured_plan.json of a run "
+                              "that trained steps");
+    c.factors[dev] = {s[0] / s[2], s[1] / s[3]};
+  }
+  return c;
+}
+
+CalibratedCosts::CalibratedCosts(LayerCostSource& base, Calibration calibration)
+    : base_(base), calibration_(std::move(calibration)) {}
+
+std::optional<LayerTime> CalibratedCosts::time(const cluster::Cluster& cluster, int sub, int layer, int samples,
+                                               int tp) const {
+  auto t = base_.time(cluster, sub, layer, samples, tp);
+  if (!t) return t;
+  auto it = calibration_.factors.find(real_device(cluster.subclusters.at(sub).device));
+  if (it != calibration_.factors.end()) {
+    t->fwd_s *= it->second.first;
+    t->bwd_s *= it->second.second;
+  }
+  return t;
+}
+
+std::string CalibratedCosts::describe() const {
+  return base_.describe() + "; calibrated by " + calibration_.file + " (" + calibration_.describe() + ")";
+}
+
+std::string CalibratedCosts::describe_for(const cluster::Cluster& cluster) const {
+  return base_.describe_for(cluster) + "; calibrated by " + calibration_.file + " (" + calibration_.describe() + ")";
+}
+
+void CalibratedCosts::alias_device(const std::string& view_device, const std::string& real) {
+  LayerCostSource::alias_device(view_device, real);
+  base_.alias_device(view_device, real);
 }
 
 }  // namespace harp::cost

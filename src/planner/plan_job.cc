@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <memory>
 
+#include "harp/plan/plan_io.h"
 #include "harp/profile/profile_db.h"
 
 namespace harp::planner {
@@ -41,6 +42,35 @@ void finish(PlanOutcome& o, const PlanRequest& r) {
   const SearchOptions search = search_options(r);
   for (Strategy s : plan::kAllStrategies)
     o.compared.push_back(s == o.result.strategy ? o.result : run_strategy(o.problem, s, search));
+}
+
+}  // namespace
+
+namespace {
+
+// The factors that make this job's cost source predict a run's measured stage times.
+StatusOr<cost::Calibration> calibration_of(const job::Job& job, const model::ModelSpec& m,
+                                           const cost::CostConfig& config, const profile::ProfileDb* db,
+                                           const std::string& file) {
+  HARP_ASSIGN_OR_RETURN(plan::Plan measured, plan::load_plan(file));
+  if (!measured.model_fingerprint.empty() && measured.model_fingerprint != m.fingerprint())
+    return invalid_argument(shown_path(file) + ": the run trained another model (or granularity) than " + job.file +
+                            " describes; calibrate with the measured_plan.json of a run of this model");
+  std::vector<cost::MeasuredStage> stages;
+  for (size_t i = 0; i < measured.stages.size(); ++i) {
+    const plan::Stage& st = measured.stages[i];
+    int sub = -1;
+    for (size_t j = 0; j < job.cluster.subclusters.size(); ++j)
+      if (job.cluster.subclusters[j].name == st.subcluster_name) sub = static_cast<int>(j);
+    if (sub < 0)
+      return invalid_argument(shown_path(file) + ": stage " + std::to_string(i) + " ran on subcluster `" +
+                              st.subcluster_name + "`, which the cluster of " + job.file +
+                              " does not have; calibrate with a run on this cluster");
+    stages.push_back({sub, st.first_layer, st.last_layer, measured.microbatch_size / std::max(1, st.dp), st.fwd_s,
+                      st.bwd_s});
+  }
+  auto source = layer_source(m, config, db);
+  return cost::calibrate(*source, job.cluster, stages, file);
 }
 
 }  // namespace
@@ -90,9 +120,14 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
     g.granularity = k;
     HARP_ASSIGN_OR_RETURN(model::ModelSpec m, model::build_gpt(g, job.file, "model"));
     if (db) HARP_RETURN_IF_ERROR(cost::ProfiledCosts::check(*db, m, job.cluster, job.training.dtype, profile_file));
+    std::optional<cost::Calibration> calibration;
+    if (!request.calibrate_file.empty()) {
+      HARP_ASSIGN_OR_RETURN(calibration, calibration_of(job, m, config, db ? &*db : nullptr, request.calibrate_file));
+    }
     for (auto [b, mbs] : bs) {
       PlanningProblem problem =
-          problem_from_model(job.cluster, m, config, db ? &*db : nullptr, b, mbs, max_tp);
+          problem_from_model(job.cluster, m, config, db ? &*db : nullptr, b, mbs, max_tp,
+                             calibration ? &*calibration : nullptr);
       StrategyResult r = run_strategy(problem, strategy, search);
       const std::string label = sweep ? label_of(k, b, mbs) : "";
       if (sweep && request.on_candidate) request.on_candidate(label, r);

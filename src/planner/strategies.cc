@@ -31,20 +31,28 @@ double least_memory_gib(const cluster::Cluster& cluster) {
 
 }  // namespace
 
+std::unique_ptr<cost::LayerCostSource> layer_source(const model::ModelSpec& model, const cost::CostConfig& config,
+                                                    const profile::ProfileDb* db) {
+  if (db != nullptr) return std::make_unique<cost::ProfiledCosts>(model, *db, config, config.profile_file);
+  return std::make_unique<cost::AnalyticCosts>(model, config);
+}
+
 PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model::ModelSpec& model,
                                    const cost::CostConfig& config, const profile::ProfileDb* db,
-                                   int microbatches, int microbatch_size, int max_tp) {
+                                   int microbatches, int microbatch_size, int max_tp,
+                                   const cost::Calibration* calibration) {
   PlanningProblem p;
   p.microbatches = microbatches;
   p.model_name = model.gpt.name;
   p.model_fingerprint = model.fingerprint();
   p.granularity = model.gpt.granularity;
   p.model_config = model::model_to_json(model);
+  std::unique_ptr<cost::LayerCostSource> base = layer_source(model, config, db);
   std::unique_ptr<cost::LayerCostSource> source;
-  if (db != nullptr)
-    source = std::make_unique<cost::ProfiledCosts>(model, *db, config, config.profile_file);
+  if (calibration != nullptr)
+    source = std::make_unique<cost::CalibratedCosts>(*base, *calibration);
   else
-    source = std::make_unique<cost::AnalyticCosts>(model, config);
+    source = std::move(base);
   p.costs = StageCosts::build(cluster, *source, microbatch_size, max_tp, config);
   const cluster::DeviceType* slowest = nullptr;
   for (const auto& s : cluster.subclusters) {

@@ -27,8 +27,8 @@ StatusOr<std::vector<SourceFile>> list_files(const ImportRequest& r) {
     return not_found(shown_path(r.dir) + ": not a folder; give the folder of the " + r.format +
                      " profiles (e.g. shared/data/profiles/sailor/OPT-350)");
   std::vector<SourceFile> out;
-  const std::regex sailor_name(R"(mbs([0-9]{1,6})_tmp([0-9]{1,4})\.json)");
-  const std::regex metis_name(R"(DeviceType\.(.+)_tp([0-9]{1,4})_bs([0-9]{1,6})\.json)");
+  const std::regex sailor_name(R"(mbs([1-9][0-9]{0,5})_tmp([1-9][0-9]{0,3})\.json)");
+  const std::regex metis_name(R"(DeviceType\.(.+)_tp([1-9][0-9]{0,3})_bs([1-9][0-9]{0,5})\.json)");
   auto add_dir = [&](const fs::path& dir, const std::string& gpu) -> Status {
     std::vector<fs::path> names;
     for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -109,6 +109,7 @@ StatusOr<ProfileDb> import_profiles(const ImportRequest& request, const model::M
   for (size_t i = 0; i < L; ++i) groups[model.layers[i].signature].push_back(static_cast<int>(i));
   ProfileDb db;
   for (const SourceFile& f : files) {
+    if (!request.gpu_names.empty() && !request.gpu_names.count(f.gpu)) continue;
     HARP_ASSIGN_OR_RETURN(Json doc, load_document(f.path));
     FieldReader top(doc, f.path, "");
     const Json* m = top.get("model");
@@ -173,6 +174,8 @@ StatusOr<ProfileDb> import_profiles(const ImportRequest& request, const model::M
       db.put_device(d);
     }
   }
+  if (db.size() == 0)
+    return not_found(shown_path(request.dir) + ": none of the GPUs named by --gpu has a profile file there");
   return db;
 }
 

@@ -104,6 +104,13 @@ void evict_private_caches() {
   (void)sink;
 }
 
+// As the runtime's executor does on an emulated device: after a compute of t, sleep
+// (factor - 1) t, so the next compute starts as it would there (after the core idled).
+void emulate(double factor, Clock::time_point begin) {
+  if (factor > 1.0)
+    std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * seconds_since(begin)));
+}
+
 double tensor_bytes(const torch::Tensor& t) {
   return t.defined() ? static_cast<double>(t.numel()) * static_cast<double>(t.element_size()) : 0.0;
 }
@@ -166,6 +173,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     for (auto& layer : layers)
       y = layer->layer().kind == model::LayerKind::kTail ? layer->forward(y, targets) : layer->forward(y);
     if (tail) (void)y.item<double>();  // the runtime reads the loss sum here
+    emulate(options.emulated_slowdown, t0);
     const double f = seconds_since(t0);
     if (count_bytes) {
       m.activation_bytes = live_tensor_bytes() - base;
@@ -178,6 +186,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
       (y / tokens).backward();
     else
       torch::autograd::backward({y}, {dy});
+    emulate(options.emulated_slowdown, t0);
     const double b = seconds_since(t0);
     if (count_bytes) m.peak_bytes = static_cast<double>(g_peak.load()) - base;
     y = torch::Tensor();
@@ -278,16 +287,18 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
   }
   std::sort(todo.begin(), todo.end());
   const double f = request.emulated_slowdown;
+  MeasureOptions options = request.options;
+  options.emulated_slowdown = f;
   for (int mbs : request.microbatch_sizes) {
     for (size_t n = 0; n < todo.size(); ++n) {
       const int i = todo[n].first;
-      Measurement m = measure_range(model, i, i + 1, mbs, request.dtype, request.options);
+      Measurement m = measure_range(model, i, i + 1, mbs, request.dtype, options);
       ++report.measured;
       profile::ProfileEntry e;
       e.key = {request.device, model.layers[i].signature, mbs, 1};
       e.layer = model.layers[i].name;
-      e.fwd_s = m.fwd.median_s * f;
-      e.bwd_s = m.bwd.median_s * f;
+      e.fwd_s = m.fwd.median_s;
+      e.bwd_s = m.bwd.median_s;
       e.fwd_spread = m.fwd.spread;
       e.bwd_spread = m.bwd.spread;
       e.repeats = m.fwd.repeats;
@@ -334,9 +345,9 @@ std::vector<StageCheck> check_plan_stages(const model::ModelSpec& model, const p
     c.predicted_fwd_s = st.fwd_s;
     c.predicted_bwd_s = st.bwd_s;
     c.slowdown = std::max(1.0, st.emulated_slowdown);
-    c.measured = measure_range(model, st.first_layer, st.last_layer, c.samples, dtype, options);
-    c.measured.fwd.median_s *= c.slowdown;
-    c.measured.bwd.median_s *= c.slowdown;
+    MeasureOptions o = options;
+    o.emulated_slowdown = c.slowdown;
+    c.measured = measure_range(model, st.first_layer, st.last_layer, c.samples, dtype, o);
     if (progress)
       progress("stage " + std::to_string(i) + " [" + std::to_string(st.first_layer) + ", " +
                std::to_string(st.last_layer) + "): fwd " + ms(c.measured.fwd.median_s) + "  bwd " +

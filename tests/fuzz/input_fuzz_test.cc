@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -192,6 +193,25 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
   for (int i = 0; i < 50; ++i) {
     write(dir.file("db.json"), m.mutate(profile, false));
     check_case("profile DB", {"plan", "--job", dir.file("job_ok.yaml"), "--profile", dir.file("db.json")}, &o);
+  }
+  // Profile DBs with device records through merge, and Sailor (Metis-format) files
+  // through import.
+  const std::string devices_db =
+      R"({"version": 1, "devices": [{"device": "cpu", "machine": "m", "dtype": "float32", "threads": 1, )"
+      R"("emulated_slowdown": 2, "optimizer_s_per_param_byte": 4e-9}], "entries": [{"device": "cpu", )"
+      R"("signature": "x", "microbatch_size": 2, "fwd_s": 0.001, "bwd_s": 0.002, "fwd_spread": 0.01, "repeats": 5}]})";
+  for (int i = 0; i < 40; ++i) {
+    write(dir.file("d.json"), m.mutate(devices_db, false));
+    check_case("profile merge", {"profile", "merge", dir.file("d.json"), dir.file("d.json"), "-o", dir.file("dm.json")},
+               &o);
+  }
+  const std::string sailor = read(std::string(HARP_TEST_DATA_DIR) + "/sailor/OPT-350/A100-40/mbs1_tmp1.json");
+  std::filesystem::create_directories(dir.file("sailor/A100-40"));
+  for (int i = 0; i < 40; ++i) {
+    write(dir.file("sailor/A100-40/mbs1_tmp1.json"), m.mutate(sailor, false));
+    check_case("profile import", {"profile", "import", "--format", "sailor", dir.file("sailor"), "--job",
+                                  kSource + "/examples/jobs/opt350_sailor.yaml", "-o", dir.file("imp.json")},
+               &o);
   }
   for (int i = 0; i < 50; ++i) {
     write(dir.file("tm.json"), m.mutate(trace, false));

@@ -10,21 +10,15 @@
 
 #include "harp/profiler/profiler.h"
 #include "harp/runtime/trainer.h"
+#include "testutil/tiny_gpt.h"
 
 namespace harp::profiler {
 namespace {
 
 TEST(ProfilerTiming, SumOfLayerTimesPredictsAMultiLayerStage) {
   runtime::set_compute_threads(1);
-  model::GptConfig c;
-  c.name = "g";
-  c.num_blocks = 2;
-  c.hidden = 256;
-  c.heads = 4;
-  c.seq_len = 64;
-  c.vocab = 256;
-  c.granularity = 2;
-  const model::ModelSpec m = model::build_gpt(c, "<test>", "model").value();
+  // 2 blocks at granularity 2, hidden 256, sequence 64: layers of a few milliseconds.
+  const model::ModelSpec m = harp::testing::tiny_gpt(2, true, 2, 256, 4, 64, 256);
   MeasureOptions o;
   o.max_repeats = 10;
   for (auto [first, last] : {std::pair{0, 6}, std::pair{1, 5}, std::pair{3, 6}}) {

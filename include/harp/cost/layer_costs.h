@@ -61,7 +61,7 @@ class LayerCostSource {
 
   // Looks up `view_device` as `real_device` (a planning view that renames device types,
   // e.g. the homogeneous baseline, still finds the measured entries).
-  void alias_device(const std::string& view_device, const std::string& real_device) {
+  virtual void alias_device(const std::string& view_device, const std::string& real_device) {
     aliases_[view_device] = real_device;
   }
 
@@ -120,6 +120,45 @@ class ProfiledCosts : public LayerCostSource {
   const profile::ProfileDb& db_;
   AnalyticCosts analytic_;
   std::string file_;
+};
+
+// Calibration from a training run: per device type, factors that scale a source's
+// forward and backward times so that it predicts the stage times a run measured
+// (`harp train` writes them to OUT/measured_plan.json; `harp plan --calibrate FILE`).
+struct MeasuredStage {
+  int subcluster = 0;
+  int first_layer = 0, last_layer = 0;
+  int samples = 1;             // per replica
+  Seconds fwd_s = 0, bwd_s = 0;  // measured per microbatch
+};
+struct Calibration {
+  std::string file;
+  std::map<std::string, std::pair<double, double>> factors;  // device -> (fwd, bwd)
+  std::string describe() const;  // "cpu x1.08 / x1.12, cpu-slow x0.95 / x0.97"
+};
+// Factor = sum of measured over sum of predicted, per device over its stages.
+// InvalidArgument when `source` has no time for a stage's layers or a sum is zero.
+StatusOr<Calibration> calibrate(const LayerCostSource& source, const cluster::Cluster& cluster,
+                                const std::vector<MeasuredStage>& stages, const std::string& file);
+
+// `base` with every time of a calibrated device type scaled by its factors.
+class CalibratedCosts : public LayerCostSource {
+ public:
+  // REQUIRES: base outlives this (aliases given to this source reach it too).
+  CalibratedCosts(LayerCostSource& base, Calibration calibration);
+  const std::vector<LayerBytes>& layers() const override { return base_.layers(); }
+  std::optional<LayerTime> time(const cluster::Cluster& cluster, int sub, int layer, int samples,
+                                int tp) const override;
+  std::string describe() const override;
+  std::string describe_for(const cluster::Cluster& cluster) const override;
+  std::optional<Seconds> optimizer_s_per_param_byte(const cluster::Cluster& cluster, int sub) const override {
+    return base_.optimizer_s_per_param_byte(cluster, sub);
+  }
+  void alias_device(const std::string& view_device, const std::string& real_device) override;
+
+ private:
+  LayerCostSource& base_;
+  Calibration calibration_;
 };
 
 }  // namespace harp::cost

@@ -28,6 +28,9 @@ struct PlanRequest {
   bool fixed_order = true;
   bool compare = false;              // also run every strategy on the winning candidate
   std::string profile_file;          // overrides the job's cost.profile
+  // A run's OUT/measured_plan.json: the cost source is scaled per device type so that
+  // it predicts that run's stage times (cost::calibrate); "" for none.
+  std::string calibrate_file;
   ProgressFn progress;               // forwarded to the search
   // Called once per candidate of a sweep (label "k = 2, B = 16 x 2").
   std::function<void(const std::string& label, const StrategyResult& result)> on_candidate;

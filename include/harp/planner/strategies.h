@@ -4,6 +4,7 @@
 // 1F1B, then scored with the true costs) and `uniform` (uniform.h).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,9 +33,16 @@ struct PlanningProblem {
 
 // From a model and the cost model (analytic, plus a profile DB if given).
 // Lower bound: total FLOPs / (Σ device peak × compute efficiency).
+// With `calibration`, the source's times are scaled per device type by it.
 PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model::ModelSpec& model,
                                    const cost::CostConfig& config, const profile::ProfileDb* db,
-                                   int microbatches, int microbatch_size, int max_tp);
+                                   int microbatches, int microbatch_size, int max_tp,
+                                   const cost::Calibration* calibration = nullptr);
+
+// The layer cost source problem_from_model plans with: the profile DB with the roofline
+// for what it lacks, or the roofline. REQUIRES: model and db outlive it.
+std::unique_ptr<cost::LayerCostSource> layer_source(const model::ModelSpec& model, const cost::CostConfig& config,
+                                                    const profile::ProfileDb* db);
 
 // From an explicit cost table (checked against the cluster first).
 // Lower bound: perfect balance of every device's best per-sample time.

@@ -27,8 +27,8 @@ namespace harp::profile {
 struct ImportRequest {
   std::string format;  // sailor | metis
   std::string dir;
-  // Source GPU name -> HARP device type; a GPU without an entry takes the built-in name
-  // (import_device_name) and is imported under it.
+  // Source GPU name -> HARP device type. Empty: every GPU of the folder, under its
+  // built-in name (import_device_name); else only the GPUs named here.
   std::map<std::string, std::string> gpu_names;
 };
 

@@ -13,9 +13,11 @@
 // is the high-water mark of forward + backward above the inputs. The device is the CPU,
 // as for the runtime, which builds its layers there today.
 //
-// Emulated device types (a cluster file's emulated_slowdown f > 1) run as the runtime
-// runs them: the runtime sleeps (f - 1) t after a compute of t, so the profile records
-// f t, and the device record says so (DeviceProfile::emulated_slowdown).
+// Emulated device types (a cluster file's emulated_slowdown f > 1) are measured as the
+// runtime runs them: after each compute of t the measurement sleeps (f - 1) t, as the
+// executor does, and records the whole span (about f t; more when a core that idled runs
+// the next compute slower, which a multiplication would miss); the device record says
+// so (DeviceProfile::emulated_slowdown).
 #pragma once
 
 #include <functional>
@@ -43,6 +45,7 @@ struct MeasureOptions {
   // Evict the core's private caches before each timed forward and backward: inside a
   // stage, the other layers and microbatches run in between (see evict_private_caches).
   bool evict_caches = true;
+  double emulated_slowdown = 1;  // > 1: sleep (factor - 1) t after each compute t, as the runtime
 };
 
 struct Timing {
@@ -76,7 +79,7 @@ double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::
 
 struct ProfileRequest {
   std::string device = "cpu";        // the device type the entries are recorded under
-  double emulated_slowdown = 1;      // >= 1; see above
+  double emulated_slowdown = 1;      // >= 1; see above (request.options' own is ignored)
   std::vector<int> microbatch_sizes = {1};
   torch::Dtype dtype = torch::kFloat32;
   int threads = 1;                   // intra-op threads while measuring
@@ -100,8 +103,8 @@ struct StageCheck {
   int stage = 0;
   int samples = 1;               // microbatch_size / dp
   double predicted_fwd_s = 0, predicted_bwd_s = 0;
-  double slowdown = 1;           // the stage's emulated_slowdown, applied to the measurement
-  Measurement measured;          // times already multiplied by `slowdown`
+  double slowdown = 1;           // the stage's emulated_slowdown, emulated while measuring
+  Measurement measured;          // times include the emulated sleep
   double error() const {         // (predicted - measured) / measured of forward + backward
     const double m = measured.fwd.median_s + measured.bwd.median_s;
     return m > 0 ? (predicted_fwd_s + predicted_bwd_s - m) / m : 0;
@@ -109,7 +112,7 @@ struct StageCheck {
 };
 
 // Runs every stage's layer range with its per-replica samples (as `harp train --emulate`
-// would: emulated stages take slowdown x the measured time). REQUIRES: the plan matches
+// would: emulated stages sleep as the executor does). REQUIRES: the plan matches
 // the model (runtime::check_plan_matches_model).
 std::vector<StageCheck> check_plan_stages(const model::ModelSpec& model, const plan::Plan& plan,
                                           torch::Dtype dtype, const MeasureOptions& options,

@@ -214,7 +214,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp simulate --json",
       "harp plan --job",
       "harp plan --cluster",
-      "harp plan --costs", "harp plan --global-batch", "harp plan --profile",
+      "harp plan --costs", "harp plan --global-batch", "harp plan --profile", "harp plan --calibrate",
       "harp plan --strategy",
       "harp plan --compare",
       "harp plan --microbatches",

@@ -5,6 +5,7 @@
 
 #include "harp/cost/layer_costs.h"
 #include "harp/job/job.h"
+#include "harp/plan/plan_io.h"
 #include "harp/planner/plan_job.h"
 #include "harp/profile/profile_db.h"
 #include "harp/profile/unique_layers.h"
@@ -84,6 +85,10 @@ TEST(ProfileDb, BadFieldsNameTheFileAndField) {
 }
 
 // tiny_cpu.yaml: GPT-tiny on `cpu` (2 devices) and the emulated `cpu-slow`.
+struct TempDirHolder {
+  harp::testing::TempDir dir;
+};
+
 job::Job tiny_job() {
   return job::load_job(std::string(HARP_SOURCE_DIR) + "/examples/jobs/tiny_cpu.yaml").value();
 }
@@ -170,6 +175,49 @@ TEST(ProfileDbPlanning, MeasuredOptimizerTimeReplacesTheEstimate) {
     const double per_byte = st.subcluster_name == "slow" ? 1e-6 : 1e-9;
     EXPECT_NEAR(st.optimizer_s, per_byte * params, 1e-12 + 1e-9 * per_byte * params) << st.subcluster_name;
   }
+}
+
+TEST(ProfileDbPlanning, CalibrationFromARunScalesEachDeviceTypeToItsMeasuredStages) {
+  job::Job job = tiny_job();
+  TempDirHolder holder;
+  const std::string dir = holder.dir.path();
+  ProfileDb db = profile_of(job.model, "cpu", 1.0);
+  db.merge(profile_of(job.model, "cpu-slow", 2.0));
+  HARP_ASSERT_OK(save_profile_db(db, dir + "/p.json"));
+  planner::PlanRequest r;
+  r.profile_file = dir + "/p.json";
+  HARP_ASSERT_OK_AND_ASSIGN(planner::PlanOutcome first, planner::plan_job(job, r));
+  // A "run" that measured every fast stage 1.5x and every slow stage 0.5x the prediction.
+  plan::Plan measured = first.result.plan;
+  for (auto& st : measured.stages) {
+    const double f = st.subcluster_name == "slow" ? 0.5 : 1.5;
+    st.fwd_s *= f;
+    st.bwd_s *= f;
+    st.cost_source = "measured";
+  }
+  HARP_ASSERT_OK(plan::save_plan(measured, dir + "/measured_plan.json"));
+  r.calibrate_file = dir + "/measured_plan.json";
+  r.strategy = planner::Strategy::kUniform;  // fixed cuts: the same stages, re-timed
+  HARP_ASSERT_OK_AND_ASSIGN(planner::PlanOutcome uniform, planner::plan_job(job, r));
+  EXPECT_NE(uniform.result.plan.cost_source.find("calibrated by"), std::string::npos);
+  EXPECT_NE(uniform.result.plan.cost_source.find("cpu x1.500 / x1.500, cpu-slow x0.500 / x0.500"), std::string::npos)
+      << uniform.result.plan.cost_source;
+  r.calibrate_file.clear();
+  HARP_ASSERT_OK_AND_ASSIGN(planner::PlanOutcome plain, planner::plan_job(job, r));
+  for (size_t i = 0; i < plain.result.plan.stages.size(); ++i) {
+    const auto& a = plain.result.plan.stages[i];
+    const auto& b = uniform.result.plan.stages[i];
+    const double f = a.subcluster_name == "slow" ? 0.5 : 1.5;
+    EXPECT_NEAR(b.fwd_s, f * a.fwd_s, 1e-12);
+    EXPECT_NEAR(b.bwd_s, f * a.bwd_s, 1e-12);
+  }
+  // A run of another model is refused.
+  measured.model_fingerprint = "0000";
+  HARP_ASSERT_OK(plan::save_plan(measured, dir + "/other.json"));
+  r.calibrate_file = dir + "/other.json";
+  auto refused = planner::plan_job(job, r);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("trained another model"), std::string::npos) << refused.status().message();
 }
 
 }  // namespace

@@ -3,20 +3,13 @@
 
 #include "harp/profile/unique_layers.h"
 #include "testutil/status.h"
+#include "testutil/tiny_gpt.h"
 
 namespace harp::profile {
 namespace {
 
 model::ModelSpec gpt(int blocks, int k, int hidden = 64) {
-  model::GptConfig c;
-  c.name = "g";
-  c.num_blocks = blocks;
-  c.hidden = hidden;
-  c.heads = 4;
-  c.seq_len = 32;
-  c.vocab = 256;
-  c.granularity = k;
-  return model::build_gpt(c, "<test>", "model").value();
+  return harp::testing::tiny_gpt(k, true, blocks, hidden, 4, 32, 256);
 }
 
 TEST(UniqueLayers, GptWithRBlocksAndGranularityKHasTwoPlusKSignatures) {
