@@ -4,6 +4,7 @@
 #include "harp/cost/compute_cost.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <cstdio>
 #include <set>
@@ -50,7 +51,25 @@ std::optional<LayerTime> ProfiledCosts::time(const cluster::Cluster& cluster, in
     t.source = CostSource::kProfile;
     return t;
   }
-  return analytic_.time(cluster, sub, layer, samples, tp);
+  std::optional<LayerTime> t = analytic_.time(cluster, sub, layer, samples, tp);
+  // The roofline anchored to this device's own measurement of the layer (tp 1, the
+  // nearest samples count): scaled by measured / roofline there, so a shape the profile
+  // lacks (a tp it did not measure) is not judged by the bare roofline against measured
+  // neighbours, which would favour whatever was not measured.
+  std::optional<profile::ProfileEntry> anchor;
+  for (const auto& e : db_.entries()) {
+    if (e.key.device != device || e.key.signature != model_.layers[layer].signature || e.key.tp != 1) continue;
+    if (!anchor || std::abs(e.key.microbatch_size - samples) < std::abs(anchor->key.microbatch_size - samples))
+      anchor = e;
+  }
+  if (t && anchor) {
+    auto base = analytic_.time(cluster, sub, layer, anchor->key.microbatch_size, 1);
+    if (base && base->fwd_s > 0 && base->bwd_s > 0) {
+      t->fwd_s *= anchor->fwd_s / base->fwd_s;
+      t->bwd_s *= anchor->bwd_s / base->bwd_s;
+    }
+  }
+  return t;
 }
 
 std::string ProfiledCosts::describe() const {

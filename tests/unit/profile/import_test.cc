@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "harp/job/job.h"
+#include "harp/planner/plan_job.h"
 #include "harp/profile/import.h"
 #include "testutil/status.h"
 #include "testutil/temp_dir.h"
@@ -94,6 +95,42 @@ TEST(Import, AProfileOfAnotherModelIsRefusedWithTheField) {
   auto none = import_profiles(r, opt350());
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("no metis profile files"), std::string::npos) << none.status().message();
+}
+
+TEST(Import, ThePlannerPlansFromRealGpuMeasurements) {
+  // OPT-350M on 4 A100 + 2 x 4 V100, costed by the A100-40 and V100-16 files.
+  job::Job job = job::load_job(std::string(HARP_SOURCE_DIR) + "/examples/jobs/opt350_sailor.yaml").value();
+  ImportRequest r;
+  r.format = "sailor";
+  r.dir = kSailor;
+  HARP_ASSERT_OK_AND_ASSIGN(ProfileDb db, import_profiles(r, job.model));
+  harp::testing::TempDir dir;
+  HARP_ASSERT_OK(save_profile_db(db, dir.file("opt.json")));
+  planner::PlanRequest req;
+  req.profile_file = dir.file("opt.json");
+  req.microbatches = 64;  // the same global batch (64), one sample per microbatch: the files' mbs 1 and 2
+  HARP_ASSERT_OK_AND_ASSIGN(planner::PlanOutcome out, planner::plan_job(job, req));
+  ASSERT_TRUE(out.result.feasible) << out.result.reason;
+  const plan::Plan& p = out.result.plan;
+  EXPECT_NE(p.cost_source.find("A100-40GB imported (3 of 3 unique layers"), std::string::npos) << p.cost_source;
+  EXPECT_NE(p.cost_source.find("V100-16GB imported (3 of 3 unique layers"), std::string::npos) << p.cost_source;
+  // A stage with dp = tp = 1 costs exactly the files' times of its layers at one sample; a
+  // tensor-parallel stage (the test files have tp 1 only) takes the roofline anchored to
+  // those times: at least the measured time split tp ways, not the bare roofline (about
+  // 10x below these measurements).
+  for (const auto& st : p.stages) {
+    double fwd = 0;
+    for (int i = st.first_layer; i < st.last_layer; ++i) {
+      const std::string dev = st.subcluster_name == "a100" ? "A100-40GB" : "V100-16GB";
+      fwd += db.find({dev, job.model.layers[i].signature, 1, 1})->fwd_s;
+    }
+    if (st.dp == 1 && st.tp == 1) {
+      EXPECT_EQ(st.cost_source, "profile");
+      EXPECT_NEAR(st.fwd_s, fwd, 1e-12);
+    } else {
+      EXPECT_GE(st.fwd_s, fwd / (st.dp * st.tp)) << "stage on " << st.subcluster_name << ", tp " << st.tp;
+    }
+  }
 }
 
 }  // namespace
