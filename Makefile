@@ -45,6 +45,7 @@ bench: build
 	$(BUILD)/bench/sim_bench
 	$(BUILD)/bench/planner_bench
 	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
+	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
 
 clean:
 	rm -rf $(BUILD)

@@ -18,6 +18,7 @@ usage: bench/profile_accuracy.py [--harp PATH] [--out DIR] [--trials N] [--skip-
 """
 import argparse
 import csv
+import json
 import os
 import re
 import statistics
@@ -95,9 +96,11 @@ def train_rows(harp, out, trial):
         m = re.search(r"predicted (\d[\d.]* [mu]?s)/step by the plan .*measured (\d[\d.]* [mu]?s)", text)
         pred, meas = seconds(m.group(1)), seconds(m.group(2))
         err = (pred - meas) / meas
-        print("iteration %-28s predicted %.1f ms, measured %.1f ms (median step), error %+.1f%%"
-              % ("%s plan, trial %d" % (label, trial), pred * 1e3, meas * 1e3, 100 * err))
-        rows.append(("iteration", "%s plan (trial %d)" % (label, trial), pred, meas, "", err))
+        with open(plan) as f:
+            cuts = " ".join("[%d, %d)" % (st["layers"][0], st["layers"][1]) for st in json.load(f)["stages"])
+        print("iteration %-28s %s: predicted %.1f ms, measured %.1f ms (median step), error %+.1f%%"
+              % ("%s plan, trial %d" % (label, trial), cuts, pred * 1e3, meas * 1e3, 100 * err))
+        rows.append(("iteration", "%s plan %s (trial %d)" % (label, cuts, trial), pred, meas, "", err))
     return rows
 
 

@@ -44,14 +44,17 @@ if "$harp" train --help > /dev/null 2>&1; then
   step "train the analytic plan on the same cluster" \
     "$harp launch --nproc 2 --emulate -- $harp train --plan $out/cpu_plan_analytic.json --job $job \
      --data $out/corpus.bin --out $out/train_analytic 2>&1 | tee $out/train_analytic.log | grep -v '] step '"
-  step "feed the run's measured stage times back: the next plan is calibrated to this machine now" \
+  step "feed the run's measured stage times back: plan again, calibrated to this machine, and train that" \
     "$harp plan --job $job --profile $out/cpu_profile.json --calibrate $out/train/measured_plan.json \
-     --output $out/cpu_plan_calibrated.json | grep -E '^predicted|^costs'"
+     --output $out/cpu_plan_calibrated.json | grep -E '^predicted|^costs' && \
+     $harp launch --nproc 2 --emulate -- $harp train --plan $out/cpu_plan_calibrated.json --job $job \
+     --data $out/corpus.bin --out $out/train_calibrated 2>&1 | tee $out/train_calibrated.log | grep 'by the plan'"
   step "predicted against measured, per stage (the profiled plan)" \
     "$harp simulate --plan $out/cpu_plan.json --trace $out/cpu_predicted.json > /dev/null && \
      $harp trace compare $out/cpu_predicted.json $out/train/trace.json"
   printf '\n\033[1m== the two plans, measured in this run\033[0m\n'
   printf '  %-10s %s\n' profile "$(grep -h 'predicted .*/step by the plan' $out/train.log | sed 's/.*\] //')" \
-                       analytic "$(grep -h 'predicted .*/step by the plan' $out/train_analytic.log | sed 's/.*\] //')"
+                       analytic "$(grep -h 'predicted .*/step by the plan' $out/train_analytic.log | sed 's/.*\] //')" \
+                       calibrated "$(grep -h 'predicted .*/step by the plan' $out/train_calibrated.log | sed 's/.*\] //')"
 fi
 printf '\npictures: %s/*.svg; traces (%s/trace.json, %s/train/trace.json) open in ui.perfetto.dev\n' "$out" "$out" "$out"
