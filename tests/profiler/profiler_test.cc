@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "commands.h"
@@ -156,7 +157,8 @@ TEST(ProfileCommand, LinksPrintsClusterEntries) {
 // measured time of a multi-layer stage. On these machines one median moves by up to
 // about 15% from one measurement to the next (other tenants, frequency), so the test
 // interleaves: each round measures every layer and then the stage, and the median over
-// 5 rounds of sum / stage must lie within 20% of 1 (the measured spread is printed).
+// 5 rounds (10 when the first 5 miss) of sum / stage must lie within 20% of 1 (the
+// measured spread is printed).
 TEST(ProfilerTiming, SumOfLayerTimesPredictsAMultiLayerStage) {
   runtime::set_compute_threads(1);
   // 2 blocks at granularity 2, hidden 256, sequence 64: layers of a few milliseconds.
@@ -166,7 +168,15 @@ TEST(ProfilerTiming, SumOfLayerTimesPredictsAMultiLayerStage) {
   for (auto [first, last] : {std::pair{0, 6}, std::pair{1, 5}, std::pair{3, 6}}) {
     std::vector<double> ratios;
     double spread = 0;
-    for (int round = 0; round < 5; ++round) {
+    // Five rounds; when their median is outside the tolerance, five more (a burst of
+    // another tenant's load lasts seconds), and the median of all ten decides.
+    auto median = [&] {
+      std::vector<double> v = ratios;
+      std::sort(v.begin(), v.end());
+      return v[(v.size() - 1) / 2];
+    };
+    for (int round = 0; round < 10; ++round) {
+      if (round == 5 && std::abs(median() - 1.0) <= 0.20) break;
       double sum = 0;
       for (int i = first; i < last; ++i) {
         const Measurement l = measure_range(m, i, i + 1, 2, torch::kFloat32, o);
@@ -176,11 +186,12 @@ TEST(ProfilerTiming, SumOfLayerTimesPredictsAMultiLayerStage) {
       ratios.push_back(sum / (stage.fwd.median_s + stage.bwd.median_s));
       spread = std::max({spread, stage.fwd.spread, stage.bwd.spread});
     }
+    const double med = median();
     std::sort(ratios.begin(), ratios.end());
     std::cout << "  layers [" << first << ", " << last << "): sum / stage per round, sorted:";
     for (double r : ratios) std::cout << " " << r;
     std::cout << " (largest spread " << spread << ")\n";
-    EXPECT_NEAR(ratios[2], 1.0, 0.20) << "layers [" << first << ", " << last << ")";
+    EXPECT_NEAR(med, 1.0, 0.20) << "layers [" << first << ", " << last << ")";
   }
 }
 
