@@ -66,8 +66,8 @@ struct ImportOpts {
 StatusOr<Json> as_cost_table(const profile::ProfileDb& db, const model::ModelSpec& model, int mbs) {
   Json layers = Json::array();
   Json devices = Json::object();
-  std::map<std::string, bool> have_full;
   for (const auto& [name, d] : db.devices()) {
+    Json sizes = Json::object();
     for (int samples = 1; samples <= mbs; ++samples) {
       if (mbs % samples != 0) continue;
       Json fwd = Json::array(), bwd = Json::array();
@@ -81,15 +81,16 @@ StatusOr<Json> as_cost_table(const profile::ProfileDb& db, const model::ModelSpe
         fwd.push_back(e->fwd_s);
         bwd.push_back(e->bwd_s);
       }
-      if (!complete) continue;
-      devices[name][std::to_string(samples)] = {{"fwd_s", fwd}, {"bwd_s", bwd}};
-      if (samples == mbs) have_full[name] = true;
+      if (complete) sizes[std::to_string(samples)] = {{"fwd_s", fwd}, {"bwd_s", bwd}};
     }
+    // A device enters the table only with the full microbatch (check_cost_table's rule).
+    if (!sizes.contains(std::to_string(mbs))) continue;
+    devices[name] = sizes;
   }
-  if (have_full.empty())
+  if (devices.empty())
     return not_found("no imported device has every layer at microbatch size " + std::to_string(mbs) +
                      "; use a size the profiles have (--microbatch-size)");
-  const std::string any = have_full.begin()->first;
+  const std::string any = devices.begin().key();
   for (const auto& l : model.layers) {
     auto e = db.find({any, l.signature, mbs, 1});
     layers.push_back({{"name", l.name},
@@ -97,8 +98,6 @@ StatusOr<Json> as_cost_table(const profile::ProfileDb& db, const model::ModelSpe
                       {"activation_bytes", e->activation_bytes / mbs},
                       {"output_bytes", l.output_bytes}});
   }
-  for (auto it = devices.begin(); it != devices.end();)
-    it = have_full.count(it.key()) ? std::next(it) : devices.erase(it);
   return Json{{"version", 1}, {"microbatch_size", mbs}, {"layers", layers}, {"devices", devices}};
 }
 

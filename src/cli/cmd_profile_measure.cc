@@ -33,8 +33,6 @@ profiler::MeasureOptions measure_options(bool quick) {
   return m;
 }
 
-torch::Dtype dtype_of(const std::string& name) { return name == "float64" ? torch::kFloat64 : torch::kFloat32; }
-
 // The device types to record: those named, else every type of the cluster this machine
 // stands in for (the built-in `cpu` and the emulated ones, measured on this CPU).
 StatusOr<std::vector<const cluster::DeviceType*>> devices_to_record(const job::Job& job,
@@ -92,7 +90,7 @@ int run_measure(const ProfileOpts& o, Context& ctx) {
   }
   profiler::ProfileRequest r;
   r.microbatch_sizes = sizes;
-  r.dtype = dtype_of(job->training.dtype);
+  r.dtype = runtime::torch_dtype(job->training.dtype);
   r.threads = o.threads > 0 ? o.threads : job->training.threads;
   r.deduplicate = !o.per_layer;
   r.options = measure_options(o.quick);

@@ -56,12 +56,7 @@ std::optional<LayerTime> ProfiledCosts::time(const cluster::Cluster& cluster, in
   // nearest samples count): scaled by measured / roofline there, so a shape the profile
   // lacks (a tp it did not measure) is not judged by the bare roofline against measured
   // neighbours, which would favour whatever was not measured.
-  std::optional<profile::ProfileEntry> anchor;
-  for (const auto& e : db_.entries()) {
-    if (e.key.device != device || e.key.signature != model_.layers[layer].signature || e.key.tp != 1) continue;
-    if (!anchor || std::abs(e.key.microbatch_size - samples) < std::abs(anchor->key.microbatch_size - samples))
-      anchor = e;
-  }
+  const auto anchor = db_.nearest(device, model_.layers[layer].signature, samples, 1);
   if (t && anchor) {
     auto base = analytic_.time(cluster, sub, layer, anchor->key.microbatch_size, 1);
     if (base && base->fwd_s > 0 && base->bwd_s > 0) {

@@ -2,6 +2,9 @@
 // when an entry is missing (fall back to the analytic estimate, or report it).
 #include "harp/profile/profile_db.h"
 
+#include <cstdlib>
+#include <limits>
+
 #include "harp/common/fields.h"
 
 namespace harp::profile {
@@ -12,6 +15,21 @@ std::optional<ProfileEntry> ProfileDb::find(const ProfileKey& key) const {
   auto it = entries_.find(key);
   if (it == entries_.end()) return std::nullopt;
   return it->second;
+}
+
+std::optional<ProfileEntry> ProfileDb::nearest(const std::string& device, const std::string& signature, int samples,
+                                                int tp) const {
+  // Keys order by (device, signature, ...): one signature's entries are adjacent.
+  const ProfileEntry* best = nullptr;
+  for (auto it = entries_.lower_bound({device, signature, std::numeric_limits<int>::min(), 0});
+       it != entries_.end() && it->first.device == device && it->first.signature == signature; ++it) {
+    if (it->first.tp != tp) continue;
+    if (best == nullptr ||
+        std::abs(it->first.microbatch_size - samples) < std::abs(best->key.microbatch_size - samples))
+      best = &it->second;
+  }
+  if (best == nullptr) return std::nullopt;
+  return *best;
 }
 
 int ProfileDb::merge(const ProfileDb& other) {

@@ -194,7 +194,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     fwd.push_back(f);
     bwd.push_back(b);
     const int n = static_cast<int>(fwd.size());
-    if (n >= options.max_repeats || (n >= 1 && seconds_since(start) > options.max_seconds && n >= 3)) break;
+    if (n >= options.max_repeats || (n >= 3 && seconds_since(start) > options.max_seconds)) break;
     if (n >= options.min_repeats) {
       m.fwd = summarize(fwd);
       m.bwd = summarize(bwd);
@@ -208,8 +208,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
 
 double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::Dtype dtype,
                                           const MeasureOptions& options) {
-  std::vector<std::pair<std::string, torch::Tensor>> params;
-  std::vector<runtime::GptLayer> keep;
+  std::vector<std::pair<std::string, torch::Tensor>> params;  // the tensors outlive their layers
   double spec_bytes = 0;
   for (const auto& group : profile::unique_layers(model)) {
     const int i = group.representative;
@@ -219,7 +218,6 @@ double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::
       params.emplace_back(name, p);
     }
     spec_bytes += model.layers[i].param_bytes;
-    keep.push_back(layers.front());
   }
   runtime::AdamW opt(params, runtime::OptimConfig{});
   const std::vector<bool> count(params.size(), true);
@@ -265,6 +263,12 @@ std::string ms(double s) {
   return buf;
 }
 
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", fraction * 100);
+  return buf;
+}
+
 }  // namespace
 
 ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest& request,
@@ -278,12 +282,12 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
   const std::vector<profile::LayerGroup> groups = profile::unique_layers(model);
   report.unique = static_cast<int>(groups.size());
   // The layers to measure: one per signature, or all of them.
-  std::vector<std::pair<int, const profile::LayerGroup*>> todo;
+  std::vector<int> todo;
   for (const auto& g : groups) {
     if (request.deduplicate)
-      todo.emplace_back(g.representative, &g);
+      todo.push_back(g.representative);
     else
-      for (int i : g.layers) todo.emplace_back(i, &g);
+      todo.insert(todo.end(), g.layers.begin(), g.layers.end());
   }
   std::sort(todo.begin(), todo.end());
   const double f = request.emulated_slowdown;
@@ -291,7 +295,7 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
   options.emulated_slowdown = f;
   for (int mbs : request.microbatch_sizes) {
     for (size_t n = 0; n < todo.size(); ++n) {
-      const int i = todo[n].first;
+      const int i = todo[n];
       Measurement m = measure_range(model, i, i + 1, mbs, request.dtype, options);
       ++report.measured;
       profile::ProfileEntry e;
@@ -311,9 +315,8 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
       report.db.put(e);
       if (progress)
         progress(request.device + " mbs " + std::to_string(mbs) + ": " + e.layer + " (" + std::to_string(n + 1) +
-                 "/" + std::to_string(todo.size()) + ")  fwd " + ms(e.fwd_s) + " ±" +
-                 std::to_string(static_cast<int>(m.fwd.spread * 1000 + 0.5) / 10.0).substr(0, 4) + "%  bwd " +
-                 ms(e.bwd_s) + "  x" + std::to_string(m.fwd.repeats));
+                 "/" + std::to_string(todo.size()) + ")  fwd " + ms(e.fwd_s) + " ±" + percent(m.fwd.spread) +
+                 "  bwd " + ms(e.bwd_s) + "  x" + std::to_string(m.fwd.repeats));
     }
   }
   profile::DeviceProfile d;

@@ -31,10 +31,12 @@ std::string trace_file(const std::string& dir, int rank) {
 
 }  // namespace
 
+torch::Dtype torch_dtype(const std::string& name) { return name == "float64" ? torch::kFloat64 : torch::kFloat32; }
+
 TrainOptions train_options(const TrainConfig& c) {
   TrainOptions t;
   t.exec.seed = c.seed;
-  t.exec.dtype = c.dtype == "float64" ? torch::kFloat64 : torch::kFloat32;
+  t.exec.dtype = torch_dtype(c.dtype);
   t.exec.optim.lr = c.lr;
   t.exec.optim.min_lr = c.min_lr > 0 ? c.min_lr : c.lr / 10;
   t.exec.optim.warmup_steps = c.warmup_steps;

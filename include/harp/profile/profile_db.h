@@ -62,6 +62,10 @@ class ProfileDb {
   void put(const ProfileEntry& entry);
   // Entry for the key, if present.
   std::optional<ProfileEntry> find(const ProfileKey& key) const;
+  // The entry of (device, signature, tp) whose microbatch size is nearest `samples` (the
+  // smaller of two as near), if there is one.
+  std::optional<ProfileEntry> nearest(const std::string& device, const std::string& signature, int samples,
+                                      int tp) const;
   // Adds every entry and device record of `other`; on a key present in both, `other`
   // wins. Returns how many entries of this DB `other` replaced.
   int merge(const ProfileDb& other);

@@ -28,6 +28,9 @@ struct TrainOptions {
   Json resolved_config;             // written by rank 0 as OUT/train_config.json (if not null)
 };
 
+// The libtorch dtype of a TrainConfig dtype name ("float32" | "float64").
+torch::Dtype torch_dtype(const std::string& name);
+
 // The options of a run from its validated configuration (the resolved config included).
 // REQUIRES: config.validate() passed.
 TrainOptions train_options(const TrainConfig& config);
