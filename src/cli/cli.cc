@@ -46,6 +46,7 @@ void build_app(CLI::App& app, Context& ctx) {
   add_data_command(app, ctx);
   add_trace_command(app, ctx);
   add_profile_command(app, ctx);
+  add_testbed_command(app, ctx);
   bool have_train = false;
   for (const auto& [name, add] : registered()) {
     add(app, ctx);

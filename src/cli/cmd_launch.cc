@@ -1,24 +1,99 @@
-// `harp launch --nproc N [--emulate] [--grace-s S] -- COMMAND ARGS...`: the local
-// launcher (harp/launch/launcher.h). The exit code is the first failed worker's, so
-// scripts see the same code as from torchrun; the summary goes to stderr.
+// `harp launch --nproc N [--emulate] [--grace-s S] [--testbed CLUSTER [--plan PLAN]]
+// -- COMMAND ARGS...`: the local launcher (harp/launch/launcher.h). The exit code is the
+// first failed worker's, so scripts see the same code as from torchrun; the summary goes
+// to stderr. With --testbed each rank starts inside the namespace of its device's host
+// (harp/testbed/testbed.h) and binds Gloo to that host's address, so its messages cross
+// the shaped links; the testbed is brought up if it is not, and then taken down at the end.
+#include <algorithm>
+#include <set>
 #include <thread>
 
 #include "commands.h"
+#include "harp/cluster/cluster_io.h"
 #include "harp/launch/launcher.h"
+#include "harp/plan/plan_io.h"
+#include "harp/testbed/testbed.h"
 
 namespace harp::cli {
 namespace {
 
 struct Opts {
-  int nproc = 1;
+  int nproc = 0;
   bool emulate = false;
+  std::string testbed_file, plan_file, prefix;
   double grace_s = 5.0;
   std::vector<std::string> command;
 };
 
+// The devices the ranks run: the plan's, in increasing id (the runtime's rank layout,
+// runtime/transport.h), or rank r on device r without a plan.
+StatusOr<std::vector<int>> rank_devices(const Opts& o, const cluster::Cluster& c, int* nproc) {
+  std::vector<int> devices;
+  if (!o.plan_file.empty()) {
+    HARP_ASSIGN_OR_RETURN(plan::Plan p, plan::load_plan(o.plan_file));
+    if (!p.cluster_fingerprint.empty() && p.cluster_fingerprint != c.fingerprint())
+      return invalid_argument(o.plan_file + ": the plan was made for another cluster (fingerprint " +
+                              p.cluster_fingerprint + ", " + o.testbed_file + " has " + c.fingerprint() +
+                              "); plan again with this cluster file");
+    std::set<int> used;
+    for (const auto& st : p.stages) used.insert(st.devices.begin(), st.devices.end());
+    devices.assign(used.begin(), used.end());
+    if (*nproc == 0) *nproc = static_cast<int>(devices.size());
+    if (*nproc != static_cast<int>(devices.size()))
+      return invalid_argument("--nproc " + std::to_string(*nproc) + ": the plan " + o.plan_file + " runs " +
+                              std::to_string(devices.size()) + " ranks; leave --nproc out or set it to that");
+  } else {
+    if (*nproc == 0) return invalid_argument("--nproc: give the number of ranks (or --plan to take it from a plan)");
+    if (*nproc > c.num_devices())
+      return invalid_argument("--nproc " + std::to_string(*nproc) + ": the cluster " + o.testbed_file + " has " +
+                              std::to_string(c.num_devices()) + " devices");
+    for (int r = 0; r < *nproc; ++r) devices.push_back(r);
+  }
+  for (int d : devices)
+    if (d < 0 || d >= c.num_devices())
+      return invalid_argument(o.plan_file + ": device " + std::to_string(d) + " is not in the cluster " + o.testbed_file);
+  return devices;
+}
+
+// Fills the per-rank namespace and address; `*owned` when this launch brought it up.
+Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* owned, Context& ctx) {
+  HARP_ASSIGN_OR_RETURN(cluster::Cluster c, cluster::load_cluster(o.testbed_file));
+  HARP_ASSIGN_OR_RETURN(std::vector<int> devices, rank_devices(o, c, &options->nproc));
+  HARP_ASSIGN_OR_RETURN(testbed::Topology t,
+                        testbed::topology_for(c, o.prefix.empty() ? testbed::default_prefix(c) : o.prefix));
+  if (Status s = testbed::available(); !s.ok()) {
+    ctx.err << "harp launch: note: no testbed (" << s.message() << "); the ranks talk over 127.0.0.1, unshaped\n";
+    return Status();
+  }
+  HARP_ASSIGN_OR_RETURN(std::vector<std::string> existing, testbed::namespaces_with_prefix(t.prefix));
+  HARP_ASSIGN_OR_RETURN(testbed::Report report, testbed::status(c, t));
+  if (!report.up) {
+    HARP_RETURN_IF_ERROR(testbed::up(t));
+    if (existing.empty()) *owned = t.prefix;
+  }
+  std::string map;
+  for (int r = 0; r < options->nproc; ++r) {
+    const int h = t.host_of_device(devices[r]);
+    const testbed::Host& host = t.hosts[h];
+    options->rank_prefix.push_back({"ip", "netns", "exec", host.netns});
+    options->rank_env.push_back({{"HARP_GLOO_ADDR", host.address}, {"HARP_TESTBED", t.prefix}});
+    map += (r ? ", " : "") + std::to_string(r) + "->" + c.subclusters[host.subcluster].name + "@" + host.address;
+  }
+  ctx.err << "harp launch: testbed " << t.prefix << (owned->empty() ? " (already up)" : " (brought up)")
+          << ", links shaped as " << o.testbed_file << " says; ranks " << map << "\n";
+  return Status();
+}
+
 int run_launch(const Opts& o, Context& ctx) {
   launch::LaunchOptions options;
   options.nproc = o.nproc;
+  std::string owned;  // the testbed prefix to take down at the end
+  if (!o.testbed_file.empty()) {
+    if (Status s = use_testbed(o, &options, &owned, ctx); !s.ok()) return ctx.fail("launch", s);
+  } else if (!o.plan_file.empty() || o.nproc == 0) {
+    ctx.err << "harp launch: give --nproc N (--plan goes with --testbed)\n";
+    return kExitUsage;
+  }
   options.command = o.command;
   options.grace_s = o.grace_s;
   // The trainer reads HARP_EMULATE to apply the plan's emulated slowdowns; an explicit
@@ -27,10 +102,14 @@ int run_launch(const Opts& o, Context& ctx) {
   // More busy ranks than cores: they take turns, and every measured time (and so every
   // comparison with a prediction) is inflated by it.
   const unsigned cores = std::thread::hardware_concurrency();
-  if (cores > 0 && static_cast<unsigned>(o.nproc) > cores)
-    ctx.err << "harp launch: note: " << o.nproc << " ranks share " << cores
+  if (cores > 0 && static_cast<unsigned>(options.nproc) > cores)
+    ctx.err << "harp launch: note: " << options.nproc << " ranks share " << cores
             << " cores; measured times include their competition for the cores\n";
   auto result = launch::launch(options, ctx.out);
+  if (!owned.empty()) {
+    auto removed = testbed::down(owned);
+    if (!removed.ok()) ctx.err << "harp launch: taking the testbed down: " << removed.status().message() << "\n";
+  }
   if (!result.ok()) return ctx.fail("launch", result.status());
   ctx.err << "harp launch: " << result->summary << "\n";
   ctx.rc = result->exit_code;
@@ -42,9 +121,12 @@ int run_launch(const Opts& o, Context& ctx) {
 void add_launch_command(CLI::App& root, Context& ctx) {
   auto* cmd = root.add_subcommand("launch", "Run N local worker processes with the torchrun variables");
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--nproc", o->nproc, "Number of worker processes (ranks)")
-      ->required()
+  cmd->add_option("--nproc", o->nproc, "Number of worker processes (ranks); with --plan, the plan's by default")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--testbed", o->testbed_file,
+                  "Cluster file: run each rank in its device's namespace of the emulated cluster (harp testbed)");
+  cmd->add_option("--plan", o->plan_file, "With --testbed: the plan the ranks run, for their devices");
+  cmd->add_option("--testbed-prefix", o->prefix, "With --testbed: the testbed's namespace prefix");
   cmd->add_flag("--emulate", o->emulate, "Set HARP_EMULATE=1: apply the plan's emulated device slowdowns");
   cmd->add_option("--grace-s", o->grace_s, "Seconds between SIGTERM and SIGKILL when a worker fails")
       ->capture_default_str()

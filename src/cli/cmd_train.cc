@@ -108,6 +108,12 @@ int run_train(const Opts& o, Context& ctx) {
   runtime::TrainOptions t = runtime::train_options(c);
   t.resume = o.resume;
   t.exec.emulate = c.emulate || env_int("HARP_EMULATE", 0) != 0;  // harp launch --emulate
+  if (const char* origin = std::getenv("HARP_CLOCK_ORIGIN_NS")) {  // harp launch: one clock for all ranks
+    char* end = nullptr;
+    const long long ns = std::strtoll(origin, &end, 10);
+    if (end != origin && *end == '\0' && ns > 0) t.exec.clock_origin_ns = ns;
+  }
+  const char* testbed = std::getenv("HARP_TESTBED");
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
   std::unique_ptr<runtime::RunDirLock> lock;
   if (rank == 0) {
@@ -122,7 +128,8 @@ int run_train(const Opts& o, Context& ctx) {
       ctx.out << "training " << m->gpt.name << " (k = " << m->gpt.granularity << ", " << m->num_layers() << " layers) on "
               << world << " ranks, " << p->num_stages() << " stages, schedule "
               << plan::schedule_kind_name(p->schedule) << ", B = " << p->microbatches << " x "
-              << p->microbatch_size << (t.exec.emulate ? ", emulating slower devices" : "") << "\n";
+              << p->microbatch_size << (t.exec.emulate ? ", emulating slower devices" : "")
+              << (testbed != nullptr ? std::string(", links shaped by testbed ") + testbed : std::string()) << "\n";
     auto summary = runtime::train(*m, *p, *comm, *data, t, ctx.out);
     if (!summary.ok()) return ctx.fail("train", summary.status());
     if (rank == 0 && c.progress)

@@ -42,6 +42,7 @@ void add_launch_command(CLI::App& root, Context& ctx);
 void add_data_command(CLI::App& root, Context& ctx);
 void add_trace_command(CLI::App& root, Context& ctx);
 void add_profile_command(CLI::App& root, Context& ctx);
+void add_testbed_command(CLI::App& root, Context& ctx);
 // Commands that need libtorch live in the `harp-train` executable (train_main.cc), which
 // registers them before run(); `harp` itself never loads libtorch and hands `harp train`
 // over to `harp-train` (main.cc). Without a registered `train`, run() lists a stand-in

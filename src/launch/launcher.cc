@@ -92,7 +92,8 @@ struct Worker {
   bool got_sigkill = false;
 };
 
-std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port, const std::string& store) {
+std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port, const std::string& store,
+                                    long long clock_origin_ns) {
   std::map<std::string, std::string> vars;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string kv = *e;
@@ -100,6 +101,8 @@ std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port, 
     if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const auto& [k, v] : o.env) vars[k] = v;
+  if (!o.rank_env.empty())
+    for (const auto& [k, v] : o.rank_env[rank]) vars[k] = v;
   vars["RANK"] = std::to_string(rank);
   vars["LOCAL_RANK"] = std::to_string(rank);
   vars["WORLD_SIZE"] = std::to_string(o.nproc);
@@ -109,6 +112,7 @@ std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port, 
   // Rendezvous through a file only this launch knows: nothing listens for it, on any
   // interface (the c10d TCPStore would listen on every one).
   if (!store.empty()) vars["HARP_STORE_FILE"] = store;
+  vars["HARP_CLOCK_ORIGIN_NS"] = std::to_string(clock_origin_ns);
   std::vector<std::string> env;
   for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
   return env;
@@ -266,6 +270,12 @@ Status validate(const LaunchOptions& o) {
   for (const auto& kv : o.env)
     if (kv.first.empty() || kv.first.find('=') != std::string::npos)
       return invalid_argument("env key '" + kv.first + "': must be non-empty and contain no '='");
+  if (!o.rank_prefix.empty() && static_cast<int>(o.rank_prefix.size()) != o.nproc)
+    return invalid_argument("rank_prefix has " + std::to_string(o.rank_prefix.size()) + " entries for " +
+                            std::to_string(o.nproc) + " ranks: give one per rank or none");
+  if (!o.rank_env.empty() && static_cast<int>(o.rank_env.size()) != o.nproc)
+    return invalid_argument("rank_env has " + std::to_string(o.rank_env.size()) + " entries for " +
+                            std::to_string(o.nproc) + " ranks: give one per rank or none");
   return Status();
 }
 
@@ -306,10 +316,15 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
   const std::string store = store_dir + "/store";
   StopSignals stop_signals;
 
+  const long long clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count();
   std::vector<Worker> workers(options.nproc);
   for (int r = 0; r < options.nproc; ++r) {
     workers[r].rank = r;
-    Status s = start_worker(options.command, worker_env(options, r, port, store), &workers[r]);
+    std::vector<std::string> argv = options.rank_prefix.empty() ? std::vector<std::string>() : options.rank_prefix[r];
+    argv.insert(argv.end(), options.command.begin(), options.command.end());
+    Status s = start_worker(argv, worker_env(options, r, port, store, clock_origin_ns), &workers[r]);
     if (!s.ok()) {
       // Bounded cleanup of those already started: SIGKILL cannot be ignored.
       signal_groups(workers, SIGKILL);

@@ -31,7 +31,10 @@ c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store>& store
                                     int rank, int size, std::chrono::milliseconds timeout) {
   auto options = Gloo::Options::create(timeout);
   const std::string addr = env_or("MASTER_ADDR", "127.0.0.1");
-  if (addr == "127.0.0.1" || addr == "localhost")
+  const std::string bind = env_or("HARP_GLOO_ADDR", "");  // harp launch --testbed: this host's address
+  if (!bind.empty())
+    options->devices.push_back(Gloo::createDeviceForHostname(bind));
+  else if (addr == "127.0.0.1" || addr == "localhost")
     options->devices.push_back(Gloo::createDeviceForHostname("127.0.0.1"));
   else if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"))
     options->devices.push_back(Gloo::createDeviceForInterface(ifname));

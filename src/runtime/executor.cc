@@ -235,7 +235,9 @@ StepResult Executor::run_step(int step, bool trace) {
   if (trace) comm_.barrier(where(layout_, step) + " before a traced step");
   const auto begin = std::chrono::steady_clock::now();
   if (trace && !traced_before_) {
-    origin_ = begin;
+    origin_ = config_.clock_origin_ns > 0
+                  ? std::chrono::steady_clock::time_point(std::chrono::nanoseconds(config_.clock_origin_ns))
+                  : begin;
     traced_before_ = true;
   }
   for (const schedule::Action& a : actions_) {

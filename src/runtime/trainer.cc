@@ -196,6 +196,10 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
         merged.rows.insert(merged.rows.end(), part.rows.begin(), part.rows.end());
         merged.events.insert(merged.events.end(), part.events.begin(), part.events.end());
       }
+      // On a shared clock the spans count from the launch: start the trace at its first.
+      double first_us = merged.events.empty() ? 0 : merged.events.front().start_us;
+      for (const auto& e : merged.events) first_us = std::min(first_us, e.start_us);
+      for (auto& e : merged.events) e.start_us -= first_us;
       HARP_RETURN_IF_ERROR(write_text_file_atomic(options.out_dir + "/trace.json",
                                                   schedule::chrome_trace(merged).dump() + "\n"));
     }

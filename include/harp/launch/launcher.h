@@ -1,6 +1,8 @@
 // The local launcher behind `harp launch` (torch-free): starts N worker processes with
 // the torchrun variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
-// MASTER_PORT on a free port of 127.0.0.1), forwards their output line by line with a
+// MASTER_PORT on a free port of 127.0.0.1, and HARP_CLOCK_ORIGIN_NS: the launch's start
+// on CLOCK_MONOTONIC, which every process of this machine shares, so the ranks' traces
+// line up on one clock), forwards their output line by line with a
 // "[rank r] " prefix, and when one worker fails (non-zero exit or killed) stops all the
 // others (SIGTERM, then SIGKILL after a grace period).
 #pragma once
@@ -21,6 +23,11 @@ struct LaunchOptions {
                                            // the inherited environment, the torchrun
                                            // variables above override both
   double grace_s = 5.0;                    // SIGTERM -> SIGKILL
+  // Per rank (empty, or one entry per rank): words put before the command, e.g.
+  // {"ip", "netns", "exec", NS} to start the rank inside a namespace, and variables that
+  // override `env` for that rank.
+  std::vector<std::vector<std::string>> rank_prefix;
+  std::vector<std::map<std::string, std::string>> rank_env;
 };
 
 struct LaunchResult {

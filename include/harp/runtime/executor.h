@@ -34,6 +34,10 @@ struct ExecConfig {
   torch::Dtype dtype = torch::kFloat32;
   OptimConfig optim;
   bool emulate = false;        // apply the plan's emulated_slowdown (DESIGN.md, last section)
+  // Trace times count from this steady_clock reading (ns) when > 0: ranks on one machine
+  // share the clock (harp launch sets HARP_CLOCK_ORIGIN_NS), so their spans line up
+  // exactly; otherwise from each rank's first traced step, after a barrier.
+  std::int64_t clock_origin_ns = 0;
 };
 
 struct StepResult {

@@ -225,6 +225,9 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp plan --output",
       "harp plan --json",
       "harp launch --nproc",
+      "harp launch --testbed",
+      "harp launch --plan",
+      "harp launch --testbed-prefix",
       "harp launch --emulate",
       "harp launch --grace-s",
       "harp launch command",
@@ -241,6 +244,9 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp profile import dir", "harp profile import --format", "harp profile import --job",
       "harp profile import --gpu", "harp profile import --as", "harp profile import --microbatch-size",
       "harp profile import --output",
+      "harp testbed up --cluster", "harp testbed up --prefix", "harp testbed up --dry-run",
+      "harp testbed down --cluster", "harp testbed down --prefix",
+      "harp testbed status --cluster", "harp testbed status --prefix",
   };
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds

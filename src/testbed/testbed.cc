@@ -1,0 +1,380 @@
+#include "harp/testbed/testbed.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <set>
+#include <sstream>
+
+extern char** environ;  // NOLINT: POSIX global
+
+namespace harp::testbed {
+namespace {
+
+constexpr int kMaxHosts = 64;  // a full mesh: 2016 veth pairs at most
+constexpr std::size_t kMaxOutput = 1 << 20;
+
+std::string format_double(double v) {
+  std::ostringstream s;
+  s.precision(6);
+  s << v;
+  return s.str();
+}
+
+std::string address_of(int host) {
+  return "10.99." + std::to_string(host / 250) + "." + std::to_string(host % 250 + 1);
+}
+
+// The commands that shape one veth end. netem delays each packet by the latency and
+// paces it to the rate; htb only paces (a kernel without sch_netem, as on the CI
+// machines, keeps the veth's own latency, tens of microseconds). htb rather than tbf:
+// tbf's bucket must hold the largest segment the veth hands it (64 KiB with GSO), and a
+// full bucket lets that much through at once, which halves the time of a 128 KiB
+// activation at 100 Mbit/s; htb lets a large packet borrow and pays it back.
+std::vector<std::vector<std::string>> shape_commands(const std::string& netns, const std::string& dev,
+                                                     const cluster::Link& link, Shaper shaper) {
+  const std::string rate = std::to_string(std::llround(link.bandwidth_gbps * 1e9)) + "bit";
+  const std::vector<std::string> tc = {"tc", "-n", netns};
+  auto cmd = [&](std::vector<std::string> rest) {
+    std::vector<std::string> c = tc;
+    c.insert(c.end(), rest.begin(), rest.end());
+    return c;
+  };
+  if (shaper == Shaper::kNetem) {
+    const std::string delay = std::to_string(std::llround(link.latency_s * 1e6)) + "us";
+    return {cmd({"qdisc", "replace", "dev", dev, "root", "netem", "delay", delay, "rate", rate, "limit", "100000"})};
+  }
+  // The bucket: 100 us at the rate, at least one full-size frame (htb's own default
+  // overflows to 0 above a few Gbit/s).
+  const std::string burst =
+      std::to_string(std::max<long long>(1600, std::llround(link.bandwidth_gbps * 1e9 / 8 * 1e-4)));
+  // The quantum only divides a surplus among classes (there is one); set, it keeps htb
+  // from warning that the default (rate / 10) is too big.
+  // htb cannot be changed in place: the old root goes first (that fails harmlessly when
+  // there is none, and up() lets it).
+  return {cmd({"qdisc", "del", "dev", dev, "root"}),
+          cmd({"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"}),
+          cmd({"class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "burst", burst,
+               "cburst", burst, "quantum", "60000"})};
+}
+
+void close_fd(int* fd) {
+  if (*fd >= 0) ::close(*fd);
+  *fd = -1;
+}
+
+}  // namespace
+
+int Topology::host_of_device(int device) const {
+  for (int h = 0; h < static_cast<int>(hosts.size()); ++h)
+    if (std::find(hosts[h].devices.begin(), hosts[h].devices.end(), device) != hosts[h].devices.end()) return h;
+  return -1;
+}
+
+std::string default_prefix(const cluster::Cluster& cluster) { return "harp" + cluster.fingerprint().substr(0, 6); }
+
+Status check_prefix(const std::string& prefix) {
+  bool ok = !prefix.empty() && prefix.size() <= 24;
+  for (char c : prefix) ok = ok && ((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9'));
+  if (!ok)
+    return invalid_argument("testbed prefix '" + prefix.substr(0, 40) +
+                            "': must be 1-24 characters of [a-z0-9] (it names the namespaces); e.g. harptest");
+  return Status();
+}
+
+StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::string& prefix) {
+  HARP_RETURN_IF_ERROR(check_prefix(prefix));
+  Topology t;
+  t.prefix = prefix;
+  int hosts = 0;
+  for (const auto& sc : cluster.subclusters) hosts += sc.nodes > 1 ? sc.nodes : 1;
+  if (hosts > kMaxHosts)
+    return invalid_argument("cluster '" + cluster.name + "': the testbed would need " + std::to_string(hosts) +
+                            " namespaces (one per node), more than " + std::to_string(kMaxHosts) +
+                            "; emulate a smaller cluster (fewer nodes per subcluster)");
+  for (int s = 0; s < static_cast<int>(cluster.subclusters.size()); ++s) {
+    const auto& sc = cluster.subclusters[s];
+    const int first = cluster.first_device_id(s);
+    const int per_host = sc.nodes > 1 ? sc.devices_per_node : sc.num_devices();
+    for (int n = 0; n < (sc.nodes > 1 ? sc.nodes : 1); ++n) {
+      Host h;
+      const int index = static_cast<int>(t.hosts.size());
+      h.netns = prefix + "-h" + std::to_string(index);
+      h.address = address_of(index);
+      h.subcluster = s;
+      h.node = sc.nodes > 1 ? n : -1;
+      for (int d = 0; d < per_host; ++d) h.devices.push_back(first + n * per_host + d);
+      t.hosts.push_back(std::move(h));
+    }
+  }
+  for (int a = 0; a < static_cast<int>(t.hosts.size()); ++a) {
+    for (int b = a + 1; b < static_cast<int>(t.hosts.size()); ++b) {
+      const Host& ha = t.hosts[a];
+      const Host& hb = t.hosts[b];
+      Wire w;
+      w.a = a;
+      w.b = b;
+      const auto& sa = cluster.subclusters[ha.subcluster];
+      const auto& sb = cluster.subclusters[hb.subcluster];
+      if (ha.subcluster == hb.subcluster) {
+        w.link = sa.inter_node;
+        w.rule = "inter-node link of " + sa.name;
+      } else if (auto direct = cluster.link_between(ha.subcluster, hb.subcluster)) {
+        w.link = *direct;
+        w.rule = "link " + sa.name + "-" + sb.name;
+      } else {
+        // The chain of consecutive links between them (a validated cluster has them all).
+        w.link.bandwidth_gbps = 0;
+        std::string path = sa.name;
+        for (int s = ha.subcluster; s < hb.subcluster; ++s) {
+          const cluster::Link l = cluster.link_for(s, 0, s + 1, 0);
+          w.link.bandwidth_gbps = w.link.bandwidth_gbps == 0 ? l.bandwidth_gbps
+                                                             : std::min(w.link.bandwidth_gbps, l.bandwidth_gbps);
+          w.link.latency_s += l.latency_s;
+          path += "-" + cluster.subclusters[s + 1].name;
+        }
+        w.rule = "path " + path + " (slowest bandwidth, summed latency)";
+      }
+      t.wires.push_back(std::move(w));
+    }
+  }
+  return t;
+}
+
+const char* shaper_name(Shaper shaper) { return shaper == Shaper::kNetem ? "netem" : "htb"; }
+
+std::vector<std::vector<std::string>> up_commands(const Topology& t, Shaper shaper) {
+  std::vector<std::vector<std::string>> cmds;
+  for (const Host& h : t.hosts) {
+    cmds.push_back({"ip", "-n", h.netns, "link", "set", "lo", "up"});
+    cmds.push_back({"ip", "-n", h.netns, "addr", "replace", h.address + "/32", "dev", "lo"});
+  }
+  for (const Wire& w : t.wires) {
+    for (int side = 0; side < 2; ++side) {
+      const Host& from = t.hosts[side == 0 ? w.a : w.b];
+      const Host& to = t.hosts[side == 0 ? w.b : w.a];
+      const std::string dev = Topology::veth_name(side == 0 ? w.b : w.a);
+      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "up"});
+      cmds.push_back({"ip", "-n", from.netns, "route", "replace", to.address + "/32", "dev", dev, "src", from.address});
+      for (auto& c : shape_commands(from.netns, dev, w.link, shaper)) cmds.push_back(std::move(c));
+    }
+  }
+  return cmds;
+}
+
+StatusOr<std::string> run_command(const std::vector<std::string>& argv) {
+  if (argv.empty()) return invalid_argument("run_command: no command");
+  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+  if (pipe2(out_p, O_CLOEXEC) != 0 || pipe2(err_p, O_CLOEXEC) != 0) {
+    for (int* fd : {&out_p[0], &out_p[1], &err_p[0], &err_p[1]}) close_fd(fd);
+    return io_error(std::string("cannot create pipes: ") + std::strerror(errno));
+  }
+  std::vector<std::string> args = argv;
+  std::vector<char*> c_args;
+  for (auto& a : args) c_args.push_back(a.data());
+  c_args.push_back(nullptr);
+  const pid_t pid = fork();
+  if (pid < 0) {
+    for (int* fd : {&out_p[0], &out_p[1], &err_p[0], &err_p[1]}) close_fd(fd);
+    return io_error(std::string("fork failed: ") + std::strerror(errno));
+  }
+  if (pid == 0) {
+    dup2(out_p[1], STDOUT_FILENO);
+    dup2(err_p[1], STDERR_FILENO);
+    execvp(c_args[0], c_args.data());
+    const char msg[] = "cannot execute\n";
+    ssize_t ignored = write(STDERR_FILENO, msg, sizeof msg - 1);
+    (void)ignored;
+    _exit(127);
+  }
+  close_fd(&out_p[1]);
+  close_fd(&err_p[1]);
+  std::string out, err;
+  pollfd fds[2] = {{out_p[0], POLLIN, 0}, {err_p[0], POLLIN, 0}};
+  int open = 2;
+  while (open > 0) {
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      char buf[4096];
+      const ssize_t n = read(fds[i].fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open;
+        continue;
+      }
+      std::string& dst = i == 0 ? out : err;
+      if (dst.size() < kMaxOutput) dst.append(buf, static_cast<std::size_t>(n));
+    }
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return out;
+  std::string first = err.substr(0, err.find('\n'));
+  if (first.empty()) first = WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status)) : "killed";
+  std::string line;
+  for (const auto& a : argv) line += (line.empty() ? "" : " ") + a;
+  return io_error("`" + line.substr(0, 200) + "` failed: " + first.substr(0, 300));
+}
+
+StatusOr<std::vector<std::string>> namespaces_with_prefix(const std::string& prefix) {
+  HARP_RETURN_IF_ERROR(check_prefix(prefix));
+  HARP_ASSIGN_OR_RETURN(std::string listing, run_command({"ip", "netns", "list"}));
+  std::vector<std::string> names;
+  std::istringstream in(listing);
+  for (std::string line; std::getline(in, line);) {
+    const std::string name = line.substr(0, line.find(' '));  // "name (id: 3)"
+    if (name.rfind(prefix + "-", 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Status available() {
+  if (geteuid() != 0)
+    return failed_precondition("the testbed needs root (network namespaces, veth, tc); this process runs as uid " +
+                               std::to_string(geteuid()));
+  for (const char* tool : {"ip", "tc"}) {
+    auto r = run_command({tool, "-V"});
+    if (!r.ok())
+      return failed_precondition(std::string("the testbed needs `") + tool +
+                                 "` (Debian package iproute2): " + r.status().message());
+  }
+  const std::string probe = "harpprobe" + std::to_string(getpid() % 100000);
+  auto made = run_command({"ip", "netns", "add", probe + "-p"});
+  if (!made.ok()) return failed_precondition("cannot create a network namespace here: " + made.status().message());
+  auto removed = run_command({"ip", "netns", "del", probe + "-p"});
+  if (!removed.ok()) return removed.status();
+  return Status();
+}
+
+Status up(const Topology& t) {
+  HARP_ASSIGN_OR_RETURN(std::vector<std::string> existing, namespaces_with_prefix(t.prefix));
+  std::set<std::string> wanted;
+  for (const Host& h : t.hosts) wanted.insert(h.netns);
+  auto fail = [&](const Status& s) {
+    auto ignored = down(t.prefix);
+    (void)ignored;
+    return s;
+  };
+  for (const std::string& ns : existing)
+    if (!wanted.count(ns)) {
+      auto r = run_command({"ip", "netns", "del", ns});
+      if (!r.ok()) return fail(r.status());
+    }
+  const std::set<std::string> have(existing.begin(), existing.end());
+  for (const Host& h : t.hosts)
+    if (!have.count(h.netns)) {
+      auto r = run_command({"ip", "netns", "add", h.netns});
+      if (!r.ok()) return fail(r.status());
+    }
+  for (const Wire& w : t.wires) {
+    const Host& a = t.hosts[w.a];
+    const Host& b = t.hosts[w.b];
+    const std::string dev_a = Topology::veth_name(w.b), dev_b = Topology::veth_name(w.a);
+    if (run_command({"ip", "-n", a.netns, "link", "show", dev_a}).ok()) continue;
+    auto r = run_command({"ip", "link", "add", dev_a, "netns", a.netns, "type", "veth", "peer", "name", dev_b,
+                          "netns", b.netns});
+    if (!r.ok()) return fail(r.status());
+  }
+  // netem where the kernel has it (it shapes latency too), else htb.
+  Shaper shaper = Shaper::kHtb;
+  if (!t.wires.empty()) {
+    const Wire& w = t.wires.front();
+    const auto probe = shape_commands(t.hosts[w.a].netns, Topology::veth_name(w.b), w.link, Shaper::kNetem);
+    if (run_command(probe.front()).ok()) shaper = Shaper::kNetem;
+  }
+  for (const auto& cmd : up_commands(t, shaper)) {
+    auto r = run_command(cmd);
+    const bool removal = cmd.size() > 4 && cmd[3] == "qdisc" && cmd[4] == "del";
+    if (!r.ok() && !removal) return fail(r.status());
+  }
+  return Status();
+}
+
+StatusOr<int> down(const std::string& prefix) {
+  HARP_ASSIGN_OR_RETURN(std::vector<std::string> names, namespaces_with_prefix(prefix));
+  int removed = 0;
+  Status first;
+  for (const std::string& ns : names) {
+    auto r = run_command({"ip", "netns", "del", ns});
+    if (r.ok())
+      ++removed;
+    else if (first.ok())
+      first = r.status();
+  }
+  if (!first.ok()) return first;
+  return removed;
+}
+
+StatusOr<Report> status(const cluster::Cluster& cluster, const Topology& t) {
+  HARP_ASSIGN_OR_RETURN(std::vector<std::string> existing, namespaces_with_prefix(t.prefix));
+  const std::set<std::string> have(existing.begin(), existing.end());
+  Report report;
+  report.up = true;
+  std::ostringstream o;
+  o << "testbed " << t.prefix << " for cluster '" << cluster.name << "': " << t.hosts.size() << " hosts, "
+    << t.wires.size() << " links\n";
+  for (int i = 0; i < static_cast<int>(t.hosts.size()); ++i) {
+    const Host& h = t.hosts[i];
+    const auto& sc = cluster.subclusters[h.subcluster];
+    const bool up_now = have.count(h.netns) > 0;
+    report.up = report.up && up_now;
+    o << "  host " << i << "  " << h.netns << "  " << h.address << "  " << sc.name
+      << (h.node >= 0 ? " node " + std::to_string(h.node) : std::string()) << "  devices";
+    for (int d : h.devices) o << " " << d;
+    o << "  (" << sc.device;
+    const auto dev = cluster.devices.find(sc.device);
+    if (dev != cluster.devices.end() && dev->second.emulated_slowdown > 1.0)
+      o << ", emulated " << format_double(dev->second.emulated_slowdown) << "x slower";
+    o << ")" << (up_now ? "" : "  [missing]") << "\n";
+  }
+  for (const Wire& w : t.wires) {
+    o << "  link " << w.a << " <-> " << w.b << "  " << format_double(w.link.bandwidth_gbps) << " Gbit/s, "
+      << format_double(w.link.latency_s * 1e6) << " us one way  (" << w.rule << ")";
+    for (int side = 0; side < 2; ++side) {
+      const Host& from = t.hosts[side == 0 ? w.a : w.b];
+      if (!have.count(from.netns)) continue;
+      const std::string dev = Topology::veth_name(side == 0 ? w.b : w.a);
+      auto q = run_command({"tc", "-n", from.netns, "qdisc", "show", "dev", dev});
+      std::string line = q.ok() ? q->substr(0, q->find('\n')) : std::string("missing");
+      if (line.find("netem") != std::string::npos) {
+        report.latency_shaped = true;
+      } else if (line.find("htb") != std::string::npos) {
+        auto cls = run_command({"tc", "-n", from.netns, "class", "show", "dev", dev});
+        line = cls.ok() && cls->find("rate") != std::string::npos ? cls->substr(0, cls->find('\n'))
+                                                                   : "not shaped: htb without its class";
+        if (line.find("not shaped") != std::string::npos) report.up = false;
+      } else {
+        line = "not shaped: " + line;
+        report.up = false;
+      }
+      o << "\n      " << (side == 0 ? std::to_string(w.a) + "->" + std::to_string(w.b)
+                                    : std::to_string(w.b) + "->" + std::to_string(w.a))
+        << ": " << line;
+    }
+    o << "\n";
+  }
+  o << "  within a host: loopback, unshaped\n";
+  if (!t.wires.empty() && report.up && !report.latency_shaped)
+    o << "  latency: not shaped (this kernel has no sch_netem; htb shapes the bandwidth only): each link keeps\n"
+         "  the veth's own latency, tens of microseconds; declare about that in the cluster file\n";
+  o << "  state: " << (report.up ? "up" : existing.empty() ? "down" : "partly up (run `harp testbed up` again)")
+    << "\n";
+  report.text = o.str();
+  return report;
+}
+
+}  // namespace harp::testbed

@@ -1,0 +1,223 @@
+// The testbed brought up for real: up is idempotent and repairs, down leaves nothing
+// behind (also after the launcher inside was killed), and an activation sent by `harp
+// train` between two subclusters takes the time the shaped link says.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "harp/cluster/cluster_io.h"
+#include "harp/common/document.h"
+#include "harp/testbed/testbed.h"
+#include "testutil/temp_dir.h"
+
+namespace harp::testbed {
+namespace {
+
+const std::string kHarp = std::string(HARP_BINARY_DIR) + "/src/cli/harp";
+
+std::string unique_prefix(const char* what) { return std::string("harpt") + what + std::to_string(getpid() % 100000); }
+
+#define SKIP_WITHOUT_TESTBED()                                             \
+  do {                                                                     \
+    if (Status s = available(); !s.ok()) GTEST_SKIP() << s.message();      \
+  } while (0)
+
+// Runs a shell command line; returns its exit code and what it printed (stdout + stderr).
+int shell(const std::string& line, std::string* output = nullptr) {
+  FILE* p = popen((line + " 2>&1").c_str(), "r");
+  if (p == nullptr) return -1;
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = pclose(p);
+  if (output != nullptr) *output = out;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// Nothing of the prefix anywhere: no namespace, and the initial namespace holds no veth
+// of ours (they are made inside the namespaces) and no shaping qdisc.
+void expect_nothing_left(const std::string& prefix) {
+  auto left = namespaces_with_prefix(prefix);
+  ASSERT_TRUE(left.ok()) << left.status().message();
+  EXPECT_TRUE(left->empty()) << (*left)[0];
+  auto links = run_command({"ip", "-o", "link", "show"});
+  ASSERT_TRUE(links.ok());
+  EXPECT_EQ(links->find(": hb"), std::string::npos) << *links;
+  auto qdiscs = run_command({"tc", "qdisc", "show"});
+  ASSERT_TRUE(qdiscs.ok());
+  EXPECT_EQ(qdiscs->find("netem"), std::string::npos) << *qdiscs;
+  EXPECT_EQ(qdiscs->find("htb"), std::string::npos) << *qdiscs;
+}
+
+cluster::Cluster hetero() {
+  auto c = cluster::load_cluster(HARP_SOURCE_DIR "/examples/clusters/cpu_hetero.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+TEST(TestbedLive, UpIsIdempotentRepairsAndDownRemovesEverything) {
+  SKIP_WITHOUT_TESTBED();
+  const auto c = hetero();
+  auto t = topology_for(c, unique_prefix("u"));
+  ASSERT_TRUE(t.ok());
+  Status first = up(*t);
+  ASSERT_TRUE(first.ok()) << first.message();
+  Status again = up(*t);  // again: the same state, no error
+  ASSERT_TRUE(again.ok()) << again.message();
+  auto r = status(c, *t);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->up) << r->text;
+  // The hosts reach each other over their links, by address.
+  for (const Host& to : t->hosts)
+    EXPECT_TRUE(run_command({"ip", "netns", "exec", t->hosts[0].netns, "ip", "route", "get", to.address}).ok());
+  // A qdisc removed by hand: status sees it, up puts it back.
+  ASSERT_TRUE(run_command({"tc", "-n", t->hosts[2].netns, "qdisc", "del", "dev", "hb0", "root"}).ok());
+  r = status(c, *t);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->up) << r->text;
+  ASSERT_TRUE(up(*t).ok());
+  r = status(c, *t);
+  EXPECT_TRUE(r.ok() && r->up) << r->text;
+  auto removed = down(t->prefix);
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 3);
+  expect_nothing_left(t->prefix);
+  removed = down(t->prefix);  // nothing up: fine, nothing removed
+  ASSERT_TRUE(removed.ok());
+  EXPECT_EQ(*removed, 0);
+}
+
+TEST(TestbedLive, DownCleansUpAfterTheLauncherWasKilled) {
+  SKIP_WITHOUT_TESTBED();
+  const std::string prefix = unique_prefix("k");
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    execl(kHarp.c_str(), "harp", "launch", "--testbed", HARP_SOURCE_DIR "/examples/clusters/cpu_hetero.yaml",
+          "--testbed-prefix", prefix.c_str(), "--nproc", "3", "--", "sleep", "60", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until every rank runs inside its namespace.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  bool running = false;
+  while (!running && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    auto pids = run_command({"ip", "netns", "pids", prefix + "-h2"});
+    running = pids.ok() && !pids->empty();
+  }
+  ASSERT_TRUE(running) << "the ranks never started in the testbed";
+  kill(pid, SIGKILL);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  // The testbed outlives a killed launcher (it had no chance to take it down) ...
+  auto left = namespaces_with_prefix(prefix);
+  ASSERT_TRUE(left.ok());
+  EXPECT_EQ(left->size(), 3u);
+  // ... its ranks do not (they die with the launcher) ...
+  for (const std::string& ns : *left) {
+    std::string pids;
+    for (int i = 0; i < 100; ++i) {
+      auto p = run_command({"ip", "netns", "pids", ns});
+      pids = p.ok() ? *p : "?";
+      if (pids.empty()) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(pids.empty()) << ns << " still runs " << pids;
+  }
+  // ... and `harp testbed down` finds it by its prefix and removes all of it.
+  std::string out;
+  EXPECT_EQ(shell(kHarp + " testbed down --prefix " + prefix, &out), 0) << out;
+  EXPECT_NE(out.find("removed 3 namespaces"), std::string::npos) << out;
+  expect_nothing_left(prefix);
+}
+
+// One transfer per microbatch and direction, read off the merged trace (ranks share the
+// machine's clock): from the end of the sender's compute (it posts the send at once) to
+// the end of the receiver's wait; only where the receiver was already waiting.
+std::vector<double> transfers_us(const Json& trace) {
+  std::map<std::string, std::pair<double, double>> span;  // "<rank> <name>" -> (ts, end)
+  for (const auto& e : trace["traceEvents"]) {
+    if (e.value("ph", "") != "X") continue;
+    span[std::to_string(e["pid"].get<int>()) + " " + e["name"].get<std::string>()] = {
+        e["ts"].get<double>(), e["ts"].get<double>() + e["dur"].get<double>()};
+  }
+  std::vector<double> out;
+  for (int mb = 0; mb < 16; ++mb) {
+    for (auto [sender, compute, receiver, recv] :
+         {std::tuple{0, "F", 1, "RECV_F"}, std::tuple{1, "B", 0, "RECV_B"}}) {
+      auto s = span.find(std::to_string(sender) + " " + compute + std::to_string(mb));
+      auto r = span.find(std::to_string(receiver) + " " + recv + std::to_string(mb));
+      if (s == span.end() || r == span.end() || r->second.first > s->second.second) continue;
+      out.push_back(r->second.second - s->second.second);
+    }
+  }
+  return out;
+}
+
+TEST(TestbedLive, AnActivationTakesTheShapedLinksTime) {
+  SKIP_WITHOUT_TESTBED();
+  testing::TempDir dir;
+  const std::string prefix = unique_prefix("t");
+  // 100 Mbit/s between the two pools; 50 us is about the veth's own latency, which is
+  // what htb leaves when the kernel has no netem (netem would add the declared one).
+  {
+    std::ofstream(dir.file("cluster.yaml")) << R"(version: 1
+name: shaped-pair
+subclusters:
+  - {name: left, device: cpu, nodes: 1, devices_per_node: 1}
+  - {name: right, device: cpu, nodes: 1, devices_per_node: 1}
+links:
+  - {between: [left, right], bandwidth_gbps: 0.1, latency_ms: 0.05}
+)";
+    std::ofstream(dir.file("job.yaml")) << R"(version: 1
+cluster: cluster.yaml
+model: {family: gpt, name: gpt-shaped, num_blocks: 2, hidden: 128, heads: 4, seq_len: 128, vocab: 256, granularity: 1}
+planner: {strategy: uniform, microbatches: 4, microbatch_size: 2}
+training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
+)";
+    std::ofstream text(dir.file("corpus.txt"));
+    for (int i = 0; i < 4000; ++i) text << "line " << i << " of a corpus for the shaped link test\n";
+  }
+  std::string out;
+  ASSERT_EQ(shell(kHarp + " plan --job " + dir.file("job.yaml") + " --output " + dir.file("plan.json"), &out), 0) << out;
+  ASSERT_EQ(shell(kHarp + " data prepare --input " + dir.file("corpus.txt") + " --output " + dir.file("corpus.bin"), &out),
+            0)
+      << out;
+  auto plan = load_document(dir.file("plan.json"));
+  ASSERT_TRUE(plan.ok());
+  ASSERT_EQ((*plan)["stages"].size(), 2u) << "the test needs a plan across both pools";
+  const int rc = shell("timeout 120 " + kHarp + " launch --testbed " + dir.file("cluster.yaml") + " --testbed-prefix " +
+                           prefix + " --plan " + dir.file("plan.json") + " -- " + kHarp + " train --plan " +
+                           dir.file("plan.json") + " --job " + dir.file("job.yaml") + " --data " +
+                           dir.file("corpus.bin") + " --out " + dir.file("run"),
+                       &out);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("links shaped by testbed " + prefix), std::string::npos) << out;
+  expect_nothing_left(prefix);  // the launch brought it up, so it took it down
+  auto trace = load_document(dir.file("run/trace.json"));
+  ASSERT_TRUE(trace.ok()) << trace.status().message();
+  std::vector<double> t = transfers_us(*trace);
+  ASSERT_GE(t.size(), 3u) << "too few transfers with a waiting receiver";
+  std::sort(t.begin(), t.end());
+  const double median = t[t.size() / 2];
+  // One activation (or its gradient): microbatch 2 x seq 128 x hidden 128 x 4 bytes.
+  const double bytes = 2.0 * 128 * 128 * 4;
+  const double expected_us = 50 + bytes * 8 / 0.1e9 * 1e6;  // 10.5 ms
+  // Tolerance 15%: TCP/IP and Ethernet headers take about 4.5% of the wire rate, and the
+  // receiver learns of the arrival at Gloo's next poll.
+  std::printf("activation transfer over the shaped link: median %.0f us of %zu, expected %.0f us (%+.1f%%)\n", median,
+              t.size(), expected_us, 100 * (median - expected_us) / expected_us);
+  EXPECT_NEAR(median, expected_us, 0.15 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
+}
+
+}  // namespace
+}  // namespace harp::testbed

@@ -1,0 +1,129 @@
+// The testbed's topology and commands, checked without touching the machine's network:
+// hosts per subcluster or node, the link each pair of hosts gets (declared, inter-node,
+// or the path through the chain), addresses, and the tc figures.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "harp/cluster/cluster_io.h"
+#include "harp/testbed/testbed.h"
+#include "testutil/run_harp.h"
+
+namespace harp::testbed {
+namespace {
+
+cluster::Cluster three_pools() {
+  auto c = cluster::parse_cluster(Json::parse(R"({
+    "version": 1, "name": "three",
+    "devices": [{"name": "slowcpu", "peak_tflops": 0.5, "memory_gib": 16, "memory_bandwidth_gbs": 25,
+                 "emulated_slowdown": 2}],
+    "subclusters": [
+      {"name": "a", "device": "cpu", "nodes": 2, "devices_per_node": 2,
+       "intra_node": {"bandwidth_gbps": 100, "latency_us": 5},
+       "inter_node": {"bandwidth_gbps": 8, "latency_us": 40}},
+      {"name": "b", "device": "slowcpu", "nodes": 1, "devices_per_node": 3,
+       "intra_node": {"bandwidth_gbps": 100, "latency_us": 5}},
+      {"name": "c", "device": "cpu", "nodes": 1, "devices_per_node": 1}],
+    "links": [{"between": ["a", "b"], "bandwidth_gbps": 2, "latency_ms": 0.5},
+              {"between": ["b", "c"], "bandwidth_gbps": 0.5, "latency_ms": 1}]})"),
+                                  "three.json");
+  EXPECT_TRUE(c.ok()) << c.status().message();
+  return *c;
+}
+
+TEST(TestbedTopology, OneHostPerNodeOrSubclusterWithItsDevices) {
+  auto t = topology_for(three_pools(), "harpx");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  ASSERT_EQ(t->hosts.size(), 4u);  // a's two nodes, b, c
+  EXPECT_EQ(t->hosts[0].netns, "harpx-h0");
+  EXPECT_EQ(t->hosts[0].devices, (std::vector<int>{0, 1}));
+  EXPECT_EQ(t->hosts[1].devices, (std::vector<int>{2, 3}));
+  EXPECT_EQ(t->hosts[1].node, 1);
+  EXPECT_EQ(t->hosts[2].devices, (std::vector<int>{4, 5, 6}));
+  EXPECT_EQ(t->hosts[2].node, -1);
+  EXPECT_EQ(t->hosts[3].devices, (std::vector<int>{7}));
+  EXPECT_EQ(t->host_of_device(5), 2);
+  EXPECT_EQ(t->host_of_device(7), 3);
+  std::vector<std::string> addresses;
+  for (const auto& h : t->hosts) addresses.push_back(h.address);
+  EXPECT_EQ(addresses, (std::vector<std::string>{"10.99.0.1", "10.99.0.2", "10.99.0.3", "10.99.0.4"}));
+}
+
+TEST(TestbedTopology, EveryPairGetsItsLink) {
+  auto t = topology_for(three_pools(), "harpx");
+  ASSERT_TRUE(t.ok());
+  ASSERT_EQ(t->wires.size(), 6u);  // a full mesh of 4 hosts
+  auto wire = [&](int a, int b) {
+    return *std::find_if(t->wires.begin(), t->wires.end(), [&](const Wire& w) { return w.a == a && w.b == b; });
+  };
+  EXPECT_DOUBLE_EQ(wire(0, 1).link.bandwidth_gbps, 8);  // a's nodes: its inter-node link
+  EXPECT_DOUBLE_EQ(wire(0, 1).link.latency_s, 40e-6);
+  EXPECT_DOUBLE_EQ(wire(1, 2).link.bandwidth_gbps, 2);  // declared a-b
+  EXPECT_DOUBLE_EQ(wire(2, 3).link.latency_s, 1e-3);    // declared b-c
+  // a-c is not declared: the path through b, its slowest bandwidth and summed latency.
+  EXPECT_DOUBLE_EQ(wire(0, 3).link.bandwidth_gbps, 0.5);
+  EXPECT_DOUBLE_EQ(wire(0, 3).link.latency_s, 1.5e-3);
+  EXPECT_NE(wire(0, 3).rule.find("path a-b-c"), std::string::npos) << wire(0, 3).rule;
+}
+
+TEST(TestbedTopology, CommandsShapeBothDirectionsOfEveryLink) {
+  auto t = topology_for(three_pools(), "harpx");
+  ASSERT_TRUE(t.ok());
+  for (Shaper shaper : {Shaper::kNetem, Shaper::kHtb}) {
+    int rates = 0;
+    bool saw_b_to_c = false;
+    for (const auto& cmd : up_commands(*t, shaper)) {
+      if (cmd[0] != "tc" || cmd[4] == "del") continue;
+      EXPECT_NE(std::find(cmd.begin(), cmd.end(), shaper_name(shaper)), cmd.end());
+      const auto rate = std::find(cmd.begin(), cmd.end(), "rate");
+      if (rate == cmd.end()) continue;
+      ++rates;
+      // Host 3 (c) towards host 2 (b): 0.5 Gbit/s, and 1 ms with netem.
+      if (cmd[2] == "harpx-h3" && cmd[6] == "hb2") {
+        saw_b_to_c = true;
+        EXPECT_EQ(*(rate + 1), "500000000bit");
+        if (shaper == Shaper::kNetem) {
+          EXPECT_EQ(cmd[10], "1000us");
+        }
+      }
+    }
+    EXPECT_EQ(rates, 12);  // 6 links x 2 directions
+    EXPECT_TRUE(saw_b_to_c);
+  }
+}
+
+TEST(TestbedTopology, PrefixIsCheckedAndDefaultsToTheFingerprint) {
+  const auto c = three_pools();
+  EXPECT_EQ(default_prefix(c), "harp" + c.fingerprint().substr(0, 6));
+  EXPECT_TRUE(check_prefix(default_prefix(c)).ok());
+  for (const char* bad : {"", "Harp", "harp-x", "harp/x", "a234567890123456789012345"}) {
+    Status s = check_prefix(bad);
+    EXPECT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.message().find("[a-z0-9]"), std::string::npos) << s.message();
+  }
+  EXPECT_FALSE(topology_for(c, "bad-prefix").ok());
+}
+
+TEST(TestbedTopology, TooManyNodesIsRefusedWithAFix) {
+  auto c = three_pools();
+  c.subclusters[0].nodes = 70;
+  auto t = topology_for(c, "harpx");
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("fewer nodes"), std::string::npos) << t.status().message();
+}
+
+TEST(TestbedCli, DryRunPrintsTheCommandsWithoutRunningThem) {
+  auto r = testing::run_harp({"testbed", "up", "--cluster", HARP_SOURCE_DIR "/examples/clusters/cpu_hetero.yaml",
+                              "--prefix", "harpdry", "--dry-run"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("ip netns add harpdry-h2"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tc -n harpdry-h2 qdisc replace dev hb0 root netem delay 500us rate 1000000000bit"),
+            std::string::npos)
+      << r.out;
+  auto bad = testing::run_harp({"testbed", "down"});
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_NE(bad.err.find("--cluster FILE or --prefix P"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace harp::testbed
