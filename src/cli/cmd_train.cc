@@ -23,6 +23,7 @@ namespace {
 // one override per training field (applied only when given on the command line).
 struct Opts {
   std::string plan_file, model, job_file;
+  std::string schedule;  // overrides the plan's, as harp simulate --schedule does
   int granularity = 0;
   bool resume = false, quiet = false;
   runtime::TrainConfig flags;  // values of the override flags
@@ -55,6 +56,11 @@ int run_train(const Opts& o, Context& ctx) {
   const runtime::TrainConfig& c = *config;
   auto p = plan::load_plan(o.plan_file);
   if (!p.ok()) return ctx.fail("train", p.status());
+  const plan::ScheduleKind planned_schedule = p->schedule;
+  if (!o.schedule.empty() && !plan::parse_schedule_kind(o.schedule, &p->schedule)) {
+    ctx.err << "harp train: --schedule " << o.schedule.substr(0, 40) << ": unknown; use gpipe, 1f1b or harp-1f1b\n";
+    return ctx.rc = kExitUsage;
+  }
   // The model: the spec the plan was made for (its model_config), unless --model names
   // another; the granularity: --granularity, else the plan's, else the model's own.
   StatusOr<model::ModelSpec> m = invalid_argument("no model");
@@ -132,11 +138,11 @@ int run_train(const Opts& o, Context& ctx) {
               << (testbed != nullptr ? std::string(", links shaped by testbed ") + testbed : std::string()) << "\n";
     auto summary = runtime::train(*m, *p, *comm, *data, t, ctx.out);
     if (!summary.ok()) return ctx.fail("train", summary.status());
-    if (rank == 0 && c.progress)
-    {
-      ctx.out << "done: " << summary->losses.size() << " steps, median " << fmt_time(summary->median_iteration_s)
-              << "/step (mean " << fmt_time(summary->mean_iteration_s) << "), " << fmt("%.0f", summary->tokens_per_s)
-              << " tokens/s; metrics in " << c.out << "/metrics.jsonl\n";
+    if (rank == 0) {
+      if (c.progress)
+        ctx.out << "done: " << summary->losses.size() << " steps, median " << fmt_time(summary->median_iteration_s)
+                << "/step (mean " << fmt_time(summary->mean_iteration_s) << "), " << fmt("%.0f", summary->tokens_per_s)
+                << " tokens/s; metrics in " << c.out << "/metrics.jsonl\n";
       // The plan's own claim beside the measurement: the simulated iteration of its
       // schedule (what `harp simulate` predicts), the closed form beside it.
       double predicted = p->predicted.iteration_s;
@@ -148,15 +154,39 @@ int run_train(const Opts& o, Context& ctx) {
       const double measured = summary->median_iteration_s;
       const bool emulated_stages = std::any_of(p->stages.begin(), p->stages.end(),
                                                [](const plan::Stage& s) { return s.emulated_slowdown > 1.0; });
-      if (predicted > 0 && measured > 0)
-        ctx.out << "predicted " << fmt_time(predicted) << "/step by the plan (simulated; closed form "
-                << fmt_time(closed_form) << "; costs: "
+      const double error = predicted > 0 && measured > 0 ? (predicted - measured) / measured : 0.0;
+      if (c.progress && predicted > 0 && measured > 0)
+        ctx.out << "predicted " << fmt_time(predicted) << "/step by the plan (simulated"
+                << (p->schedule == planned_schedule ? "; closed form " + fmt_time(closed_form)
+                                                    : std::string(" under ") + plan::schedule_kind_name(p->schedule) +
+                                                          ", not the planned " +
+                                                          plan::schedule_kind_name(planned_schedule))
+                << "; costs: "
                 << (p->cost_source.empty() ? "unknown" : p->cost_source.substr(0, 60))
                 << (p->cost_source.size() > 60 ? "..." : "") << "), measured " << fmt_time(measured)
-                << fmt(": error %+.1f%%", 100 * (predicted - measured) / measured)
+                << fmt(": error %+.1f%%", 100 * error)
                 << (emulated_stages && !t.exec.emulate ? " (the plan's emulated devices were not emulated: --emulate)"
                                                        : "")
                 << "\n";
+      // The same figures for scripts (make demo's table, bench/): OUT/summary.json.
+      Json s;
+      s["plan"] = o.plan_file;
+      s["strategy"] = p->strategy;
+      s["schedule"] = plan::schedule_kind_name(p->schedule);
+      s["planned_schedule"] = plan::schedule_kind_name(planned_schedule);
+      s["stages"] = p->num_stages();
+      s["ranks"] = world;
+      s["steps"] = summary->losses.size();
+      s["predicted_s"] = predicted;
+      s["closed_form_s"] = closed_form;
+      s["measured_median_s"] = measured;
+      s["measured_mean_s"] = summary->mean_iteration_s;
+      s["error"] = error;
+      s["emulated"] = t.exec.emulate && emulated_stages;
+      s["testbed"] = testbed != nullptr ? std::string(testbed) : std::string();
+      s["cost_source"] = p->cost_source;
+      Status wrote = write_text_file_atomic(c.out + "/summary.json", s.dump(2) + "\n");
+      if (!wrote.ok()) return ctx.fail("train", wrote);
     }
   } catch (const runtime::RuntimeFailure& e) {
     ctx.err << "harp train: " << e.what() << "\n";
@@ -175,6 +205,7 @@ void add_train_command(CLI::App& root, Context& ctx) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--plan", o->plan_file, "Plan file (JSON) from harp plan")->required();
   cmd->add_option("--model", o->model, "Model preset or file (default: the plan's model)");
+  cmd->add_option("--schedule", o->schedule, "Run the plan under another schedule: gpipe, 1f1b, harp-1f1b");
   cmd->add_option("--granularity", o->granularity, "Sub-layers per block (default: from the plan)")
       ->check(CLI::Range(1, 4));
   cmd->add_option("--job", o->job_file, "Job file whose training: section is the base configuration");

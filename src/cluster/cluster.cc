@@ -1,5 +1,7 @@
 #include "harp/cluster/cluster.h"
 
+#include <algorithm>
+
 #include "harp/cluster/cluster_io.h"
 #include "harp/common/check.h"
 #include "harp/common/hash.h"
@@ -44,6 +46,23 @@ Link Cluster::link_for(int subcluster_a, int node_a, int subcluster_b, int node_
   HARP_CHECK(link.has_value()) << "no link between subclusters " << subcluster_a << " and "
                                << subcluster_b;
   return *link;
+}
+
+Link Cluster::path_link(int a, int b, std::string* path) const {
+  if (a > b) std::swap(a, b);
+  if (path != nullptr) *path = subclusters.at(a).name;
+  if (auto direct = link_between(a, b)) {
+    if (path != nullptr) *path += "-" + subclusters.at(b).name;
+    return *direct;
+  }
+  Link l;
+  for (int s = a; s < b; ++s) {
+    const Link hop = link_for(s, 0, s + 1, 0);
+    l.bandwidth_gbps = s == a ? hop.bandwidth_gbps : std::min(l.bandwidth_gbps, hop.bandwidth_gbps);
+    l.latency_s += hop.latency_s;
+    if (path != nullptr) *path += "-" + subclusters.at(s + 1).name;
+  }
+  return l;
 }
 
 std::string Cluster::fingerprint() const { return hex_fingerprint(cluster_to_json(*this).dump()); }

@@ -15,6 +15,7 @@ StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file
   c.state_bytes_per_param_byte = r.non_negative("state_bytes_per_param_byte", c.state_bytes_per_param_byte);
   c.memory_reserve_fraction = r.non_negative("memory_reserve_fraction", c.memory_reserve_fraction);
   c.workspace_bytes = r.non_negative("workspace_bytes", c.workspace_bytes);
+  c.gradient_bytes_per_param_byte = r.positive("gradient_bytes_per_param_byte", c.gradient_bytes_per_param_byte);
   c.profile_file = r.string("profile", "");
   if (!c.profile_file.empty()) c.profile_file = resolve_relative_to(file, c.profile_file);
   if (!r.failed() && c.compute_efficiency > 1)
@@ -37,6 +38,7 @@ Json cost_config_to_json(const CostConfig& c) {
           {"state_bytes_per_param_byte", c.state_bytes_per_param_byte},
           {"memory_reserve_fraction", c.memory_reserve_fraction},
           {"workspace_bytes", c.workspace_bytes},
+          {"gradient_bytes_per_param_byte", c.gradient_bytes_per_param_byte},
           {"profile", c.profile_file}};
 }
 

@@ -102,6 +102,7 @@ RangeView StageCosts::view(int sub, int dp, int tp) const {
   v.tp_ = tp;
   v.samples_ = microbatch_size_ / dp;
   v.allreduce_ = dp_allreduce_time(dp, tp, cluster_.subclusters[sub]);
+  v.allreduce_.per_byte_s *= config_.gradient_bytes_per_param_byte;
   auto measured = optimizer_s_.find(cluster_.subclusters[sub].device);
   v.opt_per_param_byte_ = measured != optimizer_s_.end()
                               ? measured->second / tp

@@ -62,6 +62,20 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     }
     p.stages.push_back(s);
   }
+  // The tied embedding's gradient sync (runtime: one all-reduce over every replica of the
+  // first and the last stage) ends the iteration of both stages. The search does not see
+  // it: for a given first and last subcluster it is the same for every cut.
+  if (S >= 2 && costs.tied_param_bytes() > 0) {
+    const plan::Stage& first = p.stages.front();
+    const plan::Stage& last = p.stages.back();
+    const cluster::Link link = first.subcluster == last.subcluster
+                                   ? cluster.subclusters.at(first.subcluster).inter_node
+                                   : cluster.path_link(first.subcluster, last.subcluster);
+    const Seconds tied_s = cost::ring_allreduce_s(
+        costs.tied_param_bytes() * costs.config().gradient_bytes_per_param_byte, first.dp + last.dp, link);
+    p.stages.front().allreduce_s += tied_s;
+    p.stages.back().allreduce_s += tied_s;
+  }
   p.predicted = plan::closed_form(p);
   std::vector<int> n =
       options.schedule == plan::ScheduleKind::kHarp1F1B

@@ -63,6 +63,12 @@ PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model:
   cluster::Cluster homo = as_homogeneous(cluster, *slowest, least_memory_gib(cluster));
   source->alias_device(kHomogeneousDevice, slowest->name);
   p.homogeneous = StageCosts::build(homo, *source, microbatch_size, max_tp, config);
+  if (model.gpt.tied_embeddings) {
+    // fp16 bytes, as every LayerBytes::param_bytes (model_spec.h).
+    const Bytes tied = 2.0 * static_cast<double>(model.gpt.vocab) * static_cast<double>(model.gpt.hidden);
+    p.costs.set_tied_param_bytes(tied);
+    p.homogeneous.set_tied_param_bytes(tied);
+  }
   double peak = 0;
   for (const auto& s : cluster.subclusters)
     peak += s.num_devices() * tflops_to_flops_per_s(cluster.devices.at(s.device).peak_tflops);

@@ -121,25 +121,15 @@ StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::stri
       w.a = a;
       w.b = b;
       const auto& sa = cluster.subclusters[ha.subcluster];
-      const auto& sb = cluster.subclusters[hb.subcluster];
       if (ha.subcluster == hb.subcluster) {
         w.link = sa.inter_node;
         w.rule = "inter-node link of " + sa.name;
-      } else if (auto direct = cluster.link_between(ha.subcluster, hb.subcluster)) {
-        w.link = *direct;
-        w.rule = "link " + sa.name + "-" + sb.name;
       } else {
-        // The chain of consecutive links between them (a validated cluster has them all).
-        w.link.bandwidth_gbps = 0;
-        std::string path = sa.name;
-        for (int s = ha.subcluster; s < hb.subcluster; ++s) {
-          const cluster::Link l = cluster.link_for(s, 0, s + 1, 0);
-          w.link.bandwidth_gbps = w.link.bandwidth_gbps == 0 ? l.bandwidth_gbps
-                                                             : std::min(w.link.bandwidth_gbps, l.bandwidth_gbps);
-          w.link.latency_s += l.latency_s;
-          path += "-" + cluster.subclusters[s + 1].name;
-        }
-        w.rule = "path " + path + " (slowest bandwidth, summed latency)";
+        std::string path;
+        w.link = cluster.path_link(ha.subcluster, hb.subcluster, &path);
+        w.rule = cluster.link_between(ha.subcluster, hb.subcluster)
+                     ? "link " + path
+                     : "path " + path + " (slowest bandwidth, summed latency)";
       }
       t.wires.push_back(std::move(w));
     }

@@ -59,6 +59,10 @@ struct Cluster {
   // REQUIRES: the pair is connected (always true for a validated cluster and
   // subclusters a <= b that are equal or consecutive).
   Link link_for(int subcluster_a, int node_a, int subcluster_b, int node_b) const;
+  // Between any two subclusters: the declared link, else the chain of consecutive links
+  // between them (the slowest bandwidth, the summed latency), as traffic routed along the
+  // chain sees it; `path` (if given) names the subclusters passed. REQUIRES: a != b.
+  Link path_link(int a, int b, std::string* path = nullptr) const;
   // Short stable fingerprint of the cluster's contents (hex), stored in plans.
   std::string fingerprint() const;
 };

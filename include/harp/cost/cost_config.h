@@ -20,6 +20,9 @@ struct CostConfig {
   // Bytes of training state per fp16 parameter byte: fp16 weights (1) + fp16 grads (1)
   // + fp32 master weights, Adam m and v (6) = 16 bytes per parameter (mixed precision).
   double state_bytes_per_param_byte = 8.0;
+  // Bytes on the wire per fp16 parameter byte when gradients are all-reduced: 1 for fp16
+  // or bf16 gradients (mixed precision), 2 for float32 training (the CPU runtime's).
+  double gradient_bytes_per_param_byte = 1.0;
   // Fraction of device memory kept free for the allocator, CUDA context, fragmentation.
   double memory_reserve_fraction = 0.1;
   // Per-layer kernel workspace, bytes per device.

@@ -111,6 +111,11 @@ class StageCosts {
   // Time of one layer range per microbatch on one device of `sub` with dp = tp = 1 and
   // the whole microbatch (for lower bounds). REQUIRES has(sub, 1, 1).
   Seconds single_device_s(int sub) const;
+  // Parameter bytes (fp16 convention, as LayerBytes::param_bytes) shared by the first and
+  // the last layer (GPT's tied token embedding and LM head): their gradients are summed
+  // over the first and last stages at the end of each iteration. 0 when nothing is tied.
+  Bytes tied_param_bytes() const { return tied_param_bytes_; }
+  void set_tied_param_bytes(Bytes bytes) { tied_param_bytes_ = bytes; }
 
  private:
   friend class RangeView;
@@ -133,6 +138,7 @@ class StageCosts {
   std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;
   // device name -> the source's measured optimizer seconds per parameter byte (tp = 1)
   std::map<std::string, Seconds> optimizer_s_;
+  Bytes tied_param_bytes_ = 0;
 };
 
 }  // namespace harp::cost

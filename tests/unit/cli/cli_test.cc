@@ -250,7 +250,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
   };
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds
-  for (const char* f : {"--plan", "--model", "--granularity", "--job", "--data", "--steps", "--seed", "--lr",
+  for (const char* f : {"--plan", "--model", "--schedule", "--granularity", "--job", "--data", "--steps", "--seed", "--lr",
                         "--warmup-steps", "--grad-clip", "--dtype", "--out", "--checkpoint-every", "--resume",
                         "--trace-steps", "--timeout-s", "--threads", "--emulate", "--quiet"})
     expected.push_back(std::string("harp train ") + f);

@@ -240,6 +240,48 @@ TEST(UniformPlan, OneStagePerNodeEqualLayers) {
   EXPECT_EQ(p->stages[0].launch_count, 3);  // standard 1F1B
 }
 
+TEST(UniformPlan, TiedEmbeddingSyncEndsTheFirstAndLastStage) {
+  // The uniform plan on test_cluster: stage 0 on v (dp 4), stage 2 on a's second node
+  // (dp 2); the tied gradient (V x h, fp16, x2 for float32 training) is all-reduced over
+  // those 6 replicas across the 8 Gbit/s, 1 ms link.
+  auto c = test_cluster();
+  auto m = model::load_model("gpt-350m", 2);
+  ASSERT_TRUE(m.ok());
+  CostConfig cfg;
+  cfg.gradient_bytes_per_param_byte = 2;
+  auto problem = planner::problem_from_model(c, *m, cfg, nullptr, 16, 4, 1);
+  auto r = planner::run_strategy(problem, plan::Strategy::kUniform, {});
+  ASSERT_TRUE(r.feasible) << r.reason;
+  auto untied_model = *m;
+  untied_model.gpt.tied_embeddings = false;
+  auto untied = planner::run_strategy(planner::problem_from_model(c, untied_model, cfg, nullptr, 16, 4, 1),
+                                      plan::Strategy::kUniform, {});
+  ASSERT_TRUE(untied.feasible);
+  const double bytes = 2.0 * 2 * m->gpt.vocab * m->gpt.hidden;
+  const double ring = 2.0 * 5 / 6 * bytes / 1e9 + 1e-3;  // 2 (n-1)/n of the buffer, plus latency
+  EXPECT_NEAR(r.plan.stages[0].allreduce_s - untied.plan.stages[0].allreduce_s, ring, 1e-9);
+  EXPECT_NEAR(r.plan.stages[2].allreduce_s - untied.plan.stages[2].allreduce_s, ring, 1e-9);
+  EXPECT_DOUBLE_EQ(r.plan.stages[1].allreduce_s, untied.plan.stages[1].allreduce_s);
+}
+
+TEST(ClusterPaths, UndeclaredPairsTakeTheChain) {
+  auto doc = parse_yaml_text(R"(
+version: 1
+subclusters:
+  - {name: x, device: V100-32GB, nodes: 1, devices_per_node: 1}
+  - {name: y, device: V100-32GB, nodes: 1, devices_per_node: 1}
+  - {name: z, device: V100-32GB, nodes: 1, devices_per_node: 1}
+links: [{between: [x, y], bandwidth_gbps: 8, latency_ms: 1}, {between: [y, z], bandwidth_gbps: 2, latency_ms: 3}]
+)", "p.yaml");
+  auto c = cluster::parse_cluster(*doc, "p.yaml").value();
+  std::string path;
+  const cluster::Link l = c.path_link(2, 0, &path);
+  EXPECT_DOUBLE_EQ(l.bandwidth_gbps, 2);
+  EXPECT_DOUBLE_EQ(l.latency_s, 4e-3);
+  EXPECT_EQ(path, "x-y-z");
+  EXPECT_DOUBLE_EQ(c.path_link(0, 1).latency_s, 1e-3);
+}
+
 TEST(UniformPlan, MoreNodesThanLayersIsInfeasible) {
   auto c = test_cluster();
   model::GptConfig g = model::gpt_preset("gpt-tiny").value();
