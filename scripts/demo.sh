@@ -56,5 +56,30 @@ if "$harp" train --help > /dev/null 2>&1; then
   printf '  %-10s %s\n' profile "$(grep -h 'predicted .*/step by the plan' $out/train.log | sed 's/.*\] //')" \
                        analytic "$(grep -h 'predicted .*/step by the plan' $out/train_analytic.log | sed 's/.*\] //')" \
                        calibrated "$(grep -h 'predicted .*/step by the plan' $out/train_calibrated.log | sed 's/.*\] //')"
+  # The measured proof: the emulated three-pool cluster with its shaped links, each
+  # strategy's plan trained on it, prediction beside measurement.
+  tjob=examples/jobs/testbed_three.yaml tcl=examples/clusters/testbed_three.yaml tb=$out/testbed
+  launch="$harp launch --emulate --testbed $tcl"
+  trainer() { echo "$harp train --job $tjob --data $out/corpus.bin"; }
+  shown="grep -E 'by the plan|harp launch: (testbed|note|rank)|harp train:' | sed 's/.*\\] //'"
+  mkdir -p "$tb"
+  step "the emulated cluster: a network namespace per pool, links shaped to the cluster file" \
+    "$harp testbed up --cluster $tcl || echo '(no testbed here: the runs below go over 127.0.0.1, unshaped)'"
+  step "profile the model for the three emulated device types" "$harp profile --job $tjob -o $out/testbed_profile.json"
+  step "plan: HARP and the baselines, from the profile" \
+    "$harp plan --job $tjob --profile $out/testbed_profile.json --compare && \
+     for s in harp homogeneous uniform; do \
+       $harp plan --job $tjob --profile $out/testbed_profile.json --strategy \$s --output $tb/\$s.json > /dev/null; done"
+  step "train each plan through the shaped links (and HARP's plan under standard 1F1B)" \
+    "for s in harp homogeneous uniform; do echo \"training the \$s plan\"; \
+       $launch --plan $tb/\$s.json -- $(trainer) --plan $tb/\$s.json --out $tb/\$s 2>&1 | $shown; done && \
+     echo 'training the harp plan under 1f1b' && \
+     $launch --plan $tb/harp.json -- $(trainer) --plan $tb/harp.json --schedule 1f1b --out $tb/harp_as_1f1b 2>&1 | $shown"
+  step "HARP's plan, predicted against measured per stage (and drawn: $tb/predicted_vs_measured.svg)" \
+    "$harp simulate --plan $tb/harp.json --trace $tb/harp_predicted.json --svg $tb/harp_predicted.svg > /dev/null && \
+     $harp trace compare $tb/harp_predicted.json $tb/harp/trace.json --svg $tb/predicted_vs_measured.svg"
+  step "take the testbed down" "$harp testbed down --cluster $tcl || true"
+  printf '\n\033[1m== measured in this run on the emulated cluster: every strategy, prediction beside measurement\033[0m\n'
+  "$harp" trace runs $tb/harp $tb/homogeneous $tb/uniform $tb/harp_as_1f1b
 fi
 printf '\npictures: %s/*.svg; traces (%s/trace.json, %s/train/trace.json) open in ui.perfetto.dev\n' "$out" "$out" "$out"

@@ -1,28 +1,36 @@
-// `harp trace compare PREDICTED MEASURED`: a simulated trace (harp simulate --trace) and a
-// measured one (harp train --trace-steps, OUT/trace.json) side by side per stage, with
-// the iteration time error. Both are read with the one timeline reader.
+// `harp trace compare PREDICTED MEASURED [--svg FILE]`: a simulated trace (harp simulate
+// --trace) and a measured one (harp train --trace-steps, OUT/trace.json) side by side per
+// stage, with the iteration time error, and drawn one above the other. Both are read with
+// the one timeline reader.
+// `harp trace runs DIR... [--baseline NAME]`: training runs (each DIR holds the
+// summary.json harp train writes) in one table: predicted and measured iteration, the
+// error, and the speedup over a baseline run, measured and predicted.
 #include <cmath>
+#include <filesystem>
 
 #include "commands.h"
 #include "harp/schedule/timeline.h"
+#include "harp/sim/svg.h"
 #include "table.h"
 
 namespace harp::cli {
 namespace {
 
 struct Opts {
-  std::string predicted, measured;
+  std::string predicted, measured, svg_file;
   bool json = false;
 };
 
-StatusOr<schedule::TimelineFigures> figures_of(const std::string& file) {
+StatusOr<schedule::Timeline> timeline_of(const std::string& file) {
   HARP_ASSIGN_OR_RETURN(Json doc, load_document(file));
   HARP_ASSIGN_OR_RETURN(schedule::Timeline t, schedule::timeline_from_trace(doc, file));
   if (t.events.empty())
     return invalid_argument(file + ": the trace has no events; trace at least one step (harp train "
                             "--trace-steps 3) or simulate with --trace");
-  return schedule::timeline_figures(t);
+  return t;
 }
+
+StatusOr<schedule::TimelineFigures> figures_of(const schedule::Timeline& t) { return schedule::timeline_figures(t); }
 
 std::string pct(double error) { return std::isfinite(error) ? fmt("%+.0f%%", 100 * error) : "-"; }
 
@@ -31,10 +39,20 @@ std::string cell(const Json& f) {
 }
 
 int run_compare(const Opts& o, Context& ctx) {
-  auto predicted = figures_of(o.predicted);
+  auto predicted_t = timeline_of(o.predicted);
+  if (!predicted_t.ok()) return ctx.fail("trace compare", predicted_t.status());
+  auto measured_t = timeline_of(o.measured);
+  if (!measured_t.ok()) return ctx.fail("trace compare", measured_t.status());
+  auto predicted = figures_of(*predicted_t);
   if (!predicted.ok()) return ctx.fail("trace compare", predicted.status());
-  auto measured = figures_of(o.measured);
+  auto measured = figures_of(*measured_t);
   if (!measured.ok()) return ctx.fail("trace compare", measured.status());
+  if (!o.svg_file.empty()) {
+    const std::string svg = sim::svg_timelines({{"predicted: " + o.predicted, *predicted_t},
+                                                {"measured: " + o.measured, *measured_t}},
+                                               "predicted (above) and measured (below), one time axis");
+    if (Status s = write_text_file_atomic(o.svg_file, svg); !s.ok()) return ctx.fail("trace compare", s);
+  }
   auto cmp = schedule::compare_timelines(*predicted, *measured);
   if (!cmp.ok()) return ctx.fail("trace compare", cmp.status());
   if (o.json) {
@@ -53,6 +71,56 @@ int run_compare(const Opts& o, Context& ctx) {
   return kExitOk;
 }
 
+struct RunsOpts {
+  std::vector<std::string> dirs;
+  std::string baseline;
+};
+
+int run_runs(const RunsOpts& o, Context& ctx) {
+  struct Run {
+    std::string name;
+    Json s;
+  };
+  std::vector<Run> runs;
+  for (const std::string& dir : o.dirs) {
+    const std::string file = dir + "/summary.json";
+    auto doc = load_document(file);
+    if (!doc.ok()) return ctx.fail("trace runs", doc.status());
+    for (const char* key : {"predicted_s", "measured_median_s"})
+      if (!doc->contains(key) || !(*doc)[key].is_number() || !((*doc)[key].get<double>() > 0))
+        return ctx.fail("trace runs", invalid_argument(file + ": " + key + " is missing or not a positive number; "
+                                                                          "it is written by harp train at the end of a run"));
+    std::string name = std::filesystem::path(dir).filename().string();
+    if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
+    runs.push_back({name, std::move(*doc)});
+  }
+  // The baseline: the named run, else the first uniform plan run under its own schedule.
+  const Run* base = nullptr;
+  for (const Run& r : runs)
+    if (o.baseline.empty() ? r.s.value("strategy", "") == "uniform" &&
+                                 r.s.value("schedule", "") == r.s.value("planned_schedule", "")
+                           : r.name == o.baseline) {
+      base = &r;
+      break;
+    }
+  if (!o.baseline.empty() && base == nullptr)
+    return ctx.fail("trace runs", invalid_argument("--baseline " + o.baseline + ": no run of that name; the names "
+                                                   "are the folders' last parts"));
+  Table t({"run", "strategy", "schedule", "stages", "predicted", "measured", "error", "speedup measured",
+           "speedup predicted"});
+  for (const Run& r : runs) {
+    const double pred = r.s["predicted_s"], meas = r.s["measured_median_s"];
+    t.add({r.name, r.s.value("strategy", "-"), r.s.value("schedule", "-"), std::to_string(r.s.value("stages", 0)),
+           fmt_time(pred), fmt_time(meas), fmt("%+.1f%%", 100 * (pred - meas) / meas),
+           base ? fmt("%.2fx", base->s["measured_median_s"].get<double>() / meas) : "-",
+           base ? fmt("%.2fx", base->s["predicted_s"].get<double>() / pred) : "-"});
+  }
+  t.print(ctx.out);
+  ctx.out << "\nmeasured: median iteration of each run; predicted: the plan's simulated iteration; speedup over "
+          << (base ? base->name : std::string("(no uniform run: --baseline NAME)")) << "\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_trace_command(CLI::App& root, Context& ctx) {
@@ -63,7 +131,13 @@ void add_trace_command(CLI::App& root, Context& ctx) {
   compare->add_option("predicted", o->predicted, "Trace from harp simulate --trace")->required();
   compare->add_option("measured", o->measured, "Trace from harp train --trace-steps (OUT/trace.json)")->required();
   compare->add_flag("--json", o->json, "Print JSON instead of a table");
+  compare->add_option("--svg", o->svg_file, "Also draw both timelines, predicted above measured");
   compare->callback([o, &ctx] { ctx.rc = run_compare(*o, ctx); });
+  auto* runs = cmd->add_subcommand("runs", "Training runs side by side: predicted, measured, speedup");
+  auto r = std::make_shared<RunsOpts>();
+  runs->add_option("dirs", r->dirs, "Run folders (harp train --out), each with its summary.json")->required();
+  runs->add_option("--baseline", r->baseline, "The run the speedups are over (default: the uniform plan's)");
+  runs->callback([r, &ctx] { ctx.rc = run_runs(*r, ctx); });
 }
 
 }  // namespace harp::cli

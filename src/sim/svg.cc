@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 
 namespace harp::sim {
 namespace {
@@ -216,6 +217,113 @@ std::string Picture::draw(const std::string& title) {
 }
 
 }  // namespace
+
+std::string svg_timelines(const std::vector<std::pair<std::string, schedule::Timeline>>& panels,
+                          const std::string& title) {
+  constexpr double kWaitH = 6, kHeadH = 22;
+  // One scale for all panels: the longest span of any.
+  double span_us = 1;
+  std::vector<double> origin;
+  for (const auto& [heading, t] : panels) {
+    double lo = 0, hi = 0;
+    bool any = false;
+    for (const auto& e : t.events) {
+      lo = any ? std::min(lo, e.start_us) : e.start_us;
+      hi = any ? std::max(hi, e.start_us + e.dur_us) : e.start_us + e.dur_us;
+      any = true;
+    }
+    origin.push_back(lo);
+    span_us = std::max(span_us, hi - lo);
+  }
+  const double px_per_us = (kWidth - kLeft - kRight) / span_us;
+  double height = kTop;
+  for (const auto& [heading, t] : panels) height += kHeadH + t.rows.size() * (kRowH + kWaitH + 4) + 8;
+  const double axis_y = height;
+  height += 64;
+  std::string out;
+  put(&out,
+      "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" height=\"%.0f\" "
+      "viewBox=\"0 0 %.0f %.0f\" font-family=\"Helvetica, Arial, sans-serif\">\n",
+      kWidth, height, kWidth, height);
+  out += "<style>text{font-size:12px;fill:#222}.mb{font-size:11px;fill:#fff;text-anchor:middle}"
+         ".tick{font-size:10px;fill:#555;text-anchor:middle}</style>\n";
+  put(&out, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#fff\"/>\n", kWidth, height);
+  put(&out, "<text x=\"12\" y=\"24\" style=\"font-size:15px;font-weight:bold\">%s</text>\n", escape(title).c_str());
+  double y = kTop;
+  for (std::size_t p = 0; p < panels.size(); ++p) {
+    const auto& [heading, t] = panels[p];
+    put(&out, "<text x=\"12\" y=\"%.1f\" style=\"font-weight:bold\">%s</text>\n", y + 14, escape(heading).c_str());
+    y += kHeadH;
+    std::map<int, double> row_y;
+    for (const auto& row : t.rows) {
+      row_y[row.rank] = y;
+      put(&out, "<rect x=\"%.0f\" y=\"%.1f\" width=\"%.0f\" height=\"%.1f\" fill=\"#f4f4f4\"/>\n", kLeft, y,
+          kWidth - kLeft - kRight, kRowH);
+      put(&out, "<text x=\"12\" y=\"%.1f\">%s</text>\n", y + 16, escape(row.name).c_str());
+      y += kRowH + kWaitH + 4;
+    }
+    y += 8;
+    for (const auto& e : t.events) {
+      auto at = row_y.find(e.rank);
+      if (at == row_y.end()) continue;
+      const double x0 = kLeft + (e.start_us - origin[p]) * px_per_us;
+      const double w = std::max(0.3, e.dur_us * px_per_us);
+      const char* color = nullptr;
+      double top = at->second, h = kRowH;
+      switch (e.action.kind) {
+        case schedule::ActionKind::kF: color = kFwdColor; break;
+        case schedule::ActionKind::kB: color = kBwdColor; break;
+        case schedule::ActionKind::kReduceGrad: color = kReduceColor; break;
+        case schedule::ActionKind::kStep: color = kStepColor; break;
+        case schedule::ActionKind::kRecvF:
+        case schedule::ActionKind::kRecvB:
+          if (e.lane != schedule::Lane::kRecv) break;
+          color = e.action.kind == schedule::ActionKind::kRecvF ? kXferFwdColor : kXferBwdColor;
+          top += kRowH + 1;
+          h = kWaitH;
+          break;
+        default: break;
+      }
+      if (color == nullptr) continue;
+      put(&out, "<rect x=\"%.2f\" y=\"%.1f\" width=\"%.2f\" height=\"%.1f\" fill=\"%s\"%s><title>%s %.3f ms</title></rect>\n",
+          x0, top, w, h, color, w >= 4 && h == kRowH ? " stroke=\"#fff\" stroke-width=\"0.6\"" : "",
+          schedule::to_string(e.action).c_str(), e.dur_us / 1e3);
+      const std::string mb = e.action.microbatch >= 0 && h == kRowH ? std::to_string(e.action.microbatch) : "";
+      if (!mb.empty() && w >= 6.5 * mb.size() + 4)
+        put(&out, "<text class=\"mb\" x=\"%.2f\" y=\"%.1f\">%s</text>\n", x0 + w / 2, top + h / 2 + 4, mb.c_str());
+    }
+  }
+  const double span_ms = span_us / 1e3;
+  put(&out, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#444\"/>\n", kLeft, axis_y,
+      kWidth - kRight, axis_y);
+  const double step_ms = tick_step_ms(span_ms);
+  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step_ms))));
+  for (int k = 0; k * step_ms <= span_ms * (1 + 1e-9); ++k) {
+    const double tx = kLeft + k * step_ms * 1e3 * px_per_us;
+    put(&out,
+        "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\"/>"
+        "<text class=\"tick\" x=\"%.2f\" y=\"%.1f\">%.*f</text>\n",
+        tx, axis_y, tx, axis_y + 5, tx, axis_y + 17, decimals, k * step_ms);
+  }
+  put(&out, "<text class=\"tick\" x=\"%.0f\" y=\"%.1f\">ms</text>\n", kWidth - kRight + 14, axis_y + 17);
+  const std::pair<const char*, const char*> legend[] = {{kFwdColor, "forward"},
+                                                         {kBwdColor, "backward"},
+                                                         {kReduceColor, "grad all-reduce"},
+                                                         {kStepColor, "optimizer step"},
+                                                         {kXferFwdColor, "waiting for an activation"},
+                                                         {kXferBwdColor, "waiting for a gradient"}};
+  double lx = kLeft;
+  for (const auto& [color, name] : legend) {
+    put(&out,
+        "<rect x=\"%.0f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+        "<text x=\"%.0f\" y=\"%.1f\">%s</text>\n",
+        lx, axis_y + 36, color, lx + 16, axis_y + 46, name);
+    lx += 16 + 7.0 * std::char_traits<char>::length(name) + 18;
+  }
+  out += "</svg>\n";
+  return out;
+}
 
 std::string svg_timeline(const SimResult& result, const plan::Plan& plan,
                          const std::string& title) {
