@@ -11,7 +11,7 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev lib
                 libtorch-dev libgloo-dev libopenblas0-pthread \
                 libgtest-dev libgmock-dev libbenchmark-dev
 
-.PHONY: all deps configure build tools test demo bench clean
+.PHONY: all deps configure build tools test demo bench bench-testbed clean
 
 all: build
 
@@ -46,6 +46,12 @@ bench: build
 	$(BUILD)/bench/planner_bench
 	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
 	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
+
+# Plans trained for real on the emulated cluster (root, network namespaces; about 10 min).
+bench-testbed: tools
+	python3 bench/testbed_strategies.py --harp $(BUILD)/src/cli/harp
+	python3 bench/testbed_accuracy.py --harp $(BUILD)/src/cli/harp
+	python3 bench/testbed_bandwidth.py --harp $(BUILD)/src/cli/harp --repeats 2
 
 clean:
 	rm -rf $(BUILD)

@@ -76,6 +76,11 @@ struct RunsOpts {
   std::string baseline;
 };
 
+// A summary's optional text field, "-" when it is missing or not text.
+std::string text_of(const Json& s, const char* key) {
+  return s.contains(key) && s[key].is_string() ? s[key].get<std::string>() : std::string("-");
+}
+
 int run_runs(const RunsOpts& o, Context& ctx) {
   struct Run {
     std::string name;
@@ -97,8 +102,8 @@ int run_runs(const RunsOpts& o, Context& ctx) {
   // The baseline: the named run, else the first uniform plan run under its own schedule.
   const Run* base = nullptr;
   for (const Run& r : runs)
-    if (o.baseline.empty() ? r.s.value("strategy", "") == "uniform" &&
-                                 r.s.value("schedule", "") == r.s.value("planned_schedule", "")
+    if (o.baseline.empty() ? text_of(r.s, "strategy") == "uniform" &&
+                                 text_of(r.s, "schedule") == text_of(r.s, "planned_schedule")
                            : r.name == o.baseline) {
       base = &r;
       break;
@@ -110,7 +115,9 @@ int run_runs(const RunsOpts& o, Context& ctx) {
            "speedup predicted"});
   for (const Run& r : runs) {
     const double pred = r.s["predicted_s"], meas = r.s["measured_median_s"];
-    t.add({r.name, r.s.value("strategy", "-"), r.s.value("schedule", "-"), std::to_string(r.s.value("stages", 0)),
+    const std::string stages =
+        r.s.contains("stages") && r.s["stages"].is_number_integer() ? std::to_string(r.s["stages"].get<int>()) : "-";
+    t.add({r.name, text_of(r.s, "strategy"), text_of(r.s, "schedule"), stages,
            fmt_time(pred), fmt_time(meas), fmt("%+.1f%%", 100 * (pred - meas) / meas),
            base ? fmt("%.2fx", base->s["measured_median_s"].get<double>() / meas) : "-",
            base ? fmt("%.2fx", base->s["predicted_s"].get<double>() / pred) : "-"});

@@ -217,6 +217,20 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
     write(dir.file("tm.json"), m.mutate(trace, false));
     check_case("trace", {"trace", "compare", dir.file("t.json"), dir.file("tm.json")}, &o);
   }
+  // The testbed's commands as printed (--dry-run touches nothing), and run summaries.
+  for (int i = 0; i < 30; ++i) {
+    write(dir.file("tb.yaml"), m.mutate(cluster, true));
+    check_case("testbed", {"testbed", "up", "--dry-run", "--cluster", dir.file("tb.yaml")}, &o);
+  }
+  for (const char* prefix : {"", "UPPER", "a-b", "../x", "harp0123456789012345678901"})
+    check_case("testbed", {"testbed", "up", "--dry-run", "--cluster", dir.file("cluster.yaml"), "--prefix", prefix}, &o);
+  const std::string summary = R"({"strategy": "uniform", "schedule": "1f1b", "planned_schedule": "1f1b", )"
+                              R"("stages": 2, "predicted_s": 0.5, "measured_median_s": 0.6})";
+  std::filesystem::create_directories(dir.file("run"));
+  for (int i = 0; i < 30; ++i) {
+    write(dir.file("run/summary.json"), m.mutate(summary, false));
+    check_case("trace runs", {"trace", "runs", dir.file("run"), dir.file("run")}, &o);
+  }
   // File kinds, for every reader.
   mkfifo(dir.file("fifo").c_str(), 0644);
   symlink(dir.file("loop_b").c_str(), dir.file("loop_a").c_str());
@@ -227,7 +241,8 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
              {"cluster", "show", f}, {"model", "show", f}, {"plan", "--job", f}, {"simulate", "--plan", f},
              {"plan", "--cluster", sailor_cluster, "--costs", f, "--microbatches", "4"},
              {"plan", "--job", dir.file("job_ok.yaml"), "--profile", f}, {"trace", "compare", f, f},
-             {"data", "prepare", "--input", f, "--output", dir.file("out.bin")}})
+             {"data", "prepare", "--input", f, "--output", dir.file("out.bin")},
+             {"testbed", "up", "--dry-run", "--cluster", f}, {"trace", "runs", f}})
       check_case("file kinds", cmd, &o);
   // Command-line extremes.
   for (const auto& [s, b] : std::vector<std::pair<std::string, std::string>>{

@@ -1,0 +1,259 @@
+"""Shared parts of the testbed experiments (bench/testbed_*.py): cluster and job files for
+the emulated cluster, profiling, planning, training a plan through the shaped links with
+`harp launch --testbed`, reading each run's summary.json, and small SVG charts.
+
+Every figure these scripts report is measured in the run that prints it; predictions are
+the plan's simulated iteration (what `harp simulate` says), set beside the measurement.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_HARP = os.path.join(ROOT, "build", "src", "cli", "harp")
+
+# Device types of the emulated pools: slowdown factors against this machine's CPU (the
+# runtime sleeps (factor - 1) x each compute, so three ranks fit two cores).
+DEVICES = {
+    "cpu-a": (0.6, 30, 1.5),
+    "cpu-b": (0.3, 15, 3.0),
+    "cpu-c": (0.2, 10, 4.5),
+}
+
+MODELS = {
+    # name: (blocks, hidden, heads, seq)
+    "gpt-testbed": (8, 128, 4, 64),
+    "gpt-testbed-wide": (4, 192, 4, 64),
+}
+
+
+def run(cmd, env=None):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit("failed (%d): %s\n%s%s" % (r.returncode, " ".join(cmd), r.stdout[-3000:], r.stderr[-3000:]))
+    return r.stdout + r.stderr
+
+
+def cluster_yaml(name, pools, links):
+    """pools: [(name, device, devices)], links: [(a, b, gbps)] -> YAML text."""
+    used = sorted({d for _, d, _ in pools})
+    lines = ["version: 1", "name: %s" % name, "devices:"]
+    for d in used:
+        peak, bw, slow = DEVICES[d]
+        lines.append("  - {name: %s, peak_tflops: %g, memory_gib: 16, memory_bandwidth_gbs: %g, "
+                     "emulated_slowdown: %g}" % (d, peak, bw, slow))
+    lines.append("subclusters:")
+    for p, d, n in pools:
+        extra = ", intra_node: {bandwidth_gbps: 10, latency_us: 30}" if n > 1 else ""
+        lines.append("  - {name: %s, device: %s, nodes: 1, devices_per_node: %d%s}" % (p, d, n, extra))
+    lines.append("links:")
+    for a, b, gbps in links:
+        lines.append("  - {between: [%s, %s], bandwidth_gbps: %g, latency_ms: 0.05}" % (a, b, gbps))
+    return "\n".join(lines) + "\n"
+
+
+def job_yaml(cluster_file, model, microbatches, microbatch_size, steps):
+    blocks, hidden, heads, seq = MODELS[model]
+    return ("version: 1\ncluster: %s\n"
+            "model: {family: gpt, name: %s, num_blocks: %d, hidden: %d, heads: %d, seq_len: %d, vocab: 256, "
+            "granularity: 2}\n"
+            "cost: {gradient_bytes_per_param_byte: 2}\n"
+            "planner: {strategy: harp, microbatches: %d, microbatch_size: %d}\n"
+            "training: {steps: %d, lr: 1.0e-3, warmup_steps: 2, threads: 1}\n"
+            % (os.path.abspath(cluster_file), model, blocks, hidden, heads, seq, microbatches, microbatch_size, steps))
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def corpus(harp, out):
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "corpus.bin")
+    if not os.path.exists(path):
+        text = os.path.join(out, "corpus.txt")
+        with open(text, "w") as f:
+            for name in ["README.md"] + sorted(os.listdir(os.path.join(ROOT, "docs"))):
+                p = os.path.join(ROOT, name) if name == "README.md" else os.path.join(ROOT, "docs", name)
+                if p.endswith(".md"):
+                    f.write(open(p).read())
+        run([harp, "data", "prepare", "--input", text, "--output", path])
+    return path
+
+
+def profile(harp, job, path, microbatch_sizes=None):
+    cmd = [harp, "profile", "--job", job, "-o", path]
+    if microbatch_sizes:
+        cmd += ["--microbatch-sizes", ",".join(str(m) for m in microbatch_sizes)]
+    run(cmd)
+    return path
+
+
+def plan(harp, job, profile_file, strategy, path):
+    # --max-tp 1: the runtime runs dp x pipeline plans (tensor parallelism is a later issue).
+    cmd = [harp, "plan", "--job", job, "--profile", profile_file, "--strategy", strategy, "--max-tp", "1",
+           "--output", path]
+    run(cmd)
+    return json.load(open(path))
+
+
+def train(harp, job, cluster_file, plan_file, data, out_dir, schedule=None):
+    """Trains the plan through the testbed; returns its summary.json."""
+    cmd = [harp, "launch", "--emulate", "--testbed", cluster_file, "--plan", plan_file, "--",
+           harp, "train", "--plan", plan_file, "--job", job, "--data", data, "--out", out_dir, "--quiet"]
+    if schedule:
+        cmd += ["--schedule", schedule]
+    text = run(cmd)
+    if "no testbed" in text:
+        print("  note: " + text.strip().splitlines()[0])
+    return json.load(open(os.path.join(out_dir, "summary.json")))
+
+
+def median(values):
+    return statistics.median(values) if values else float("nan")
+
+
+# --- SVG -------------------------------------------------------------------------------
+
+COLORS = ["#4c78a8", "#f58518", "#59a14f", "#e45756", "#b279a2", "#72b7b2"]
+
+
+def _esc(s):
+    return str(s).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _ticks(lo, hi, n=6):
+    if hi <= lo:
+        hi = lo + 1
+    step = (hi - lo) / n
+    import math
+    mag = 10 ** math.floor(math.log10(step))
+    for f in (1, 2, 5, 10):
+        if f * mag >= step:
+            step = f * mag
+            break
+    start = math.floor(lo / step) * step
+    out = []
+    t = start
+    while t <= hi + 1e-12:
+        out.append(t)
+        t += step
+    return out
+
+
+def line_chart(path, title, xlabel, ylabel, series, log_x=False, note=""):
+    """series: [(label, [(x, y)], dashed)] -> an SVG line chart with points."""
+    import math
+    W, H, L, R, T, B = 820, 460, 80, 200, 50, 60
+    xs = [x for _, pts, _ in series for x, _ in pts]
+    ys = [y for _, pts, _ in series for _, y in pts if y == y]
+    fx = (lambda v: math.log10(v)) if log_x else (lambda v: v)
+    x0, x1 = min(fx(x) for x in xs), max(fx(x) for x in xs)
+    if x1 == x0:
+        x1 = x0 + 1
+    yt = _ticks(0, max(ys) * 1.1)
+    y1 = yt[-1]
+    X = lambda v: L + (fx(v) - x0) / (x1 - x0) * (W - L - R)
+    Y = lambda v: H - B - v / y1 * (H - T - B)
+    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="Helvetica,Arial,sans-serif" '
+         'font-size="12"><rect width="100%%" height="100%%" fill="#fff"/>' % (W, H),
+         '<text x="%d" y="28" font-size="15" font-weight="bold">%s</text>' % (L, _esc(title))]
+    for t in yt:
+        o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" '
+                 'text-anchor="end">%g</text>' % (L, W - R, Y(t), Y(t), L - 6, Y(t) + 4, round(t, 6)))
+    for x in sorted(set(xs)):
+        o.append('<text x="%.1f" y="%d" text-anchor="middle">%g</text>' % (X(x), H - B + 18, x))
+    o.append('<text x="%d" y="%d" text-anchor="middle">%s</text>' % ((L + W - R) / 2, H - 16, _esc(xlabel)))
+    o.append('<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">%s</text>'
+             % ((T + H - B) / 2, (T + H - B) / 2, _esc(ylabel)))
+    for i, (label, pts, dashed) in enumerate(series):
+        c = COLORS[i % len(COLORS)]
+        pts = sorted(p for p in pts if p[1] == p[1])
+        d = " ".join("%.1f,%.1f" % (X(x), Y(y)) for x, y in pts)
+        o.append('<polyline points="%s" fill="none" stroke="%s" stroke-width="2"%s/>'
+                 % (d, c, ' stroke-dasharray="6 4"' if dashed else ""))
+        for x, y in pts:
+            o.append('<circle cx="%.1f" cy="%.1f" r="3.5" fill="%s"><title>%s: %g, %g</title></circle>'
+                     % (X(x), Y(y), c, _esc(label), x, y))
+        o.append('<line x1="%d" x2="%d" y1="%d" y2="%d" stroke="%s" stroke-width="2"%s/><text x="%d" y="%d">%s</text>'
+                 % (W - R + 12, W - R + 34, T + 10 + 20 * i, T + 10 + 20 * i, c,
+                    ' stroke-dasharray="6 4"' if dashed else "", W - R + 40, T + 14 + 20 * i, _esc(label)))
+    if note:
+        o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (L, H - 2, _esc(note)))
+    o.append("</svg>")
+    write(path, "\n".join(o) + "\n")
+
+
+def scatter_chart(path, title, points, note=""):
+    """points: [(label, predicted_s, measured_s)] -> predicted against measured, y = x line."""
+    W, H, L, R, T, B = 640, 600, 80, 40, 50, 70
+    hi = max(max(p, m) for _, p, m in points) * 1.1
+    ticks = _ticks(0, hi)
+    hi = ticks[-1]
+    X = lambda v: L + v / hi * (W - L - R)
+    Y = lambda v: H - B - v / hi * (H - T - B)
+    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="Helvetica,Arial,sans-serif" '
+         'font-size="12"><rect width="100%%" height="100%%" fill="#fff"/>' % (W, H),
+         '<text x="%d" y="28" font-size="15" font-weight="bold">%s</text>' % (L, _esc(title))]
+    for t in ticks:
+        o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%g'
+                 '</text><text x="%.1f" y="%d" text-anchor="middle">%g</text>'
+                 % (L, W - R, Y(t), Y(t), L - 6, Y(t) + 4, round(t, 6), X(t), H - B + 18, round(t, 6)))
+    o.append('<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#888" stroke-dasharray="5 4"/>'
+             % (X(0), Y(0), X(hi), Y(hi)))
+    for lo_f, hi_f in ((0.9, 1.1),):
+        o.append('<polygon points="%.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="#4c78a8" fill-opacity="0.08"/>'
+                 % (X(0), Y(0), X(hi), Y(hi * lo_f), X(hi / hi_f), Y(hi)))
+    for label, p, m in points:
+        o.append('<circle cx="%.1f" cy="%.1f" r="4" fill="#4c78a8" fill-opacity="0.8"><title>%s: predicted %.3f s, '
+                 'measured %.3f s (%+.1f%%)</title></circle>' % (X(m), Y(p), _esc(label), p, m, 100 * (p - m) / m))
+    o.append('<text x="%d" y="%d" text-anchor="middle">measured iteration (s)</text>' % ((L + W - R) / 2, H - 30))
+    o.append('<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">predicted iteration (s)</text>'
+             % ((T + H - B) / 2, (T + H - B) / 2))
+    if note:
+        o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (L, H - 8, _esc(note)))
+    o.append("</svg>")
+    write(path, "\n".join(o) + "\n")
+
+
+def bar_chart(path, title, groups, series_names, ylabel, note=""):
+    """groups: [(group label, [value per series])] -> grouped bars."""
+    W, H, L, R, T, B = 860, 440, 80, 180, 50, 90
+    hi = max(v for _, vals in groups for v in vals if v == v) * 1.15
+    ticks = _ticks(0, hi)
+    hi = ticks[-1]
+    Y = lambda v: H - B - v / hi * (H - T - B)
+    gw = (W - L - R) / max(1, len(groups))
+    bw = gw * 0.8 / max(1, len(series_names))
+    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="Helvetica,Arial,sans-serif" '
+         'font-size="12"><rect width="100%%" height="100%%" fill="#fff"/>' % (W, H),
+         '<text x="%d" y="28" font-size="15" font-weight="bold">%s</text>' % (L, _esc(title))]
+    for t in ticks:
+        o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%g'
+                 '</text>' % (L, W - R, Y(t), Y(t), L - 6, Y(t) + 4, round(t, 6)))
+    for g, (label, vals) in enumerate(groups):
+        gx = L + g * gw + gw * 0.1
+        for i, v in enumerate(vals):
+            if v != v:
+                continue
+            o.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s %s: %.3g</title></rect>'
+                     % (gx + i * bw, Y(v), bw - 2, Y(0) - Y(v), COLORS[i % len(COLORS)], _esc(label),
+                        _esc(series_names[i]), v))
+            o.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%.2f</text>'
+                     % (gx + i * bw + bw / 2 - 1, Y(v) - 3, v))
+        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (L + g * gw + gw / 2, H - B + 18, _esc(label)))
+    for i, name in enumerate(series_names):
+        o.append('<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>'
+                 % (W - R + 12, T + 20 * i, COLORS[i % len(COLORS)], W - R + 30, T + 10 + 20 * i, _esc(name)))
+    o.append('<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">%s</text>'
+             % ((T + H - B) / 2, (T + H - B) / 2, _esc(ylabel)))
+    o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#444"/>' % (L, W - R, Y(1), Y(1)))
+    if note:
+        o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (L, H - 20, _esc(note)))
+    o.append("</svg>")
+    write(path, "\n".join(o) + "\n")
