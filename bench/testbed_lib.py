@@ -143,6 +143,8 @@ def _ticks(lo, hi, n=6):
     while t <= hi + 1e-12:
         out.append(t)
         t += step
+    if out[-1] < hi:  # the last tick covers the data
+        out.append(out[-1] + step)
     return out
 
 
@@ -223,7 +225,7 @@ def scatter_chart(path, title, points, note=""):
 
 def bar_chart(path, title, groups, series_names, ylabel, note=""):
     """groups: [(group label, [value per series])] -> grouped bars."""
-    W, H, L, R, T, B = 860, 440, 80, 180, 50, 90
+    W, H, L, R, T, B = 980, 440, 80, 240, 50, 90
     hi = max(v for _, vals in groups for v in vals if v == v) * 1.15
     ticks = _ticks(0, hi)
     hi = ticks[-1]
@@ -246,7 +248,8 @@ def bar_chart(path, title, groups, series_names, ylabel, note=""):
                         _esc(series_names[i]), v))
             o.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%.2f</text>'
                      % (gx + i * bw + bw / 2 - 1, Y(v) - 3, v))
-        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (L + g * gw + gw / 2, H - B + 18, _esc(label)))
+        o.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="11">%s</text>'
+                 % (L + g * gw + gw / 2, H - B + 18, _esc(label)))
     for i, name in enumerate(series_names):
         o.append('<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>'
                  % (W - R + 12, T + 20 * i, COLORS[i % len(COLORS)], W - R + 30, T + 10 + 20 * i, _esc(name)))
