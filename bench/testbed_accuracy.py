@@ -14,8 +14,6 @@ Writes OUT/testbed_accuracy.csv and .svg (predicted against measured, the y = x 
 
 usage: bench/testbed_accuracy.py [--harp PATH] [--out DIR] [--steps N]
 """
-import argparse
-import csv
 import json
 import os
 
@@ -34,18 +32,13 @@ SCHEDULES = ["harp-1f1b", "1f1b", "gpipe"]
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--harp", default=tb.DEFAULT_HARP)
-    ap.add_argument("--out", default=os.path.join(tb.ROOT, "out", "bench"))
-    ap.add_argument("--steps", type=int, default=6)
-    a = ap.parse_args()
+    a = tb.arguments(__doc__)
     out = os.path.join(a.out, "testbed_accuracy")
     data = tb.corpus(a.harp, out)
     rows = []
     for name, pools, links, mbs_count, mbs, sizes in SETUPS:
-        cl = tb.write(os.path.join(out, name, "cluster.yaml"), tb.cluster_yaml(name, pools, links))
-        job = tb.write(os.path.join(out, name, "job.yaml"), tb.job_yaml(cl, "gpt-testbed", mbs_count, mbs, a.steps))
-        prof = tb.profile(a.harp, job, os.path.join(out, name, "profile.json"), sizes)
+        cl, job, prof = tb.setup(a.harp, os.path.join(out, name), name, pools, links, "gpt-testbed", mbs_count, mbs,
+                                 a.steps, sizes)
         seen = set()
         for strategy in ("harp", "homogeneous", "uniform"):
             plan_file = os.path.join(out, name, strategy + ".json")
@@ -66,10 +59,7 @@ def main():
                 print("%-10s %-11s %-9s stages %d dp %-5s  predicted %.3f s  measured %.3f s  error %+.1f%%"
                       % (name, strategy, sched, row["stages"], row["dp"], row["predicted_s"], row["measured_s"],
                          100 * err))
-    with open(os.path.join(a.out, "testbed_accuracy.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
+    tb.write_csv(os.path.join(a.out, "testbed_accuracy.csv"), rows)
     errs = sorted(abs(r["error"]) for r in rows)
     med, worst = tb.median(errs), errs[-1]
     tb.scatter_chart(os.path.join(a.out, "testbed_accuracy.svg"),

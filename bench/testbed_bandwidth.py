@@ -17,21 +17,14 @@ Writes OUT/testbed_bandwidth.csv and .svg.
 
 usage: bench/testbed_bandwidth.py [--harp PATH] [--out DIR] [--repeats N] [--bandwidths 0.1,0.05,...]
 """
-import argparse
-import csv
 import os
 
 import testbed_lib as tb
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--harp", default=tb.DEFAULT_HARP)
-    ap.add_argument("--out", default=os.path.join(tb.ROOT, "out", "bench"))
-    ap.add_argument("--repeats", type=int, default=1)
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--bandwidths", default="0.1,0.05,0.02,0.01,0.005")
-    a = ap.parse_args()
+    a = tb.arguments(__doc__, lambda ap: (ap.add_argument("--repeats", type=int, default=1),
+                                          ap.add_argument("--bandwidths", default="0.1,0.05,0.02,0.01,0.005")))
     out = os.path.join(a.out, "testbed_bandwidth")
     data = tb.corpus(a.harp, out)
     pools = [("pool-a", "cpu-a", 1), ("pool-b", "cpu-b", 1), ("pool-c", "cpu-c", 1)]
@@ -64,10 +57,7 @@ def main():
         print("%6g Gbit/s  launch counts %-7s  harp-1f1b %.3f s (predicted %.3f)  1f1b %.3f s (predicted %.3f)  "
               "speedup measured %.2fx, predicted %.2fx" % (bw, counts, m_h, pred["harp-1f1b"], m_s, pred["1f1b"],
                                                           row["speedup_measured"], row["speedup_predicted"]))
-    with open(os.path.join(a.out, "testbed_bandwidth.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
+    tb.write_csv(os.path.join(a.out, "testbed_bandwidth.csv"), rows)
     tb.line_chart(os.path.join(a.out, "testbed_bandwidth.svg"),
                   "HARP's 1F1B over standard 1F1B as the slow link falls (measured on the testbed)",
                   "pool-b <-> pool-c bandwidth (Gbit/s, log scale)", "iteration (s)",

@@ -5,6 +5,8 @@ the emulated cluster, profiling, planning, training a plan through the shaped li
 Every figure these scripts report is measured in the run that prints it; predictions are
 the plan's simulated iteration (what `harp simulate` says), set beside the measurement.
 """
+import argparse
+import csv
 import json
 import os
 import statistics
@@ -27,6 +29,31 @@ MODELS = {
     "gpt-testbed": (8, 128, 4, 64),
     "gpt-testbed-wide": (4, 192, 4, 64),
 }
+
+
+def arguments(doc, extra=None):
+    """The flags every experiment takes (--harp, --out, --steps), plus `extra(parser)`."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--harp", default=DEFAULT_HARP)
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
+    ap.add_argument("--steps", type=int, default=6)
+    if extra:
+        extra(ap)
+    return ap.parse_args()
+
+
+def setup(harp, folder, name, pools, links, model, microbatches, microbatch_size, steps, profile_sizes=None):
+    """Writes the cluster and job files of one setup and profiles it: (cluster, job, profile)."""
+    cl = write(os.path.join(folder, "cluster.yaml"), cluster_yaml(name, pools, links))
+    job = write(os.path.join(folder, "job.yaml"), job_yaml(cl, model, microbatches, microbatch_size, steps))
+    return cl, job, profile(harp, job, os.path.join(folder, "profile.json"), profile_sizes)
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
 
 
 def run(cmd, env=None):
@@ -148,6 +175,12 @@ def _ticks(lo, hi, n=6):
     return out
 
 
+def _svg_start(W, H, L, title):
+    return ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="Helvetica,Arial,sans-serif" '
+            'font-size="12"><rect width="100%%" height="100%%" fill="#fff"/>' % (W, H),
+            '<text x="%d" y="28" font-size="15" font-weight="bold">%s</text>' % (L, _esc(title))]
+
+
 def line_chart(path, title, xlabel, ylabel, series, log_x=False, note=""):
     """series: [(label, [(x, y)], dashed)] -> an SVG line chart with points."""
     import math
@@ -162,9 +195,7 @@ def line_chart(path, title, xlabel, ylabel, series, log_x=False, note=""):
     y1 = yt[-1]
     X = lambda v: L + (fx(v) - x0) / (x1 - x0) * (W - L - R)
     Y = lambda v: H - B - v / y1 * (H - T - B)
-    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="Helvetica,Arial,sans-serif" '
-         'font-size="12"><rect width="100%%" height="100%%" fill="#fff"/>' % (W, H),
-         '<text x="%d" y="28" font-size="15" font-weight="bold">%s</text>' % (L, _esc(title))]
+    o = _svg_start(W, H, L, title)
     for t in yt:
         o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" '
                  'text-anchor="end">%g</text>' % (L, W - R, Y(t), Y(t), L - 6, Y(t) + 4, round(t, 6)))
@@ -199,9 +230,7 @@ def scatter_chart(path, title, points, note=""):
     hi = ticks[-1]
     X = lambda v: L + v / hi * (W - L - R)
     Y = lambda v: H - B - v / hi * (H - T - B)
-    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="Helvetica,Arial,sans-serif" '
-         'font-size="12"><rect width="100%%" height="100%%" fill="#fff"/>' % (W, H),
-         '<text x="%d" y="28" font-size="15" font-weight="bold">%s</text>' % (L, _esc(title))]
+    o = _svg_start(W, H, L, title)
     for t in ticks:
         o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%g'
                  '</text><text x="%.1f" y="%d" text-anchor="middle">%g</text>'
@@ -232,9 +261,7 @@ def bar_chart(path, title, groups, series_names, ylabel, note=""):
     Y = lambda v: H - B - v / hi * (H - T - B)
     gw = (W - L - R) / max(1, len(groups))
     bw = gw * 0.8 / max(1, len(series_names))
-    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="Helvetica,Arial,sans-serif" '
-         'font-size="12"><rect width="100%%" height="100%%" fill="#fff"/>' % (W, H),
-         '<text x="%d" y="28" font-size="15" font-weight="bold">%s</text>' % (L, _esc(title))]
+    o = _svg_start(W, H, L, title)
     for t in ticks:
         o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%g'
                  '</text>' % (L, W - R, Y(t), Y(t), L - 6, Y(t) + 4, round(t, 6)))

@@ -10,8 +10,6 @@ figure. Writes OUT/testbed_strategies.csv and .svg.
 
 usage: bench/testbed_strategies.py [--harp PATH] [--out DIR] [--steps N]
 """
-import argparse
-import csv
 import json
 import os
 
@@ -26,20 +24,14 @@ MODELS = ["gpt-testbed", "gpt-testbed-wide"]
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--harp", default=tb.DEFAULT_HARP)
-    ap.add_argument("--out", default=os.path.join(tb.ROOT, "out", "bench"))
-    ap.add_argument("--steps", type=int, default=6)
-    a = ap.parse_args()
+    a = tb.arguments(__doc__)
     out = os.path.join(a.out, "testbed_strategies")
     data = tb.corpus(a.harp, out)
     rows = []
     for model in MODELS:
         for name, pools, links, mbs_count, mbs, sizes in CLUSTERS:
             d = os.path.join(out, "%s_%s" % (model, name))
-            cl = tb.write(os.path.join(d, "cluster.yaml"), tb.cluster_yaml(name, pools, links))
-            job = tb.write(os.path.join(d, "job.yaml"), tb.job_yaml(cl, model, mbs_count, mbs, a.steps))
-            prof = tb.profile(a.harp, job, os.path.join(d, "profile.json"), sizes)
+            cl, job, prof = tb.setup(a.harp, d, name, pools, links, model, mbs_count, mbs, a.steps, sizes)
             got = {}
             by_shape = {}
             for strategy in ("harp", "homogeneous", "uniform"):
@@ -64,10 +56,7 @@ def main():
                   % (model, name, row["harp_measured_s"], row["harp_predicted_s"], row["speedup_over_uniform_measured"],
                      row["speedup_over_uniform_predicted"], row["speedup_over_homogeneous_measured"],
                      row["speedup_over_homogeneous_predicted"]))
-    with open(os.path.join(a.out, "testbed_strategies.csv"), "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
+    tb.write_csv(os.path.join(a.out, "testbed_strategies.csv"), rows)
     tb.bar_chart(os.path.join(a.out, "testbed_strategies.svg"),
                  "HARP's speedup over the baselines, measured on the testbed (predicted beside)",
                  [("%s / %s" % (r["model"], r["cluster"]),
