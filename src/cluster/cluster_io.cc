@@ -26,7 +26,8 @@ Status read_node_link(FieldReader& parent, const std::string& key, bool required
   const Json* node = parent.get(key);
   if (node == nullptr) {
     if (required)
-      return field_error(parent.file(), parent.path_of(key), "", "is required when nodes > 1",
+      return field_error(parent.file(), parent.path_of(key), "",
+                         key == "intra_node" ? "is required when devices_per_node > 1" : "is required when nodes > 1",
                          "add `" + key + ": {bandwidth_gbps: 100, latency_us: 5}`");
     return Status();
   }
