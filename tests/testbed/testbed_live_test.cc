@@ -181,7 +181,7 @@ links:
     std::ofstream(dir.file("job.yaml")) << R"(version: 1
 cluster: cluster.yaml
 model: {family: gpt, name: gpt-shaped, num_blocks: 2, hidden: 128, heads: 4, seq_len: 128, vocab: 256, granularity: 1}
-planner: {strategy: uniform, microbatches: 4, microbatch_size: 2}
+planner: {strategy: uniform, microbatches: 6, microbatch_size: 2}
 training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
 )";
     std::ofstream text(dir.file("corpus.txt"));
@@ -208,15 +208,19 @@ training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
   std::vector<double> t = transfers_us(*trace);
   ASSERT_GE(t.size(), 3u) << "too few transfers with a waiting receiver";
   std::sort(t.begin(), t.end());
-  const double median = t[t.size() / 2];
+  const double fastest = t.front(), median = t[t.size() / 2];
   // One activation (or its gradient): microbatch 2 x seq 128 x hidden 128 x 4 bytes.
   const double bytes = 2.0 * 128 * 128 * 4;
   const double expected_us = 50 + bytes * 8 / 0.1e9 * 1e6;  // 10.5 ms
-  // Tolerance 15%: TCP/IP and Ethernet headers take about 4.5% of the wire rate, and the
-  // receiver learns of the arrival at Gloo's next poll.
-  std::printf("activation transfer over the shaped link: median %.0f us of %zu, expected %.0f us (%+.1f%%)\n", median,
-              t.size(), expected_us, 100 * (median - expected_us) / expected_us);
-  EXPECT_NEAR(median, expected_us, 0.15 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
+  std::printf("activation transfer over the shaped link: fastest %.0f us, median %.0f us of %zu, expected %.0f us "
+              "(%+.1f%%)\n",
+              fastest, median, t.size(), expected_us, 100 * (fastest - expected_us) / expected_us);
+  // The fastest transfer, within 10%: TCP/IP and Ethernet headers take about 4.5% of the
+  // wire rate. Others may take longer, never shorter: the link is one FIFO, and while
+  // gradients flow the other way this direction's ACKs queue behind them (up to +40%
+  // measured here), which no shaping error can undo. Shorter would mean an unshaped link.
+  EXPECT_NEAR(fastest, expected_us, 0.10 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
+  EXPECT_LT(median, 1.6 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
 }
 
 }  // namespace
