@@ -212,15 +212,16 @@ training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
   // One activation (or its gradient): microbatch 2 x seq 128 x hidden 128 x 4 bytes.
   const double bytes = 2.0 * 128 * 128 * 4;
   const double expected_us = 50 + bytes * 8 / 0.1e9 * 1e6;  // 10.5 ms
-  std::printf("activation transfer over the shaped link: fastest %.0f us, median %.0f us of %zu, expected %.0f us "
-              "(%+.1f%%)\n",
-              fastest, median, t.size(), expected_us, 100 * (fastest - expected_us) / expected_us);
-  // The fastest transfer, within 10%: TCP/IP and Ethernet headers take about 4.5% of the
-  // wire rate. Others may take longer, never shorter: the link is one FIFO, and while
-  // gradients flow the other way this direction's ACKs queue behind them (up to +40%
-  // measured here), which no shaping error can undo. Shorter would mean an unshaped link.
-  EXPECT_NEAR(fastest, expected_us, 0.10 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
-  EXPECT_LT(median, 1.6 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
+  std::printf("activation transfer over the shaped link: median %.0f us of %zu (fastest %.0f us), expected %.0f us "
+              "(median %+.1f%%)\n",
+              median, t.size(), fastest, expected_us, 100 * (median - expected_us) / expected_us);
+  // The median within 15%: TCP/IP and Ethernet headers take about 4.5% of the wire rate,
+  // and while gradients flow the other way this direction's ACKs queue behind them in the
+  // link's FIFO. A transfer may also end up to one 64 KiB GSO packet early (htb lets a
+  // packet through while its class is not in debt), but never near an unshaped link's
+  // 0.1 ms.
+  EXPECT_NEAR(median, expected_us, 0.15 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
+  EXPECT_GT(fastest, 0.45 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
 }
 
 }  // namespace
