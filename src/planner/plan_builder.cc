@@ -68,8 +68,13 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
   if (S >= 2 && costs.tied_param_bytes() > 0) {
     const plan::Stage& first = p.stages.front();
     const plan::Stage& last = p.stages.back();
+    // Inside one subcluster: its node link when both ends are on one node, else its
+    // inter-node link (link_for); across subclusters, the path between them.
+    const Placement& head = placements.front();
+    const Placement& tail = placements.back();
+    const int tail_node = tail.last_node(cluster.subclusters.at(tail.subcluster).devices_per_node);
     const cluster::Link link = first.subcluster == last.subcluster
-                                   ? cluster.subclusters.at(first.subcluster).inter_node
+                                   ? cluster.link_for(head.subcluster, head.first_node, tail.subcluster, tail_node)
                                    : cluster.path_link(first.subcluster, last.subcluster);
     const Seconds tied_s = cost::ring_allreduce_s(
         costs.tied_param_bytes() * costs.config().gradient_bytes_per_param_byte, first.dp + last.dp, link);

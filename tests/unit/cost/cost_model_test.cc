@@ -6,12 +6,14 @@
 #include "testutil/status.h"
 
 #include "harp/cluster/cluster_io.h"
+#include <cmath>
 #include <random>
 
 #include "harp/cost/compute_cost.h"
 #include "harp/cost/stage_costs.h"
 #include "harp/job/job.h"
 #include "harp/plan/plan_io.h"
+#include "harp/planner/plan_builder.h"
 #include "harp/planner/strategies.h"
 #include "harp/planner/uniform.h"
 
@@ -262,6 +264,36 @@ TEST(UniformPlan, TiedEmbeddingSyncEndsTheFirstAndLastStage) {
   EXPECT_NEAR(r.plan.stages[0].allreduce_s - untied.plan.stages[0].allreduce_s, ring, 1e-9);
   EXPECT_NEAR(r.plan.stages[2].allreduce_s - untied.plan.stages[2].allreduce_s, ring, 1e-9);
   EXPECT_DOUBLE_EQ(r.plan.stages[1].allreduce_s, untied.plan.stages[1].allreduce_s);
+}
+
+TEST(UniformPlan, TiedSyncInsideOneNodeUsesItsNodeLink) {
+  // One subcluster, one node of 4 devices: both ends of the tied pair are on that node, so
+  // the sync crosses the intra-node link (a one-node subcluster has no inter-node link).
+  auto doc = parse_yaml_text(R"(
+version: 1
+subclusters:
+  - {name: p, device: V100-32GB, nodes: 1, devices_per_node: 4,
+     intra_node: {bandwidth_gbps: 800, latency_us: 5}}
+links: []
+)", "one.yaml");
+  auto c = cluster::parse_cluster(*doc, "one.yaml").value();
+  auto m = model::load_model("gpt-350m", 2);
+  ASSERT_TRUE(m.ok());
+  auto costs = planner::problem_from_model(c, *m, CostConfig{}, nullptr, 8, 1, 1).costs;
+  planner::Placement a, b;
+  a.subcluster = b.subcluster = 0;
+  a.first_layer = 0;
+  a.last_layer = b.first_layer = 25;
+  b.last_layer = 50;
+  a.dp = b.dp = a.devices = b.devices = 1;
+  b.first_local = 1;
+  planner::BuildOptions o;
+  o.microbatches = 8;
+  const plan::Plan p = planner::build_plan(costs, {a, b}, o);
+  const double ring = 2.0 * 1 / 2 * (2.0 * m->gpt.vocab * m->gpt.hidden) / 100e9 + 5e-6;
+  EXPECT_NEAR(p.stages[0].allreduce_s, ring, 1e-12);
+  EXPECT_NEAR(p.stages[1].allreduce_s, ring, 1e-12);
+  EXPECT_TRUE(std::isfinite(p.predicted.iteration_s));
 }
 
 TEST(ClusterPaths, UndeclaredPairsTakeTheChain) {
