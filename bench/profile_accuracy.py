@@ -22,21 +22,13 @@ import json
 import os
 import re
 import statistics
-import subprocess
-import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from bench_util import DEFAULT_HARP, ROOT, corpus, run
+
 PAIR = os.path.join(ROOT, "examples", "jobs", "cpu_pair.yaml")
 THREE = os.path.join(ROOT, "bench", "jobs", "cpu_three.yaml")
 BIG = os.path.join(ROOT, "bench", "jobs", "gpt350m_cpu.yaml")
-
-
-def run(cmd):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    if r.returncode != 0:
-        sys.exit("failed (%d): %s\n%s%s" % (r.returncode, " ".join(cmd), r.stdout, r.stderr))
-    return r.stdout + r.stderr
 
 
 def seconds(text):
@@ -78,15 +70,7 @@ def train_rows(harp, out, trial):
     prof = os.path.join(out, "pair_profile.json")
     rows = []
     run([harp, "profile", "--job", PAIR, "-o", prof])
-    data = os.path.join(out, "corpus.bin")
-    if not os.path.exists(data):
-        corpus = os.path.join(out, "corpus.txt")
-        with open(corpus, "w") as f:
-            for doc in ["README.md"] + sorted(os.listdir(os.path.join(ROOT, "docs"))):
-                path = os.path.join(ROOT, doc) if doc == "README.md" else os.path.join(ROOT, "docs", doc)
-                with open(path) as d:
-                    f.write(d.read())
-        run([harp, "data", "prepare", "--input", corpus, "--output", data])
+    data = corpus(harp, out)
     for label, extra in (("profile", ["--profile", prof]), ("analytic", [])):
         plan = os.path.join(out, "pair_plan_%s.json" % label)
         run([harp, "plan", "--job", PAIR, "--output", plan] + extra)
@@ -150,7 +134,7 @@ def chart(rows, path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--harp", default=os.path.join(ROOT, "build", "src", "cli", "harp"))
+    ap.add_argument("--harp", default=DEFAULT_HARP)
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench"))
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--skip-profiling", action="store_true", help="leave out the GPT-350M profiling case")

@@ -6,15 +6,11 @@ Every figure these scripts report is measured in the run that prints it; predict
 the plan's simulated iteration (what `harp simulate` says), set beside the measurement.
 """
 import argparse
-import csv
 import json
 import os
 import statistics
-import subprocess
-import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_HARP = os.path.join(ROOT, "build", "src", "cli", "harp")
+from bench_util import DEFAULT_HARP, ROOT, corpus, run, write, write_csv  # noqa: F401 (the scripts use tb.*)
 
 # Device types of the emulated pools: slowdown factors against this machine's CPU (the
 # runtime sleeps (factor - 1) x each compute, so three ranks fit two cores).
@@ -49,18 +45,8 @@ def setup(harp, folder, name, pools, links, model, microbatches, microbatch_size
     return cl, job, profile(harp, job, os.path.join(folder, "profile.json"), profile_sizes)
 
 
-def write_csv(path, rows):
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
 
 
-def run(cmd, env=None):
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    if r.returncode != 0:
-        sys.exit("failed (%d): %s\n%s%s" % (r.returncode, " ".join(cmd), r.stdout[-3000:], r.stderr[-3000:]))
-    return r.stdout + r.stderr
 
 
 def cluster_yaml(name, pools, links):
@@ -92,25 +78,8 @@ def job_yaml(cluster_file, model, microbatches, microbatch_size, steps):
             % (os.path.abspath(cluster_file), model, blocks, hidden, heads, seq, microbatches, microbatch_size, steps))
 
 
-def write(path, text):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "w") as f:
-        f.write(text)
-    return path
 
 
-def corpus(harp, out):
-    os.makedirs(out, exist_ok=True)
-    path = os.path.join(out, "corpus.bin")
-    if not os.path.exists(path):
-        text = os.path.join(out, "corpus.txt")
-        with open(text, "w") as f:
-            for name in ["README.md"] + sorted(os.listdir(os.path.join(ROOT, "docs"))):
-                p = os.path.join(ROOT, name) if name == "README.md" else os.path.join(ROOT, "docs", name)
-                if p.endswith(".md"):
-                    f.write(open(p).read())
-        run([harp, "data", "prepare", "--input", text, "--output", path])
-    return path
 
 
 def profile(harp, job, path, microbatch_sizes=None):

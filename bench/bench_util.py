@@ -1,0 +1,43 @@
+"""Helpers every bench script shares: running `harp`, writing files, the token corpus."""
+import csv
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_HARP = os.path.join(ROOT, "build", "src", "cli", "harp")
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def run(cmd, env=None):
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    if r.returncode != 0:
+        sys.exit("failed (%d): %s\n%s%s" % (r.returncode, " ".join(cmd), r.stdout[-3000:], r.stderr[-3000:]))
+    return r.stdout + r.stderr
+
+
+def write(path, text):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def corpus(harp, out):
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, "corpus.bin")
+    if not os.path.exists(path):
+        text = os.path.join(out, "corpus.txt")
+        with open(text, "w") as f:
+            for name in ["README.md"] + sorted(os.listdir(os.path.join(ROOT, "docs"))):
+                p = os.path.join(ROOT, name) if name == "README.md" else os.path.join(ROOT, "docs", name)
+                if p.endswith(".md"):
+                    f.write(open(p).read())
+        run([harp, "data", "prepare", "--input", text, "--output", path])
+    return path
