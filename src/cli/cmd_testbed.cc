@@ -25,16 +25,14 @@ int run_up(const Opts& o, Context& ctx) {
   auto t = topology_of(o, &c);
   if (!t.ok()) return ctx.fail("testbed up", t.status());
   if (o.dry_run) {
-    for (const auto& h : t->hosts) ctx.out << "ip netns add " << h.netns << "\n";
-    for (const auto& w : t->wires)
-      ctx.out << "ip link add " << testbed::Topology::veth_name(w.b) << " netns " << t->hosts[w.a].netns
-              << " type veth peer name " << testbed::Topology::veth_name(w.a) << " netns " << t->hosts[w.b].netns
-              << "\n";
-    for (const auto& cmd : testbed::up_commands(*t, testbed::Shaper::kNetem)) {
+    auto print = [&](const std::vector<std::string>& cmd) {
       std::string line;
       for (const auto& a : cmd) line += (line.empty() ? "" : " ") + a;
       ctx.out << line << "\n";
-    }
+    };
+    for (const auto& h : t->hosts) print(testbed::netns_add_command(h));
+    for (const auto& w : t->wires) print(testbed::veth_add_command(*t, w));
+    for (const auto& cmd : testbed::up_commands(*t, testbed::Shaper::kNetem)) print(cmd);
     return kExitOk;
   }
   if (Status s = testbed::available(); !s.ok()) {

@@ -141,6 +141,13 @@ StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::stri
   return t;
 }
 
+std::vector<std::string> netns_add_command(const Host& host) { return {"ip", "netns", "add", host.netns}; }
+
+std::vector<std::string> veth_add_command(const Topology& t, const Wire& w) {
+  return {"ip",   "link", "add",  Topology::veth_name(w.b), "netns", t.hosts[w.a].netns, "type", "veth", "peer",
+          "name", Topology::veth_name(w.a), "netns", t.hosts[w.b].netns};
+}
+
 const char* shaper_name(Shaper shaper) { return shaper == Shaper::kNetem ? "netem" : "htb"; }
 
 std::vector<std::vector<std::string>> up_commands(const Topology& t, Shaper shaper) {
@@ -276,16 +283,12 @@ Status up(const Topology& t) {
   const std::set<std::string> have(existing.begin(), existing.end());
   for (const Host& h : t.hosts)
     if (!have.count(h.netns)) {
-      auto r = run_command({"ip", "netns", "add", h.netns});
+      auto r = run_command(netns_add_command(h));
       if (!r.ok()) return fail(r.status());
     }
   for (const Wire& w : t.wires) {
-    const Host& a = t.hosts[w.a];
-    const Host& b = t.hosts[w.b];
-    const std::string dev_a = Topology::veth_name(w.b), dev_b = Topology::veth_name(w.a);
-    if (run_command({"ip", "-n", a.netns, "link", "show", dev_a}).ok()) continue;
-    auto r = run_command({"ip", "link", "add", dev_a, "netns", a.netns, "type", "veth", "peer", "name", dev_b,
-                          "netns", b.netns});
+    if (run_command({"ip", "-n", t.hosts[w.a].netns, "link", "show", Topology::veth_name(w.b)}).ok()) continue;
+    auto r = run_command(veth_add_command(t, w));
     if (!r.ok()) return fail(r.status());
   }
   // netem where the kernel has it (it shapes latency too), else htb.
@@ -323,6 +326,7 @@ StatusOr<Report> status(const cluster::Cluster& cluster, const Topology& t) {
   const std::set<std::string> have(existing.begin(), existing.end());
   Report report;
   report.up = true;
+  report.namespaces = static_cast<int>(existing.size());
   std::ostringstream o;
   o << "testbed " << t.prefix << " for cluster '" << cluster.name << "': " << t.hosts.size() << " hosts, "
     << t.wires.size() << " links\n";

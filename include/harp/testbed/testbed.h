@@ -67,6 +67,11 @@ StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::stri
 enum class Shaper { kNetem, kHtb };
 const char* shaper_name(Shaper shaper);
 
+// What makes a host's namespace, and the veth pair of a wire (inside its two
+// namespaces); `up` runs each only when the thing is missing.
+std::vector<std::string> netns_add_command(const Host& host);
+std::vector<std::string> veth_add_command(const Topology& topology, const Wire& wire);
+
 // The shell-free argument vectors `up` runs once the namespaces and veths exist, in order
 // (for tests and `up --dry-run`). Re-running them leaves the same state; a `tc qdisc del`
 // among them may fail (nothing to remove), which up() accepts.
@@ -97,6 +102,7 @@ StatusOr<std::vector<std::string>> namespaces_with_prefix(const std::string& pre
 struct Report {
   bool up = false;
   bool latency_shaped = false;  // netem found on the links
+  int namespaces = 0;           // of the prefix, found now (0: nothing is up)
   std::string text;
 };
 StatusOr<Report> status(const cluster::Cluster& cluster, const Topology& topology);
