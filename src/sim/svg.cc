@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <vector>
 
 namespace harp::sim {
 namespace {
@@ -58,6 +59,38 @@ double tick_step_ms(double total_ms) {
   for (double f : {1.0, 2.0, 5.0})
     if (f * mag >= raw) return f * mag;
   return 10 * mag;
+}
+
+// The time axis under a picture: a line from kLeft to the right margin at `axis_y`,
+// ticks every 1-2-5 ms step up to `span_ms`, `px_per_ms` pixels per millisecond.
+void time_axis(std::string* out, double axis_y, double span_ms, double px_per_ms) {
+  put(out, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#444\"/>\n", kLeft, axis_y,
+      kWidth - kRight, axis_y);
+  const double step_ms = tick_step_ms(span_ms);
+  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step_ms))));
+  for (int k = 0;; ++k) {
+    const double t_ms = k * step_ms;
+    if (t_ms > span_ms * (1 + 1e-9) && k > 0) break;
+    const double tx = kLeft + t_ms * px_per_ms;
+    put(out,
+        "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\"/>"
+        "<text class=\"tick\" x=\"%.2f\" y=\"%.1f\">%.*f</text>\n",
+        tx, axis_y, tx, axis_y + 5, tx, axis_y + 17, decimals, t_ms);
+    if (span_ms <= 0) break;
+  }
+  put(out, "<text class=\"tick\" x=\"%.0f\" y=\"%.1f\">ms</text>\n", kWidth - kRight + 14, axis_y + 17);
+}
+
+// A row of colour swatches and their names, from kLeft at height `y`.
+void legend(std::string* out, double y, const std::vector<std::pair<const char*, const char*>>& entries) {
+  double lx = kLeft;
+  for (const auto& [color, name] : entries) {
+    put(out,
+        "<rect class=\"legend\" x=\"%.0f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+        "<text x=\"%.0f\" y=\"%.1f\">%s</text>\n",
+        lx, y, color, lx + 16, y + 10, name);
+    lx += 16 + 7.0 * std::char_traits<char>::length(name) + 18;
+  }
 }
 
 class Picture {
@@ -179,39 +212,14 @@ std::string Picture::draw(const std::string& title) {
     }
   }
 
-  // Time axis with a 1-2-5 step in ms.
-  put(&out, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#444\"/>\n", kLeft,
-      axis_y, kWidth - kRight, axis_y);
-  const double step_ms = tick_step_ms(iter_ms);
-  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step_ms))));
-  for (int k = 0;; ++k) {
-    const double t_ms = k * step_ms;
-    if (t_ms > iter_ms * (1 + 1e-9) && k > 0) break;
-    const double tx = x(static_cast<Nanos>(std::llround(t_ms * 1e6)));
-    put(&out,
-        "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\"/>"
-        "<text class=\"tick\" x=\"%.2f\" y=\"%.1f\">%.*f</text>\n",
-        tx, axis_y, tx, axis_y + 5, tx, axis_y + 17, decimals, t_ms);
-    if (iter_ms <= 0) break;
-  }
-  put(&out, "<text class=\"tick\" x=\"%.0f\" y=\"%.1f\">ms</text>\n", kWidth - kRight + 14,
-      axis_y + 17);
-
-  // Legend.
-  const std::pair<const char*, const char*> legend[] = {
-      {kFwdColor, "forward"},         {kBwdColor, "backward"},
-      {kReduceColor, "grad all-reduce"}, {kStepColor, "optimizer step"},
-      {kXferFwdColor, "activation transfer (link row, top)"},
-      {kXferBwdColor, "gradient transfer (link row, bottom)"}};
-  double lx = kLeft;
-  const double ly = axis_y + 36;
-  for (const auto& [color, name] : legend) {
-    put(&out,
-        "<rect class=\"legend\" x=\"%.0f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-        "<text x=\"%.0f\" y=\"%.1f\">%s</text>\n",
-        lx, ly, color, lx + 16, ly + 10, name);
-    lx += 16 + 7.0 * std::char_traits<char>::length(name) + 18;
-  }
+  time_axis(&out, axis_y, iter_ms, px_per_ns_ * 1e6);
+  legend(&out, axis_y + 36,
+         {{kFwdColor, "forward"},
+          {kBwdColor, "backward"},
+          {kReduceColor, "grad all-reduce"},
+          {kStepColor, "optimizer step"},
+          {kXferFwdColor, "activation transfer (link row, top)"},
+          {kXferBwdColor, "gradient transfer (link row, bottom)"}});
   out += "</svg>\n";
   return out;
 }
@@ -294,33 +302,14 @@ std::string svg_timelines(const std::vector<std::pair<std::string, schedule::Tim
         put(&out, "<text class=\"mb\" x=\"%.2f\" y=\"%.1f\">%s</text>\n", x0 + w / 2, top + h / 2 + 4, mb.c_str());
     }
   }
-  const double span_ms = span_us / 1e3;
-  put(&out, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#444\"/>\n", kLeft, axis_y,
-      kWidth - kRight, axis_y);
-  const double step_ms = tick_step_ms(span_ms);
-  const int decimals = std::max(0, static_cast<int>(-std::floor(std::log10(step_ms))));
-  for (int k = 0; k * step_ms <= span_ms * (1 + 1e-9); ++k) {
-    const double tx = kLeft + k * step_ms * 1e3 * px_per_us;
-    put(&out,
-        "<line x1=\"%.2f\" y1=\"%.1f\" x2=\"%.2f\" y2=\"%.1f\" stroke=\"#444\"/>"
-        "<text class=\"tick\" x=\"%.2f\" y=\"%.1f\">%.*f</text>\n",
-        tx, axis_y, tx, axis_y + 5, tx, axis_y + 17, decimals, k * step_ms);
-  }
-  put(&out, "<text class=\"tick\" x=\"%.0f\" y=\"%.1f\">ms</text>\n", kWidth - kRight + 14, axis_y + 17);
-  const std::pair<const char*, const char*> legend[] = {{kFwdColor, "forward"},
-                                                         {kBwdColor, "backward"},
-                                                         {kReduceColor, "grad all-reduce"},
-                                                         {kStepColor, "optimizer step"},
-                                                         {kXferFwdColor, "waiting for an activation"},
-                                                         {kXferBwdColor, "waiting for a gradient"}};
-  double lx = kLeft;
-  for (const auto& [color, name] : legend) {
-    put(&out,
-        "<rect x=\"%.0f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
-        "<text x=\"%.0f\" y=\"%.1f\">%s</text>\n",
-        lx, axis_y + 36, color, lx + 16, axis_y + 46, name);
-    lx += 16 + 7.0 * std::char_traits<char>::length(name) + 18;
-  }
+  time_axis(&out, axis_y, span_us / 1e3, px_per_us * 1e3);
+  legend(&out, axis_y + 36,
+         {{kFwdColor, "forward"},
+          {kBwdColor, "backward"},
+          {kReduceColor, "grad all-reduce"},
+          {kStepColor, "optimizer step"},
+          {kXferFwdColor, "waiting for an activation"},
+          {kXferBwdColor, "waiting for a gradient"}});
   out += "</svg>\n";
   return out;
 }
