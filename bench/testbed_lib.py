@@ -221,9 +221,12 @@ def scatter_chart(path, title, points, note=""):
     write(path, "\n".join(o) + "\n")
 
 
-def bar_chart(path, title, groups, series_names, ylabel, note=""):
-    """groups: [(group label, [value per series])] -> grouped bars."""
+def bar_chart(path, title, groups, series_names, ylabel, note="", wide=False):
+    """groups: [(group label, [value per series])] -> grouped bars; wide: room for many
+    groups (labels wrap at spaces)."""
     W, H, L, R, T, B = 980, 440, 80, 240, 50, 90
+    if wide:
+        W, B = max(W, L + R + 120 * len(groups)), 110
     hi = max(v for _, vals in groups for v in vals if v == v) * 1.15
     ticks = _ticks(0, hi)
     hi = ticks[-1]
@@ -244,8 +247,10 @@ def bar_chart(path, title, groups, series_names, ylabel, note=""):
                         _esc(series_names[i]), v))
             o.append('<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%.2f</text>'
                      % (gx + i * bw + bw / 2 - 1, Y(v) - 3, v))
-        o.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="11">%s</text>'
-                 % (L + g * gw + gw / 2, H - B + 18, _esc(label)))
+        lines = label.split(" ") if wide else [label]
+        for j, line in enumerate(lines):
+            o.append('<text x="%.1f" y="%d" text-anchor="middle" font-size="11">%s</text>'
+                     % (L + g * gw + gw / 2, H - B + 18 + 14 * j, _esc(line)))
     for i, name in enumerate(series_names):
         o.append('<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>'
                  % (W - R + 12, T + 20 * i, COLORS[i % len(COLORS)], W - R + 30, T + 10 + 20 * i, _esc(name)))

@@ -28,6 +28,7 @@ struct Opts {
   int max_tp = 0;
   bool allow_idle = false;
   bool fixed_order = true;
+  std::string search_schedule = "harp-1f1b";
   bool compare = false;
   std::string output;
   bool json = false;
@@ -96,6 +97,7 @@ planner::PlanRequest request_of(const Opts& o, Context& ctx) {
   r.max_tp = o.max_tp;
   r.allow_idle_devices = o.allow_idle;
   r.fixed_order = o.fixed_order;
+  r.schedule_in_search = o.search_schedule != "1f1b";
   r.compare = o.compare;
   r.profile_file = o.profile_file;
   r.calibrate_file = o.calibrate_file;
@@ -262,6 +264,10 @@ void add_plan_command(CLI::App& root, Context& ctx) {
   cmd->add_flag("--allow-idle-devices", o->allow_idle, "Let the plan leave devices unused");
   cmd->add_option("--fixed-order", o->fixed_order, "Keep the subcluster order (false: search it)")
       ->capture_default_str();
+  cmd->add_option("--search-schedule", o->search_schedule,
+                  "The schedule harp's search plans for: harp-1f1b (default), or 1f1b and then HARP's launch "
+                  "counts (an ablation: the schedule out of the loop)")
+      ->check(CLI::IsMember({"harp-1f1b", "1f1b"}));
   cmd->add_option("--output", o->output, "Write the plan JSON here");
   cmd->add_flag("--json", o->json, "Print JSON instead of tables");
   cmd->callback([o, &ctx] { ctx.rc = run_plan(*o, ctx); });

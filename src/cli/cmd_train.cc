@@ -12,7 +12,9 @@
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/comm.h"
+#include "harp/runtime/memory.h"
 #include "harp/runtime/trainer.h"
+#include "harp/schedule/generators.h"
 #include "harp/sim/run.h"
 #include "table.h"
 
@@ -111,7 +113,10 @@ int run_train(const Opts& o, Context& ctx) {
   }
 
   runtime::set_compute_threads(c.threads);
+  // One rank per process: its tensor memory is the process's (summary.json "memory").
+  runtime::install_counting_allocator();
   runtime::TrainOptions t = runtime::train_options(c);
+  t.measure_memory = true;
   t.resume = o.resume;
   t.exec.emulate = c.emulate || env_int("HARP_EMULATE", 0) != 0;  // harp launch --emulate
   if (const char* origin = std::getenv("HARP_CLOCK_ORIGIN_NS")) {  // harp launch: one clock for all ranks
@@ -185,6 +190,21 @@ int run_train(const Opts& o, Context& ctx) {
       s["emulated"] = t.exec.emulate && emulated_stages;
       s["testbed"] = testbed != nullptr ? std::string(testbed) : std::string();
       s["cost_source"] = p->cost_source;
+      // Tensor memory per stage: the plan's figure for the launch counts this run used
+      // beside the measured one (the counting allocator; first replica of each stage).
+      const std::vector<int> counts = schedule::launch_counts_for(*p, p->schedule);
+      Json memory = Json::array();
+      for (int i = 0; i < p->num_stages() && i < static_cast<int>(summary->peak_bytes.size()); ++i) {
+        const plan::Stage& st = p->stages[i];
+        memory.push_back({{"stage", i},
+                          {"launch_count", counts[i]},
+                          {"predicted_static_bytes", st.memory_static_bytes},
+                          {"predicted_activation_bytes", st.activation_bytes},
+                          {"predicted_bytes", st.memory_static_bytes + counts[i] * st.activation_bytes},
+                          {"measured_base_bytes", summary->base_bytes[i]},
+                          {"measured_peak_bytes", summary->peak_bytes[i]}});
+      }
+      s["memory"] = memory;
       Status wrote = write_text_file_atomic(c.out + "/summary.json", s.dump(2) + "\n");
       if (!wrote.ok()) return ctx.fail("train", wrote);
     }

@@ -1,6 +1,8 @@
 // Plan assembly shared by every strategy (see plan_builder.h).
 #include "harp/planner/plan_builder.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 #include "harp/cost/comm_cost.h"
@@ -92,6 +94,22 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
         p.stages[i].memory_static_bytes + n[i] * p.stages[i].activation_bytes;
   }
   return p;
+}
+
+int cap_launch_counts_to_memory(const StageCosts& costs, plan::Plan& plan) {
+  int lowered = 0;
+  int previous = plan.microbatches;
+  for (auto& s : plan.stages) {
+    const Bytes room = costs.usable_memory_bytes(s.subcluster) - s.memory_static_bytes;
+    const double fit = s.activation_bytes > 0 ? std::max(1.0, std::floor(room / s.activation_bytes))
+                                              : static_cast<double>(s.launch_count);
+    const int fits = static_cast<int>(std::min(fit, static_cast<double>(s.launch_count)));
+    const int n = std::max(1, std::min(fits, previous));
+    if (n < s.launch_count) ++lowered;
+    s.launch_count = previous = n;
+    s.memory_bytes = s.memory_static_bytes + n * s.activation_bytes;
+  }
+  return lowered;
 }
 
 Status check_memory(const StageCosts& costs, const plan::Plan& plan) {

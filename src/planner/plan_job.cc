@@ -22,6 +22,7 @@ SearchOptions search_options(const PlanRequest& r) {
   s.max_tp = r.max_tp;
   s.allow_idle_devices = r.allow_idle_devices;
   s.fixed_order = r.fixed_order;
+  s.schedule_in_search = r.schedule_in_search;
   s.progress = r.progress;
   return s;
 }

@@ -134,7 +134,8 @@ StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
   } else {
     SearchOptions o = options;
     o.microbatches = problem.microbatches;
-    o.schedule = strategy == Strategy::kHarp ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
+    const bool harp = strategy == Strategy::kHarp;
+    o.schedule = harp && options.schedule_in_search ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
     const bool homogeneous = strategy == Strategy::kHomogeneous;
     auto found = search_pipeline(homogeneous ? problem.homogeneous : problem.costs, o);
     if (!found.ok()) {
@@ -152,12 +153,15 @@ StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
         return r;
       }
     // The homogeneous search chose its placements on the wrong costs: the plan it is
-    // judged by is those placements re-timed with the true costs.
-    if (homogeneous) {
+    // judged by is those placements re-timed with the true costs. A harp search without
+    // the schedule in the loop gets HARP's launch counts only now.
+    const bool rebuild = harp && !options.schedule_in_search;
+    if (homogeneous || rebuild) {
       BuildOptions build;
       build.microbatches = problem.microbatches;
-      build.schedule = o.schedule;
+      build.schedule = rebuild ? plan::ScheduleKind::kHarp1F1B : o.schedule;
       r.plan = build_plan(problem.costs, found->placements, build);
+      if (rebuild) cap_launch_counts_to_memory(problem.costs, r.plan);
     } else {
       r.plan = std::move(found->plan);
     }

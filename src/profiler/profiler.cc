@@ -11,64 +11,20 @@
 #include <mutex>
 #include <thread>
 
-#include <c10/core/CPUAllocator.h>
-#include <c10/core/impl/alloc_cpu.h>
-#include <torch/version.h>
 
 #include "harp/common/check.h"
 #include "harp/profile/unique_layers.h"
 #include "harp/runtime/comm.h"
 #include "harp/runtime/gpt.h"
+#include "harp/runtime/memory.h"
 #include "harp/runtime/trainer.h"
 
-// libtorch 2.3 made Allocator::allocate non-const and added copy_data.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-#define HARP_ALLOCATOR_2_3 1
-#endif
 
 namespace harp::profiler {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::atomic<long long> g_live{0}, g_peak{0};
-
-// A header in front of each block holds its size; 64 bytes keep libtorch's alignment.
-constexpr size_t kHeader = 64;
-
-void counted_free(void* p) {
-  if (p == nullptr) return;
-  char* base = static_cast<char*>(p) - kHeader;
-  g_live -= static_cast<long long>(*reinterpret_cast<size_t*>(base));
-  c10::free_cpu(base);
-}
-
-// Counts live tensor bytes and their high-water mark. The data pointer is its own
-// context (raw_deleter), as libtorch's default CPU allocator does.
-struct CountingAllocator final : c10::Allocator {
-#ifdef HARP_ALLOCATOR_2_3
-  c10::DataPtr allocate(size_t n) override {
-#else
-  c10::DataPtr allocate(size_t n) const override {
-#endif
-    char* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
-    *reinterpret_cast<size_t*>(base) = n;
-    const long long live = g_live += static_cast<long long>(n);
-    long long peak = g_peak.load();
-    while (live > peak && !g_peak.compare_exchange_weak(peak, live)) {
-    }
-    void* p = base + kHeader;
-    return {p, p, &counted_free, c10::Device(c10::DeviceType::CPU)};
-  }
-  c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
-#ifdef HARP_ALLOCATOR_2_3
-  void copy_data(void* dest, const void* src, std::size_t count) const override {
-    default_copy_data(dest, src, count);
-  }
-#endif
-};
-
-void reset_peak() { g_peak = g_live.load(); }
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
@@ -117,17 +73,6 @@ double tensor_bytes(const torch::Tensor& t) {
 
 }  // namespace
 
-void install_counting_allocator() {
-  static CountingAllocator* allocator = [] {
-    auto* a = new CountingAllocator();  // lives as long as the process, as libtorch's do
-    c10::SetCPUAllocator(a, /*priority=*/100);
-    return a;
-  }();
-  (void)allocator;
-}
-
-double live_tensor_bytes() { return static_cast<double>(g_live.load()); }
-
 Timing summarize(std::vector<double> samples) {
   HARP_CHECK(!samples.empty());
   std::sort(samples.begin(), samples.end());
@@ -148,7 +93,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
                           torch::Dtype dtype, const MeasureOptions& options) {
   HARP_CHECK(0 <= first && first < last && last <= model.num_layers()) << first << ".." << last;
   HARP_CHECK(samples >= 1);
-  install_counting_allocator();
+  runtime::install_counting_allocator();
   std::vector<runtime::GptLayer> layers = runtime::build_gpt_layers(model, first, last, 1234, dtype, torch::kCPU);
   const bool tail = layers.back()->layer().kind == model::LayerKind::kTail;
   const auto& g = model.gpt;
@@ -165,9 +110,9 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     const bool timed = run >= options.warmup;
     const bool count_bytes = run == options.warmup;
     if (input.requires_grad()) input.mutable_grad() = torch::Tensor();
-    const double base = live_tensor_bytes();
+    const double base = runtime::live_tensor_bytes();
     if (options.evict_caches) evict_private_caches();
-    reset_peak();
+    runtime::reset_peak_tensor_bytes();
     auto t0 = Clock::now();
     torch::Tensor y = input;
     for (auto& layer : layers)
@@ -176,7 +121,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     emulate(options.emulated_slowdown, t0);
     const double f = seconds_since(t0);
     if (count_bytes) {
-      m.activation_bytes = live_tensor_bytes() - base;
+      m.activation_bytes = runtime::live_tensor_bytes() - base;
       m.output_bytes = tail ? 0.0 : tensor_bytes(y);
     }
     if (!tail && !dy.defined()) dy = torch::randn_like(y);
@@ -188,7 +133,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
       torch::autograd::backward({y}, {dy});
     emulate(options.emulated_slowdown, t0);
     const double b = seconds_since(t0);
-    if (count_bytes) m.peak_bytes = static_cast<double>(g_peak.load()) - base;
+    if (count_bytes) m.peak_bytes = runtime::peak_tensor_bytes() - base;
     y = torch::Tensor();
     if (!timed) continue;
     fwd.push_back(f);
@@ -274,7 +219,7 @@ std::string percent(double fraction) {
 ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest& request,
                             const ProgressFn& progress) {
   HARP_CHECK(request.emulated_slowdown >= 1.0);
-  install_counting_allocator();
+  runtime::install_counting_allocator();
   runtime::set_compute_threads(request.threads);
   const auto start = Clock::now();
   ProfileReport report;

@@ -19,6 +19,7 @@
 #include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/checkpoint.h"
+#include "harp/runtime/memory.h"
 #include "harp/runtime/metrics.h"
 #include "harp/schedule/lower_plan.h"
 
@@ -146,21 +147,38 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   torch::Tensor measured_compute = torch::zeros({2 * l.num_stages()}, torch::kFloat64);
   for (int step = summary.first_step; step < options.steps; ++step) {
     const bool trace = traced.count(step) > 0;
+    const double base_bytes = live_tensor_bytes();
+    if (options.measure_memory) reset_peak_tensor_bytes();
     StepResult r = ex.run_step(step, trace);
+    const double peak_bytes = peak_tensor_bytes();
     if (trace)
       for (auto& e : ex.take_trace()) timeline.events.push_back(e);
     // Busy fraction, forward and backward time per microbatch of every stage (its first
-    // replica), gathered in one reduction.
+    // replica), and its tensor memory, gathered in one reduction.
     const int S = l.num_stages();
-    torch::Tensor stats = torch::zeros({3 * S}, torch::kFloat64);
+    torch::Tensor stats = torch::zeros({5 * S}, torch::kFloat64);
     if (l.dp_rank == 0) {
       stats[l.stage] = r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0;
       stats[S + l.stage] = r.forward_seconds / plan.microbatches;
       stats[2 * S + l.stage] = r.backward_seconds / plan.microbatches;
+      if (options.measure_memory) {
+        stats[3 * S + l.stage] = base_bytes;
+        stats[4 * S + l.stage] = peak_bytes;
+      }
     }
     comm.allreduce_world(stats, "rank " + std::to_string(l.rank) + " at step " + std::to_string(step) + " in metrics");
     torch::Tensor busy = stats.slice(0, 0, S).contiguous();
-    if (step > summary.first_step) measured_compute += stats.slice(0, S, 3 * S);
+    if (step > summary.first_step) {
+      measured_compute += stats.slice(0, S, 3 * S);
+      if (options.measure_memory) {
+        summary.base_bytes.resize(S, 0.0);
+        summary.peak_bytes.resize(S, 0.0);
+        for (int s = 0; s < S; ++s) {
+          summary.base_bytes[s] = std::max(summary.base_bytes[s], stats[3 * S + s].item<double>());
+          summary.peak_bytes[s] = std::max(summary.peak_bytes[s], stats[4 * S + s].item<double>());
+        }
+      }
+    }
     summary.losses.push_back(r.loss);
     if (step > summary.first_step) {
       total_s += r.seconds;

@@ -36,6 +36,10 @@ struct SearchOptions {
   // kHarp1F1B: launch counts from the δ rule; k1F1B: δ = 1 everywhere (standard
   // 1F1B). GPipe is not searched (its launch count B rarely fits memory).
   plan::ScheduleKind schedule = plan::ScheduleKind::kHarp1F1B;
+  // run_strategy's harp strategy only. false: search as for standard 1F1B (the schedule
+  // out of the loop), then give the placements found HARP's launch counts (the joint
+  // planning ablation: the paper's Fig. 11b).
+  bool schedule_in_search = true;
   ProgressFn progress;              // optional
 };
 

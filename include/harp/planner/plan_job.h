@@ -26,6 +26,7 @@ struct PlanRequest {
   int max_tp = 0;                    // 0: the largest power of two inside every node
   bool allow_idle_devices = false;
   bool fixed_order = true;
+  bool schedule_in_search = true;    // SearchOptions::schedule_in_search
   bool compare = false;              // also run every strategy on the winning candidate
   std::string profile_file;          // overrides the job's cost.profile
   // A run's OUT/measured_plan.json: the cost source is scaled per device type so that

@@ -133,9 +133,4 @@ struct LinkReport {
 // REQUIRES: sizes non-empty, each >= 4 bytes.
 LinkReport measure_links(const std::vector<double>& sizes_bytes, const MeasureOptions& options);
 
-// Live and peak tensor bytes of this process since the counting allocator was installed
-// (installing it is idempotent; profile_model and measure_range do it).
-void install_counting_allocator();
-double live_tensor_bytes();
-
 }  // namespace harp::profiler

@@ -26,6 +26,9 @@ struct TrainOptions {
   std::vector<int> trace_steps;     // steps whose measured timeline is written
   bool progress = true;             // rank 0 prints a line per step
   Json resolved_config;             // written by rank 0 as OUT/train_config.json (if not null)
+  // Per-stage tensor memory in TrainSummary (runtime/memory.h). REQUIRES: one rank per
+  // process, the counting allocator installed before the model is built.
+  bool measure_memory = false;
 };
 
 // The libtorch dtype of a TrainConfig dtype name ("float32" | "float64").
@@ -41,6 +44,10 @@ struct TrainSummary {
   double mean_iteration_s = 0;      // over the steps run, excluding the first
   double median_iteration_s = 0;    // the same steps' median (robust to a noisy machine)
   double tokens_per_s = 0;
+  // With measure_memory, per stage (its first replica), over the steps after the first:
+  // live tensor bytes when a step starts (parameters, gradients, optimizer state) and
+  // the peak during a step (that plus the in-flight activations and workspace).
+  std::vector<double> base_bytes, peak_bytes;
 };
 
 // One run per output folder: the holder has an flock on OUT/.lock, so a second run on the

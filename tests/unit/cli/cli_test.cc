@@ -222,6 +222,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp plan --max-tp",
       "harp plan --allow-idle-devices",
       "harp plan --fixed-order",
+      "harp plan --search-schedule",
       "harp plan --output",
       "harp plan --json",
       "harp launch --nproc",

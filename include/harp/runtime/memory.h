@@ -1,0 +1,20 @@
+// Live and peak tensor bytes of this process, counted by a CPU allocator that wraps
+// libtorch's own (alloc_cpu/free_cpu) with a size header. The profiler measures a layer's
+// activations with it, and `harp train` a rank's peak per step.
+//
+// The figures are per process: ranks run as threads of one process share them. Tensors
+// allocated before install_counting_allocator() are not counted (they keep the allocator
+// that made them, and their deleter), so install it before building the model.
+#pragma once
+
+namespace harp::runtime {
+
+// Makes the counting allocator libtorch's CPU allocator. Idempotent, thread-safe.
+void install_counting_allocator();
+
+double live_tensor_bytes();
+// The high-water mark of live_tensor_bytes() since the last reset_peak_tensor_bytes().
+double peak_tensor_bytes();
+void reset_peak_tensor_bytes();
+
+}  // namespace harp::runtime
