@@ -49,14 +49,15 @@ def setup(harp, folder, name, pools, links, model, microbatches, microbatch_size
 
 
 
-def cluster_yaml(name, pools, links):
-    """pools: [(name, device, devices)], links: [(a, b, gbps)] -> YAML text."""
+def cluster_yaml(name, pools, links, memory_gib=None):
+    """pools: [(name, device, devices)], links: [(a, b, gbps)], memory_gib: {device: GiB}
+    (default 16 each) -> YAML text."""
     used = sorted({d for _, d, _ in pools})
     lines = ["version: 1", "name: %s" % name, "devices:"]
     for d in used:
         peak, bw, slow = DEVICES[d]
-        lines.append("  - {name: %s, peak_tflops: %g, memory_gib: 16, memory_bandwidth_gbs: %g, "
-                     "emulated_slowdown: %g}" % (d, peak, bw, slow))
+        lines.append("  - {name: %s, peak_tflops: %g, memory_gib: %.6g, memory_bandwidth_gbs: %g, "
+                     "emulated_slowdown: %g}" % (d, peak, (memory_gib or {}).get(d, 16), bw, slow))
     lines.append("subclusters:")
     for p, d, n in pools:
         extra = ", intra_node: {bandwidth_gbps: 10, latency_us: 30}" if n > 1 else ""
@@ -221,9 +222,9 @@ def scatter_chart(path, title, points, note=""):
     write(path, "\n".join(o) + "\n")
 
 
-def bar_chart(path, title, groups, series_names, ylabel, note="", wide=False):
+def bar_chart(path, title, groups, series_names, ylabel, note="", wide=False, unit_line=True):
     """groups: [(group label, [value per series])] -> grouped bars; wide: room for many
-    groups (labels wrap at spaces)."""
+    groups (labels wrap at spaces); unit_line: a line at 1 (for ratios)."""
     W, H, L, R, T, B = 980, 440, 80, 240, 50, 90
     if wide:
         W, B = max(W, L + R + 120 * len(groups)), 110
@@ -256,7 +257,8 @@ def bar_chart(path, title, groups, series_names, ylabel, note="", wide=False):
                  % (W - R + 12, T + 20 * i, COLORS[i % len(COLORS)], W - R + 30, T + 10 + 20 * i, _esc(name)))
     o.append('<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">%s</text>'
              % ((T + H - B) / 2, (T + H - B) / 2, _esc(ylabel)))
-    o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#444"/>' % (L, W - R, Y(1), Y(1)))
+    if unit_line:
+        o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#444"/>' % (L, W - R, Y(1), Y(1)))
     if note:
         o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (L, H - 20, _esc(note)))
     o.append("</svg>")

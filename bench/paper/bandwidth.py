@@ -45,15 +45,10 @@ def measured(a):
         job = tb.write(os.path.join(out, "job_%s.yaml" % tag), tb.job_yaml(cl, "gpt-testbed", 16, 1, a.steps))
         plan_file = os.path.join(out, "plan_%s.json" % tag)
         p = tb.plan(a.harp, job, prof, "harp", plan_file)
-        got = {"harp-1f1b": [], "1f1b": []}
-        pred = {}
-        for r in range(a.repeats):
-            for sched in ("harp-1f1b", "1f1b"):
-                s = tb.train(a.harp, job, cl, plan_file, data, os.path.join(out, "run_%s_%s_%d" % (tag, sched, r)),
-                             schedule=sched)
-                got[sched].append(s["measured_median_s"])
-                pred[sched] = s["predicted_s"]
-        m_h, m_s = tb.median(got["harp-1f1b"]), tb.median(got["1f1b"])
+        got = pl.train_rounds(a, data, [(sched, job, cl, plan_file, os.path.join(out, "run_%s_%s" % (tag, sched)), sched)
+                                        for sched in ("harp-1f1b", "1f1b")])
+        pred = {sched: got[sched]["predicted_s"] for sched in got}
+        m_h, m_s = got["harp-1f1b"]["measured_median_s"], got["1f1b"]["measured_median_s"]
         counts = ",".join(str(st["launch_count"]) for st in p["stages"])
         row = dict(bandwidth_gbps=bw, launch_counts=counts, cuts=",".join(str(st["layers"][0]) for st in p["stages"]),
                    predicted_harp_s=pred["harp-1f1b"], measured_harp_s=m_h, predicted_1f1b_s=pred["1f1b"],
@@ -81,7 +76,7 @@ def simulated(a):
     rows = []
     for cluster, model, k in SIM_SETUPS:
         for bw in SIM_BANDWIDTHS:
-            name = "%s_%s_%g" % (cluster.replace("+", "_").replace("'", "p"), model, bw)
+            name = pl.setup_name(cluster, model, bw)
             _, job = pl.write_setup(d, name, cluster, model, k, bandwidth_gbps=bw)
             got = {s: pl.plan_and_simulate(a.harp, job, s, os.path.join(d, "%s.%s.json" % (name, s)),
                                            ["--microbatches", "auto"],
@@ -106,10 +101,10 @@ def simulated(a):
     series = []
     for setup in sorted({r["setup"] for r in rows}, key=lambda s: [r["setup"] for r in rows].index(s)):
         mine = [r for r in rows if r["setup"] == setup]
-        short = setup.split(" ")[1]
-        series.append(("%s: harp-1f1b over 1f1b" % short, [(r["bandwidth_gbps"], r["h1f1b_over_1f1b"]) for r in mine],
+        short = setup.split(" ")[1].replace("gpt-", "").upper()
+        series.append(("%s: H-1F1B / 1F1B" % short, [(r["bandwidth_gbps"], r["h1f1b_over_1f1b"]) for r in mine],
                        False))
-        series.append(("%s: over homogeneous" % short, [(r["bandwidth_gbps"], r["over_homogeneous"]) for r in mine],
+        series.append(("%s: / homogeneous" % short, [(r["bandwidth_gbps"], r["over_homogeneous"]) for r in mine],
                        True))
     tb.line_chart(os.path.join(a.out, "bandwidth_simulated.svg"),
                   "HARP's gains as the cross-pool links slow (simulated at paper scale)",
@@ -118,15 +113,6 @@ def simulated(a):
     return rows
 
 
-def main():
-    a = pl.arguments(__doc__, lambda ap: (ap.add_argument("--repeats", type=int, default=1),
-                                          ap.add_argument("--bandwidths", default="0.1,0.05,0.02,0.01,0.005")))
-    if a.simulated:
-        simulated(a)
-    if a.measured:
-        measured(a)
-    print("wrote %s/bandwidth_*.csv and .svg" % a.out)
-
-
 if __name__ == "__main__":
-    main()
+    pl.main(__doc__, "bandwidth", simulated, measured,
+            extra=lambda ap: ap.add_argument("--bandwidths", default="0.1,0.05,0.02,0.01,0.005"))

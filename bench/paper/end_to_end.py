@@ -7,7 +7,8 @@ measured   the emulated testbed: three pools (1.5x, 3x, 4.5x slower than this CP
            0.01 Gbit/s links) and two pools with dp (two 3x devices + one 4.5x; 0.05
            Gbit/s), two small GPTs. Each strategy's plan is trained for real through the
            shaped links (HARP's under harp-1f1b and again under 1f1b, the baselines under
-           1f1b); strategies that produce the same plan are trained once.
+           1f1b); strategies that produce the same plan are trained once; --repeats
+           rounds, alternating, each figure the median over rounds.
 simulated  the paper's cluster shapes (paper_lib.CLUSTERS) and GPT-760M ... 6.7B, global
            batch 1024, each strategy with its own best microbatch count (--microbatches
            auto), analytic costs; plus GPT-Neo-2.7B from Sailor's measured A100-40GB and
@@ -48,16 +49,19 @@ def measured(a):
         for name, pools, links, mbs_count, mbs, sizes in TESTBED:
             d = os.path.join(out, "%s_%s" % (model, name))
             cl, job, prof = tb.setup(a.harp, d, name, pools, links, model, mbs_count, mbs, a.steps, sizes)
-            got, by_shape = {}, {}
+            same_as, by_shape = {}, {}
             for strategy in STRATEGIES:
                 plan_file = os.path.join(d, strategy + ".json")
                 p = tb.plan(a.harp, job, prof, strategy, plan_file)
                 key = json.dumps([(s["layers"], s["dp"], s["devices"]) for s in p["stages"]] + [p["schedule"]])
-                if key not in by_shape:
-                    by_shape[key] = tb.train(a.harp, job, cl, plan_file, data, os.path.join(d, "run_" + strategy))
-                got[strategy] = by_shape[key]
-            got["harp-as-1f1b"] = tb.train(a.harp, job, cl, os.path.join(d, "harp.json"), data,
-                                           os.path.join(d, "run_harp_as_1f1b"), schedule="1f1b")
+                same_as[strategy] = by_shape.setdefault(key, strategy)
+            runs = [(s, job, cl, os.path.join(d, s + ".json"), os.path.join(d, "run_" + s), None)
+                    for s in STRATEGIES if same_as[s] == s]
+            runs.append(("harp-as-1f1b", job, cl, os.path.join(d, "harp.json"), os.path.join(d, "run_harp_as_1f1b"),
+                         "1f1b"))
+            got = pl.train_rounds(a, data, runs)
+            for s in STRATEGIES:
+                got[s] = got[same_as[s]]
             h = got["harp"]
             row = dict(model=model, cluster=name)
             for s in ("harp",) + STRATEGIES[1:] + ("harp-as-1f1b",):
@@ -103,7 +107,7 @@ def simulated(a):
     d = os.path.join(a.out, "end_to_end_simulated")
     cases = []
     for cluster, model, k in PAPER:
-        name = "%s_%s" % (cluster.replace("+", "_").replace("'", "p"), model)
+        name = pl.setup_name(cluster, model)
         _, job = pl.write_setup(d, name, cluster, model, k)
         cases.append((cluster, model, "analytic", job, ["--microbatches", "auto"]))
     job, prof = sailor_setup(a, d)
@@ -132,7 +136,7 @@ def simulated(a):
     tb.write_csv(os.path.join(a.out, "end_to_end_simulated.csv"), rows)
     tb.bar_chart(os.path.join(a.out, "end_to_end_simulated.svg"),
                  "HARP's speedup at paper scale (simulated; no bar: the baseline's plan does not fit memory)",
-                 [("%s %s" % (r["cluster"], r["model"].replace("gpt-", "")),
+                 [("%s %s" % (r["cluster"].replace("+", "+ "), r["model"].replace("gpt-", "")),
                    [r["over_homogeneous"], r["over_uniform"], r["over_harp_as_1f1b"]]) for r in rows],
                  ["over homogeneous (Alpa-style)", "over uniform (Megatron-style)", "over its plan under 1F1B"],
                  "speedup (x)", note="global batch 1024 (GPT-Neo: 128), analytic costs but GPT-Neo (Sailor's "
@@ -140,14 +144,5 @@ def simulated(a):
     return rows
 
 
-def main():
-    a = pl.arguments(__doc__)
-    if a.simulated:
-        simulated(a)
-    if a.measured:
-        measured(a)
-    print("wrote %s/end_to_end_*.csv and .svg" % a.out)
-
-
 if __name__ == "__main__":
-    main()
+    pl.main(__doc__, "end_to_end", simulated, measured)

@@ -7,7 +7,7 @@ measured   the emulated three-pool cluster (0.1 and 0.01 Gbit/s links), the test
            For each k: `harp profile` (zero-redundant) and `harp profile --per-layer`,
            both timed (wall seconds of the whole command: three device types, the
            job's microbatch size), a plan from the zero-redundant profile, trained
-           through the shaped links.
+           through the shaped links (--repeats rounds over the four plans, alternating).
 simulated  GPT-2.6B on 8 V100 + 2x2 A100 and GPT-6.7B on 8 V100 + 2 A100 + 2 A100',
            analytic costs, --microbatches auto: HARP's simulated iteration, its search
            time, and the layer counts a profiler must measure per (device type, dp x tp
@@ -52,7 +52,7 @@ def timed(cmd):
 def measured(a):
     out = os.path.join(a.out, "granularity_measured")
     data = tb.corpus(a.harp, out)
-    rows = []
+    setups = {}
     for k in KS:
         d = os.path.join(out, "k%d" % k)
         cl = tb.write(os.path.join(d, "cluster.yaml"), tb.cluster_yaml("gran", POOLS, LINKS))
@@ -63,7 +63,12 @@ def measured(a):
         per_layer_s = timed([a.harp, "profile", "--job", job, "--per-layer", "-o", os.path.join(d, "per_layer.json")])
         plan_file = os.path.join(d, "harp.json")
         p = tb.plan(a.harp, job, prof, "harp", plan_file)
-        s = tb.train(a.harp, job, cl, plan_file, data, os.path.join(d, "run"))
+        setups[k] = (d, cl, job, plan_file, p, zrp_s, per_layer_s)
+    got = pl.train_rounds(a, data, [(k, job, cl, plan_file, os.path.join(d, "run"), None)
+                                    for k, (d, cl, job, plan_file, _, _, _) in setups.items()])
+    rows = []
+    for k, (d, cl, job, plan_file, p, zrp_s, per_layer_s) in setups.items():
+        s = got[k]
         blocks, hidden, heads, seq = tb.MODELS["gpt-testbed"]
         model_file = tb.write(os.path.join(d, "model.yaml"),
                               "family: gpt\nname: gpt-testbed\nnum_blocks: %d\nhidden: %d\nheads: %d\nseq_len: %d\n"
@@ -95,7 +100,7 @@ def simulated(a):
     rows = []
     for cluster, model in SIM_SETUPS:
         for k in KS:
-            name = "%s_%s_k%d" % (cluster.replace("+", "_").replace("'", "p"), model, k)
+            name = pl.setup_name(cluster, model, "k%d" % k)
             _, job = pl.write_setup(d, name, cluster, model, k)
             h = pl.plan_and_simulate(a.harp, job, "harp", os.path.join(d, name + ".harp.json"), ["--microbatches", "auto"])
             layers, unique = layer_counts(a.harp, model, k)
@@ -119,14 +124,5 @@ def simulated(a):
     return rows
 
 
-def main():
-    a = pl.arguments(__doc__)
-    if a.simulated:
-        simulated(a)
-    if a.measured:
-        measured(a)
-    print("wrote %s/granularity_*.csv and .svg" % a.out)
-
-
 if __name__ == "__main__":
-    main()
+    pl.main(__doc__, "granularity", simulated, measured)

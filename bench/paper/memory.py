@@ -39,8 +39,8 @@ def measured(a):
         cl, job, prof = tb.setup(a.harp, d, "mem", POOLS, LINKS, model, 16, 1, a.steps, [1])
         plan_file = os.path.join(d, "harp.json")
         tb.plan(a.harp, job, prof, "harp", plan_file)
-        runs = {s: tb.train(a.harp, job, cl, plan_file, data, os.path.join(d, "run_" + s), schedule=s)
-                for s in ("harp-1f1b", "1f1b")}
+        runs = pl.train_rounds(a, data, [(s, job, cl, plan_file, os.path.join(d, "run_" + s), s)
+                                         for s in ("harp-1f1b", "1f1b")])
         for h, s in zip(runs["harp-1f1b"]["memory"], runs["1f1b"]["memory"]):
             extra_n = h["launch_count"] - s["launch_count"]
             row = dict(model=model, stage=h["stage"], n_harp=h["launch_count"], n_1f1b=s["launch_count"],
@@ -66,6 +66,7 @@ def measured(a):
                    [r["measured_peak_harp_mib"], r["measured_peak_1f1b_mib"], r["measured_extra_mib"],
                     r["predicted_extra_mib"]]) for r in rows],
                  ["peak, harp-1f1b", "peak, 1f1b", "extra, measured", "extra, predicted"], "MiB", wide=True,
+                 unit_line=False,
                  note="peak: live tensor bytes during a step (counting allocator), first replica of each stage")
     return rows
 
@@ -74,7 +75,7 @@ def simulated(a):
     d = os.path.join(a.out, "memory_simulated")
     rows = []
     for cluster, model, k in SIM_SETUPS:
-        name = "%s_%s" % (cluster.replace("+", "_").replace("'", "p"), model)
+        name = pl.setup_name(cluster, model)
         _, job = pl.write_setup(d, name, cluster, model, k)
         plan_file = os.path.join(d, name + ".harp.json")
         h = pl.plan_and_simulate(a.harp, job, "harp", plan_file, ["--microbatches", "auto"])
@@ -100,19 +101,10 @@ def simulated(a):
                  "Memory per device and stage at paper scale (GiB): HARP's counts against 1F1B's",
                  [("%s s%d %s" % (r["setup"].split(" ")[1], r["stage"], r["subcluster"]),
                    [r["planned_harp_gib"], r["planned_1f1b_gib"], r["state_gib"]]) for r in rows],
-                 ["HARP's counts", "1F1B's counts", "state only"], "GiB", wide=True,
+                 ["HARP's counts", "1F1B's counts", "state only"], "GiB", wide=True, unit_line=False,
                  note="planner's figures (state + N x activations), analytic costs, 5 Gbit/s between pools")
     return rows
 
 
-def main():
-    a = pl.arguments(__doc__)
-    if a.simulated:
-        simulated(a)
-    if a.measured:
-        measured(a)
-    print("wrote %s/memory_*.csv and .svg" % a.out)
-
-
 if __name__ == "__main__":
-    main()
+    pl.main(__doc__, "memory", simulated, measured)

@@ -54,12 +54,42 @@ def arguments(doc, extra=None):
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "evaluation"))
     ap.add_argument("--part", choices=["all", "measured", "simulated"], default="all")
     ap.add_argument("--steps", type=int, default=6, help="training steps per measured run (the first is not timed)")
+    ap.add_argument("--repeats", type=int, default=1, help="rounds of measured runs (their median is reported)")
     if extra:
         extra(ap)
     a = ap.parse_args()
     a.measured = a.part in ("all", "measured")
     a.simulated = a.part in ("all", "simulated")
     return a
+
+
+def main(doc, name, simulated=None, measured=None, extra=None):
+    """A figure script's main: parses the flags, runs the parts --part asks for."""
+    a = arguments(doc, extra)
+    if a.simulated and simulated:
+        simulated(a)
+    if a.measured and measured:
+        measured(a)
+    print("wrote %s/%s_*.csv and .svg" % (a.out, name))
+
+
+def train_rounds(a, data, runs):
+    """Trains every run of `runs` [(label, job, cluster, plan file, out dir, schedule or
+    None)] on the testbed, a.repeats rounds, the runs alternating inside each round so
+    that slow drifts of this machine's speed hit them alike. Returns label -> the last
+    round's summary.json with measured_median_s replaced by the median over rounds (and
+    the rounds' figures in "rounds")."""
+    got = {label: [] for label, *_ in runs}
+    for r in range(a.repeats):
+        for label, job, cluster, plan_file, out_dir, schedule in runs:
+            got[label].append(tb.train(a.harp, job, cluster, plan_file, data, "%s_%d" % (out_dir, r), schedule))
+    result = {}
+    for label, summaries in got.items():
+        s = dict(summaries[-1])
+        s["rounds"] = [x["measured_median_s"] for x in summaries]
+        s["measured_median_s"] = tb.median(s["rounds"])
+        result[label] = s
+    return result
 
 
 def cluster_yaml(name, pools, links, bandwidth_gbps=None):
@@ -83,6 +113,13 @@ def job_yaml(cluster_file, model, microbatches, microbatch_size, granularity=2):
         m = "{family: gpt, %s, granularity: %d}" % (", ".join("%s: %s" % kv for kv in model.items()), granularity)
     return ("version: 1\ncluster: %s\nmodel: %s\nplanner: {strategy: harp, microbatches: %d, microbatch_size: %d}\n"
             % (os.path.abspath(cluster_file), m, microbatches, microbatch_size))
+
+
+def setup_name(cluster, model, *suffix):
+    """A file-name-safe name for one setup: "8V100_2x2A100_gpt-2.6b_5"."""
+    parts = [cluster.replace("+", "_").replace("'", "p"), model]
+    parts += [x if isinstance(x, str) else "%g" % x for x in suffix]
+    return "_".join(parts)
 
 
 def write_setup(folder, name, cluster, model, granularity=2, bandwidth_gbps=None, microbatches=64):

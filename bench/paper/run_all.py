@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Regenerates the whole evaluation (docs/evaluation.md): every figure's script, the
 simulated part first (paper scale, about 2 minutes), then the measured part (the
-emulated testbed: needs root and network namespaces for shaped links; about 25 minutes
-on 2 cores). Prints each script's lines as they come and the time each part took;
+emulated testbed: needs root and network namespaces for shaped links; about 12 minutes
+on 2 cores with the default 2 rounds). Prints each script's lines as they come and the time each part took;
 writes OUT/timings.csv. With --docs, copies every chart and CSV into docs/evaluation/.
 
 usage: bench/paper/run_all.py [--harp PATH] [--out DIR] [--part measured|simulated|all] [--docs]
@@ -30,6 +30,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "evaluation"))
     ap.add_argument("--part", choices=["all", "measured", "simulated"], default="all")
     ap.add_argument("--only", default=",".join(SCRIPTS))
+    ap.add_argument("--repeats", type=int, default=2, help="rounds of each measured run (median reported)")
     ap.add_argument("--docs", action="store_true", help="copy the charts and CSVs into docs/evaluation/")
     a = ap.parse_args()
     chosen = [s for s in SCRIPTS if s in a.only.split(",")]
@@ -44,8 +45,8 @@ def main():
             t0 = time.perf_counter()
             cmd = [sys.executable, os.path.join(HERE, script + ".py"), "--harp", a.harp, "--out", a.out,
                    "--part", part]
-            if script == "bandwidth" and part == "measured":
-                cmd += ["--repeats", "2"]
+            if part == "measured":
+                cmd += ["--repeats", str(a.repeats)]
             r = subprocess.run(cmd)
             if r.returncode != 0:
                 sys.exit("%s --part %s failed (%d)" % (script, part, r.returncode))

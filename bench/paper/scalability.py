@@ -74,12 +74,5 @@ def simulated(a):
     return rows
 
 
-def main():
-    a = pl.arguments(__doc__, lambda ap: ap.add_argument("--nodes", default="4,8,16,32,64,128"))
-    if a.simulated:
-        simulated(a)
-    print("wrote %s/scalability_simulated.csv and .svg" % a.out)
-
-
 if __name__ == "__main__":
-    main()
+    pl.main(__doc__, "scalability", simulated, extra=lambda ap: ap.add_argument("--nodes", default="4,8,16,32,64,128"))
