@@ -1,5 +1,6 @@
-// `harp data prepare --input TEXT --output FILE.bin`: byte-level tokenisation into the
-// uint16 token file the runtime reads (harp/data/token_file.h). Torch-free.
+// `harp data prepare --input TEXT --output FILE.bin [--format raw|llmc]`: byte-level
+// tokenisation into a token file the runtime reads (harp/data/token_file.h): raw uint16
+// (nanoGPT) or llm.c's headed uint16 file. Torch-free.
 #include "commands.h"
 #include "harp/common/document.h"
 #include "harp/data/token_file.h"
@@ -10,6 +11,7 @@ namespace {
 struct Opts {
   std::string input;
   std::string output;
+  std::string format = "raw";
 };
 
 int run_data_prepare(const Opts& o, Context& ctx) {
@@ -18,9 +20,11 @@ int run_data_prepare(const Opts& o, Context& ctx) {
   if (text->empty())
     return ctx.fail("data prepare", invalid_argument(o.input + ": input is empty; nothing to tokenise"));
   const std::vector<std::uint16_t> tokens = data::byte_tokens(*text);
-  Status s = data::write_token_file(tokens, o.output);
+  const data::TokenFormat format = o.format == "llmc" ? data::TokenFormat::kLlmc16 : data::TokenFormat::kRaw16;
+  Status s = data::write_tokens(std::vector<std::uint32_t>(tokens.begin(), tokens.end()), format, o.output);
   if (!s.ok()) return ctx.fail("data prepare", s);
-  ctx.out << "wrote " << tokens.size() << " tokens (byte-level, vocabulary 256) to " << o.output << "\n";
+  ctx.out << "wrote " << tokens.size() << " tokens (byte-level, vocabulary 256; " << data::token_format_name(format)
+          << ") to " << o.output << "\n";
   return kExitOk;
 }
 
@@ -33,6 +37,8 @@ void add_data_command(CLI::App& root, Context& ctx) {
   auto o = std::make_shared<Opts>();
   prepare->add_option("--input", o->input, "Text file to tokenise")->required();
   prepare->add_option("--output", o->output, "Token file to write (uint16 little-endian)")->required();
+  prepare->add_option("--format", o->format, "raw (nanoGPT, no header; default) or llmc (llm.c's 1 KiB header)")
+      ->check(CLI::IsMember({"raw", "llmc"}));
   prepare->callback([o, &ctx] { ctx.rc = run_data_prepare(*o, ctx); });
 }
 

@@ -1,6 +1,6 @@
-// Token files: flat little-endian uint16 arrays (nanoGPT's `.bin`). The byte order is
-// written explicitly, not by memcpy of host integers, so a file means the same thing on
-// every machine that reads it.
+// Token files: flat little-endian uint16 arrays (nanoGPT's `.bin`) and llm.c's headed
+// files. The byte order is written explicitly, not by memcpy of host integers, so a file
+// means the same thing on every machine that reads it.
 #include "harp/data/token_file.h"
 
 #include <cerrno>
@@ -27,22 +27,18 @@ std::vector<std::uint16_t> byte_tokens(const std::string& text) {
 }
 
 Status write_token_file(const std::vector<std::uint16_t>& tokens, const std::string& path) {
-  // An empty file would be refused by read_token_file; refuse to write one instead of
-  // failing later in a training run.
-  if (tokens.empty())
-    return invalid_argument(shown_path(path) + ": no tokens to write; a token file must hold at least one token");
-  std::string bytes;
-  bytes.resize(2 * tokens.size());
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    bytes[2 * i] = static_cast<char>(tokens[i] & 0xff);
-    bytes[2 * i + 1] = static_cast<char>(tokens[i] >> 8);
-  }
-  // write_text_file_atomic writes in binary mode, so it is safe for arbitrary bytes.
-  return write_text_file_atomic(path, bytes);
+  return write_tokens(std::vector<std::uint32_t>(tokens.begin(), tokens.end()), TokenFormat::kRaw16, path);
 }
 
-StatusOr<std::vector<std::uint16_t>> read_token_file(const std::string& path) {
-  const std::string fix = "; fix: create it with `harp data prepare --input TEXT --output " + shown_path(path) + "`";
+namespace {
+
+std::string prepare_fix(const std::string& path) {
+  return "; fix: create it with `harp data prepare --input TEXT --output " + shown_path(path) + "`";
+}
+
+// The whole file, checked to be a regular file of 1 to kMaxTokenFileBytes bytes.
+StatusOr<std::string> token_file_bytes(const std::string& path) {
+  const std::string fix = prepare_fix(path);
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
@@ -51,19 +47,102 @@ StatusOr<std::vector<std::uint16_t>> read_token_file(const std::string& path) {
   }
   if (S_ISDIR(st.st_mode)) return invalid_argument(shown_path(path) + ": is a folder, not a token file" + fix);
   // Regular files only (a device or FIFO would read forever or block), bounded size.
-  HARP_ASSIGN_OR_RETURN(const std::string bytes, read_text_file(path, kMaxTokenFileBytes));
+  HARP_ASSIGN_OR_RETURN(std::string bytes, read_text_file(path, kMaxTokenFileBytes));
   if (bytes.empty()) return invalid_argument(shown_path(path) + ": token file is empty (0 bytes)" + fix);
-  if (bytes.size() % 2 != 0)
+  return bytes;
+}
+
+std::uint32_t le(const std::string& b, std::size_t at, int size) {
+  std::uint32_t v = 0;
+  for (int i = size - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  return v;
+}
+
+void put_le(std::uint32_t v, int size, std::string* out) {
+  for (int i = 0; i < size; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+}  // namespace
+
+const char* token_format_name(TokenFormat format) {
+  switch (format) {
+    case TokenFormat::kRaw16: return "raw uint16";
+    case TokenFormat::kLlmc16: return "llm.c uint16";
+    case TokenFormat::kLlmc32: return "llm.c uint32";
+  }
+  return "?";
+}
+
+StatusOr<Tokens> read_tokens(const std::string& path) {
+  HARP_ASSIGN_OR_RETURN(const std::string bytes, token_file_bytes(path));
+  Tokens t;
+  std::size_t start = 0;
+  int size = 2;
+  const std::uint32_t magic = bytes.size() >= 4 ? le(bytes, 0, 4) : 0;
+  if (magic == static_cast<std::uint32_t>(kLlmcMagic16) || magic == static_cast<std::uint32_t>(kLlmcMagic32)) {
+    const bool wide = magic == static_cast<std::uint32_t>(kLlmcMagic32);
+    const std::string what = shown_path(path) + ": an llm.c token file (magic " + std::to_string(magic) + ")";
+    if (bytes.size() < static_cast<std::size_t>(kLlmcHeaderBytes))
+      return invalid_argument(what + " of " + std::to_string(bytes.size()) + " bytes, shorter than its " +
+                              std::to_string(kLlmcHeaderBytes) + "-byte header; the file is truncated");
+    const std::uint32_t version = le(bytes, 4, 4);
+    const std::uint32_t want = static_cast<std::uint32_t>(wide ? kLlmcVersion32 : kLlmcVersion16);
+    if (version != want)
+      return invalid_argument(what + " has version " + std::to_string(version) + "; this magic's version is " +
+                              std::to_string(want) + " (" + (wide ? "uint32" : "uint16") +
+                              " tokens); rewrite it with llm.c's tools or `harp data prepare`");
+    const std::uint64_t n = le(bytes, 8, 4);
+    size = wide ? 4 : 2;
+    const std::uint64_t body = bytes.size() - kLlmcHeaderBytes;
+    if (n == 0 || n >= (1ull << 31) || n * size != body)
+      return invalid_argument(what + " says " + std::to_string(n) + " tokens (" + std::to_string(n * size) +
+                              " bytes) but " + std::to_string(body) +
+                              " bytes follow the header; the file is truncated or its header is wrong");
+    t.format = wide ? TokenFormat::kLlmc32 : TokenFormat::kLlmc16;
+    start = kLlmcHeaderBytes;
+  } else if (bytes.size() % 2 != 0) {
     return invalid_argument(shown_path(path) + ": " + std::to_string(bytes.size()) +
                             " bytes is an odd byte count, but tokens are 2-byte little-endian "
-                            "uint16; the file is truncated or not a token file" + fix);
-  std::vector<std::uint16_t> tokens(bytes.size() / 2);
-  for (std::size_t i = 0; i < tokens.size(); ++i) {
-    const auto lo = static_cast<unsigned char>(bytes[2 * i]);
-    const auto hi = static_cast<unsigned char>(bytes[2 * i + 1]);
-    tokens[i] = static_cast<std::uint16_t>(lo | (hi << 8));
+                            "uint16 (and no llm.c header starts the file); the file is truncated or not a token file" +
+                            prepare_fix(path));
   }
-  return tokens;
+  t.ids.resize((bytes.size() - start) / size);
+  for (std::size_t i = 0; i < t.ids.size(); ++i) t.ids[i] = le(bytes, start + i * size, size);
+  return t;
+}
+
+StatusOr<std::vector<std::uint16_t>> read_token_file(const std::string& path) {
+  HARP_ASSIGN_OR_RETURN(Tokens t, read_tokens(path));
+  if (t.format == TokenFormat::kLlmc32)
+    return invalid_argument(shown_path(path) + ": holds uint32 tokens (llm.c, magic " + std::to_string(kLlmcMagic32) +
+                            "); this reader takes uint16 ones");
+  return std::vector<std::uint16_t>(t.ids.begin(), t.ids.end());
+}
+
+Status write_tokens(const std::vector<std::uint32_t>& ids, TokenFormat format, const std::string& path) {
+  if (ids.empty())
+    return invalid_argument(shown_path(path) + ": no tokens to write; a token file must hold at least one token");
+  const int size = format == TokenFormat::kLlmc32 ? 4 : 2;
+  std::string bytes;
+  if (format != TokenFormat::kRaw16) {
+    if (ids.size() >= (1ull << 31))
+      return invalid_argument(shown_path(path) + ": " + std::to_string(ids.size()) +
+                              " tokens; an llm.c file holds fewer than 2^31");
+    const bool wide = format == TokenFormat::kLlmc32;
+    put_le(static_cast<std::uint32_t>(wide ? kLlmcMagic32 : kLlmcMagic16), 4, &bytes);
+    put_le(static_cast<std::uint32_t>(wide ? kLlmcVersion32 : kLlmcVersion16), 4, &bytes);
+    put_le(static_cast<std::uint32_t>(ids.size()), 4, &bytes);
+    bytes.resize(kLlmcHeaderBytes, '\0');
+  }
+  bytes.reserve(bytes.size() + size * ids.size());
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (size == 2 && ids[i] > 0xffff)
+      return invalid_argument(shown_path(path) + ": token " + std::to_string(i) + " is " + std::to_string(ids[i]) +
+                              ", too large for " + token_format_name(format) + " tokens; use the llm.c uint32 format");
+    put_le(ids[i], size, &bytes);
+  }
+  // write_text_file_atomic writes in binary mode, so it is safe for arbitrary bytes.
+  return write_text_file_atomic(path, bytes);
 }
 
 }  // namespace harp::data

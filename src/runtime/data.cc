@@ -20,35 +20,37 @@ std::uint64_t splitmix64(std::uint64_t x) {
 
 class VectorSource : public TokenSource {
  public:
-  VectorSource(std::vector<std::uint16_t> tokens, int vocab_limit)
+  VectorSource(std::vector<std::uint32_t> tokens, int vocab_limit)
       : tokens_(std::move(tokens)), vocab_limit_(vocab_limit) {}
   std::int64_t size() const override { return static_cast<std::int64_t>(tokens_.size()); }
-  std::uint16_t at(std::int64_t i) const override { return tokens_[static_cast<size_t>(i)]; }
+  std::uint32_t at(std::int64_t i) const override { return tokens_[static_cast<size_t>(i)]; }
   int vocab_limit() const override { return vocab_limit_; }
 
  private:
-  std::vector<std::uint16_t> tokens_;
+  std::vector<std::uint32_t> tokens_;
   int vocab_limit_;
 };
 
 }  // namespace
 
 StatusOr<std::unique_ptr<TokenSource>> open_token_file(const std::string& path) {
-  auto tokens = data::read_token_file(path);
+  auto tokens = data::read_tokens(path);
   if (!tokens.ok()) return tokens.status();
-  const int limit = 1 + *std::max_element(tokens->begin(), tokens->end());
+  const std::uint32_t largest = *std::max_element(tokens->ids.begin(), tokens->ids.end());
+  if (largest >= (1u << 31) - 1)
+    return invalid_argument(path + ": holds token id " + std::to_string(largest) + "; ids are below 2^31 - 1");
   return std::unique_ptr<TokenSource>(
-      std::make_unique<VectorSource>(std::move(tokens).value(), limit));
+      std::make_unique<VectorSource>(std::move(tokens->ids), static_cast<int>(largest) + 1));
 }
 
 std::unique_ptr<TokenSource> synthetic_tokens(std::uint64_t seed, std::int64_t tokens, int vocab) {
   HARP_CHECK(vocab >= 1 && vocab <= 65536) << "vocab " << vocab << " does not fit uint16 tokens";
   HARP_CHECK_GE(tokens, 0);
-  std::vector<std::uint16_t> out(static_cast<size_t>(tokens));
+  std::vector<std::uint32_t> out(static_cast<size_t>(tokens));
   std::uint64_t state = splitmix64(seed);
   for (auto& t : out) {
     state = splitmix64(state);
-    t = static_cast<std::uint16_t>(state % static_cast<std::uint64_t>(vocab));
+    t = static_cast<std::uint32_t>(state % static_cast<std::uint64_t>(vocab));
   }
   return std::make_unique<VectorSource>(std::move(out), vocab);
 }

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "harp/data/safetensors.h"
 #include "harp/data/token_file.h"
 #include "testutil/run_harp.h"
 #include "testutil/temp_dir.h"
@@ -264,11 +265,56 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
       EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 0) << msg;
     }
   }
+  // llm.c headers: a valid uint16 and uint32 file, mutated byte by byte.
+  for (const auto format : {data::TokenFormat::kLlmc16, data::TokenFormat::kLlmc32}) {
+    ASSERT_TRUE(data::write_tokens({1, 2, 3, 4}, format, dir.file("llmc.bin")).ok());
+    const std::string good = read(dir.file("llmc.bin"));
+    for (int i = 0; i < 20; ++i) {
+      std::string bytes = good;
+      bytes[m.rng() % 12] = static_cast<char>(m.rng() % 256);
+      if (i % 4 == 0) bytes.resize(m.rng() % bytes.size());
+      write(dir.file("tok.bin"), bytes);
+      auto r = data::read_tokens(dir.file("tok.bin"));
+      ++o.cases;
+      ++o.per_class["token file"];
+      if (!r.ok()) {
+        const std::string msg = r.status().message();
+        EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 0) << msg;
+      }
+    }
+  }
+  // safetensors headers: a valid file, its header text and length mutated.
+  ASSERT_TRUE(data::write_safetensors(dir.file("ok.safetensors"),
+                                      {{"a.weight", "F32", {2, 2}, std::string(16, '\1')},
+                                       {"b", "BF16", {3}, std::string(6, '\2')}}).ok());
+  {
+    const std::string good = read(dir.file("ok.safetensors"));
+    for (int i = 0; i < 60; ++i) {
+      std::string bytes = good;
+      if (i % 3 == 0) {
+        bytes[m.rng() % 8] = static_cast<char>(m.rng() % 256);  // the length
+      } else {
+        const std::string mutated = m.mutate(good.substr(8, good.size() - 8 - 22), false);
+        bytes = good.substr(0, 8) + mutated + good.substr(good.size() - 22);
+      }
+      write(dir.file("m.safetensors"), bytes);
+      auto r = data::read_safetensors_header(dir.file("m.safetensors"));
+      ++o.cases;
+      ++o.per_class["safetensors"];
+      if (!r.ok()) {
+        const std::string msg = r.status().message();
+        EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 0) << msg;
+      } else {
+        for (const auto& t : r->tensors) EXPECT_TRUE(data::read_tensor_bytes(*r, t).ok()) << t.name;
+      }
+    }
+  }
   for (const std::string& f : {dir.file("fifo"), std::string("/dev/zero"), dir.file("loop_a"), dir.path()}) {
     auto r = data::read_token_file(f);
     ++o.cases;
     ++o.per_class["token file"];
     EXPECT_FALSE(r.ok()) << f;
+    EXPECT_FALSE(data::read_safetensors_header(f).ok()) << f;
   }
 
   rusage ru{};

@@ -24,10 +24,16 @@ TEST(LaunchCli, DataPrepareWritesByteTokens) {
   std::ofstream(dir.file("in.txt")) << "hello\n";
   Result r = harp({"data", "prepare", "--input", dir.file("in.txt"), "--output", dir.file("out.bin")});
   ASSERT_EQ(r.rc, kExitOk) << r.err;
-  EXPECT_EQ(r.out, "wrote 6 tokens (byte-level, vocabulary 256) to " + dir.file("out.bin") + "\n");
+  EXPECT_EQ(r.out, "wrote 6 tokens (byte-level, vocabulary 256; raw uint16) to " + dir.file("out.bin") + "\n");
   auto tokens = data::read_token_file(dir.file("out.bin"));
   HARP_ASSERT_OK(tokens);
   EXPECT_EQ(*tokens, (std::vector<std::uint16_t>{'h', 'e', 'l', 'l', 'o', '\n'}));
+  r = harp({"data", "prepare", "--input", dir.file("in.txt"), "--output", dir.file("llmc.bin"), "--format", "llmc"});
+  ASSERT_EQ(r.rc, kExitOk) << r.err;
+  auto llmc = data::read_tokens(dir.file("llmc.bin"));
+  HARP_ASSERT_OK(llmc);
+  EXPECT_EQ(llmc->format, data::TokenFormat::kLlmc16);
+  EXPECT_EQ(llmc->ids.size(), 6u);
 }
 
 TEST(LaunchCli, DataPrepareBadInputIsExitOneNamingTheFile) {

@@ -27,7 +27,7 @@ class CountingSource : public TokenSource {
  public:
   explicit CountingSource(std::int64_t size) : size_(size) {}
   std::int64_t size() const override { return size_; }
-  std::uint16_t at(std::int64_t i) const override { return static_cast<std::uint16_t>(i); }
+  std::uint32_t at(std::int64_t i) const override { return static_cast<std::uint16_t>(i); }
   int vocab_limit() const override { return static_cast<int>(size_); }
 
  private:

@@ -23,7 +23,7 @@ const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new SingleThread);
 class RepeatingSource : public runtime::TokenSource {
  public:
   std::int64_t size() const override { return 4096; }
-  std::uint16_t at(std::int64_t i) const override {
+  std::uint32_t at(std::int64_t i) const override {
     return static_cast<std::uint16_t>((i % 23) * 29 % 64);
   }
   int vocab_limit() const override { return 64; }

@@ -1,5 +1,11 @@
-// Token files (torch-free): a flat little-endian uint16 array, the nanoGPT `.bin`
-// convention. `harp data prepare` writes them; the runtime reads them.
+// Token files (torch-free), told apart by their first bytes:
+//   raw    a flat little-endian uint16 array, the nanoGPT `.bin` convention;
+//   llm.c  a header of 256 little-endian int32 (magic, version, token count, zeros), then
+//          the tokens: magic 20240520 version 1 uint16, magic 20240801 version 7 uint32
+//          (vocabularies over 65,535, e.g. LLaMA-3's).
+// A raw GPT-2 file cannot pass for an llm.c one: the magic 20240520 reads as the uint16
+// pair (55432, 308), and 55432 is no GPT-2 id. `harp data prepare` writes them; the
+// runtime reads them.
 #pragma once
 
 #include <cstdint>
@@ -16,7 +22,29 @@ std::vector<std::uint16_t> byte_tokens(const std::string& text);
 // Writes tokens atomically (temp + rename). Errors name the file.
 Status write_token_file(const std::vector<std::uint16_t>& tokens, const std::string& path);
 
-// Reads a whole token file. An odd byte count or an empty file is an error naming it.
+// Reads a whole raw or uint16 llm.c token file. An odd byte count, an empty file or a
+// uint32 file is an error naming it.
 StatusOr<std::vector<std::uint16_t>> read_token_file(const std::string& path);
+
+enum class TokenFormat { kRaw16, kLlmc16, kLlmc32 };
+const char* token_format_name(TokenFormat format);  // "raw uint16", "llm.c uint16", "llm.c uint32"
+
+inline constexpr std::int32_t kLlmcMagic16 = 20240520, kLlmcVersion16 = 1;
+inline constexpr std::int32_t kLlmcMagic32 = 20240801, kLlmcVersion32 = 7;
+inline constexpr std::int64_t kLlmcHeaderBytes = 256 * 4;
+
+struct Tokens {
+  TokenFormat format = TokenFormat::kRaw16;
+  std::vector<std::uint32_t> ids;
+};
+
+// Reads a token file of any of the formats above, detected by its header. A known magic
+// with another version, or a token count that does not match the file's size, is an
+// error naming the file, the header's figures and the fix.
+StatusOr<Tokens> read_tokens(const std::string& path);
+
+// Writes `ids` in `format` atomically. InvalidArgument for no tokens, or an id that does
+// not fit the format (>= 65536 for the uint16 ones).
+Status write_tokens(const std::vector<std::uint32_t>& ids, TokenFormat format, const std::string& path);
 
 }  // namespace harp::data

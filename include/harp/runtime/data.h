@@ -1,5 +1,5 @@
-// Training data: a flat array of uint16 token ids (the nanoGPT `.bin` convention) or a
-// synthetic source, and deterministic sampling: the tokens of global sample j at step t
+// Training data: a token file's ids (raw uint16 or llm.c uint16/uint32,
+// harp/data/token_file.h) or a synthetic source, and deterministic sampling: the tokens of global sample j at step t
 // depend only on (seed, t, j), so every layout and every resume sees the same batches.
 #pragma once
 
@@ -18,11 +18,11 @@ class TokenSource {
  public:
   virtual ~TokenSource() = default;
   virtual std::int64_t size() const = 0;           // number of tokens
-  virtual std::uint16_t at(std::int64_t i) const = 0;
+  virtual std::uint32_t at(std::int64_t i) const = 0;
   virtual int vocab_limit() const = 0;             // 1 + largest token id it can return
 };
 
-// Reads a whole `.bin` file (harp/data/token_file.h). Errors name the file.
+// Reads a whole token file of any format (harp/data/token_file.h). Errors name the file.
 StatusOr<std::unique_ptr<TokenSource>> open_token_file(const std::string& path);
 // Pseudo-random tokens in [0, vocab) from `seed`, `tokens` long (for benchmarks).
 std::unique_ptr<TokenSource> synthetic_tokens(std::uint64_t seed, std::int64_t tokens, int vocab);

@@ -234,6 +234,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp launch command",
       "harp data prepare --input",
       "harp data prepare --output",
+      "harp data prepare --format",
       "harp trace compare predicted",
       "harp trace compare measured",
       "harp trace compare --json",

@@ -85,5 +85,80 @@ TEST(TokenFile, ErrorsNameTheFileAndTheProblem) {
   EXPECT_NE(s.message().find("no_such_folder/x.bin"), std::string::npos) << s.message();
 }
 
+// llm.c's layout, built byte by byte here: 256 little-endian int32 (magic, version,
+// count, zeros), then the tokens.
+std::string llmc_bytes(std::uint32_t magic, std::uint32_t version, std::uint32_t count,
+                       const std::vector<std::uint32_t>& ids, int size) {
+  std::string b;
+  auto put = [&b](std::uint32_t v, int n) {
+    for (int i = 0; i < n; ++i) b.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  put(magic, 4);
+  put(version, 4);
+  put(count, 4);
+  b.resize(1024, '\0');
+  for (std::uint32_t id : ids) put(id, size);
+  return b;
+}
+
+TEST(TokenFile, LlmcFilesAreDetectedByTheirHeader) {
+  TempDir dir;
+  write_bytes(dir.file("gpt2.bin"), llmc_bytes(20240520, 1, 3, {50256, 7, 65535}, 2));
+  auto t16 = read_tokens(dir.file("gpt2.bin"));
+  HARP_ASSERT_OK(t16);
+  EXPECT_EQ(t16->format, TokenFormat::kLlmc16);
+  EXPECT_EQ(t16->ids, (std::vector<std::uint32_t>{50256, 7, 65535}));
+  auto as16 = read_token_file(dir.file("gpt2.bin"));
+  HARP_ASSERT_OK(as16);
+  EXPECT_EQ(*as16, (std::vector<std::uint16_t>{50256, 7, 65535}));
+
+  write_bytes(dir.file("llama3.bin"), llmc_bytes(20240801, 7, 2, {128000, 128255}, 4));
+  auto t32 = read_tokens(dir.file("llama3.bin"));
+  HARP_ASSERT_OK(t32);
+  EXPECT_EQ(t32->format, TokenFormat::kLlmc32);
+  EXPECT_EQ(t32->ids, (std::vector<std::uint32_t>{128000, 128255}));
+  EXPECT_FALSE(read_token_file(dir.file("llama3.bin")).ok());  // the uint16 reader refuses it
+
+  // A raw file is what it always was.
+  ASSERT_TRUE(write_token_file({1, 2, 3}, dir.file("raw.bin")).ok());
+  auto raw = read_tokens(dir.file("raw.bin"));
+  HARP_ASSERT_OK(raw);
+  EXPECT_EQ(raw->format, TokenFormat::kRaw16);
+  EXPECT_EQ(raw->ids, (std::vector<std::uint32_t>{1, 2, 3}));
+}
+
+TEST(TokenFile, WriteTokensWritesTheLlmcLayoutExactly) {
+  TempDir dir;
+  ASSERT_TRUE(write_tokens({50256, 1}, TokenFormat::kLlmc16, dir.file("a.bin")).ok());
+  EXPECT_EQ(*read_text_file(dir.file("a.bin")), llmc_bytes(20240520, 1, 2, {50256, 1}, 2));
+  ASSERT_TRUE(write_tokens({128000, 1}, TokenFormat::kLlmc32, dir.file("b.bin")).ok());
+  EXPECT_EQ(*read_text_file(dir.file("b.bin")), llmc_bytes(20240801, 7, 2, {128000, 1}, 4));
+  Status s = write_tokens({70000}, TokenFormat::kLlmc16, dir.file("c.bin"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("too large for llm.c uint16 tokens"), std::string::npos) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(dir.file("c.bin")));
+}
+
+TEST(TokenFile, BadLlmcHeadersAreRefusedNamingTheFigures) {
+  TempDir dir;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {llmc_bytes(20240520, 3, 2, {1, 2}, 2), "has version 3; this magic's version is 1"},
+      {llmc_bytes(20240801, 1, 2, {1, 2}, 4), "has version 1; this magic's version is 7"},
+      {llmc_bytes(20240520, 1, 5, {1, 2}, 2), "says 5 tokens (10 bytes) but 4 bytes follow the header"},
+      {llmc_bytes(20240801, 7, 1, {1, 2}, 4), "says 1 tokens (4 bytes) but 8 bytes follow the header"},
+      {llmc_bytes(20240520, 1, 0, {}, 2), "says 0 tokens"},
+      {llmc_bytes(20240520, 1, 2, {1, 2}, 2).substr(0, 600), "shorter than its 1024-byte header"},
+  };
+  for (const auto& [bytes, want] : cases) {
+    write_bytes(dir.file("bad.bin"), bytes);
+    auto r = read_tokens(dir.file("bad.bin"));
+    ASSERT_FALSE(r.ok()) << want;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(dir.file("bad.bin") + ": an llm.c token file"), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find(want), std::string::npos) << r.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace harp::data
