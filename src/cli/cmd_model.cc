@@ -10,9 +10,12 @@ int run_model_show(const std::string& what, int granularity, Context& ctx) {
   auto m = model::load_model(what, granularity);
   if (!m.ok()) return ctx.fail("model show", m.status());
   const auto& c = m->gpt;
-  ctx.out << "model " << c.name << ": GPT, " << c.num_blocks << " blocks, hidden " << c.hidden
-          << ", " << c.heads << " heads, seq " << c.seq_len << ", vocab " << c.vocab << ", ffn "
-          << c.ffn_hidden << "\n";
+  const bool llama = m->family == "llama";
+  ctx.out << "model " << c.name << ": " << (llama ? "LLaMA" : "GPT") << ", " << c.num_blocks << " blocks, hidden "
+          << c.hidden << ", " << c.heads << " heads"
+          << (llama && c.kv_heads != c.heads ? " (" + std::to_string(c.kv_heads) + " key/value)" : std::string())
+          << ", seq " << c.seq_len << ", vocab " << c.vocab << ", ffn " << c.ffn_hidden
+          << (llama ? " (SwiGLU), RMSNorm, rotary" : "") << (c.tied_embeddings ? "" : ", untied embeddings") << "\n";
   ctx.out << "granularity k = " << c.granularity << ": L = 2 + " << c.num_blocks << " x "
           << c.granularity << " = " << m->num_layers() << " layers; "
           << fmt("%.3f", m->param_count() / 1e9) << " B parameters; "

@@ -62,6 +62,8 @@ StatusOr<std::vector<const cluster::DeviceType*>> devices_to_record(const job::J
 int run_measure(const ProfileOpts& o, Context& ctx) {
   auto job = job::load_job(o.job_file);
   if (!job.ok()) return ctx.fail("profile", job.status());
+  Status trainable = runtime::check_trainable(job->model);
+  if (!trainable.ok()) return ctx.fail("profile", trainable);
   auto devices = devices_to_record(*job, o.devices);
   if (!devices.ok()) return ctx.fail("profile", devices.status());
   std::vector<int> sizes = o.microbatch_sizes;

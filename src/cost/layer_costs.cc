@@ -52,13 +52,16 @@ std::optional<LayerTime> ProfiledCosts::time(const cluster::Cluster& cluster, in
     return t;
   }
   std::optional<LayerTime> t = analytic_.time(cluster, sub, layer, samples, tp);
-  // The roofline anchored to this device's own measurement of the layer (tp 1, the
-  // nearest samples count): scaled by measured / roofline there, so a shape the profile
-  // lacks (a tp it did not measure) is not judged by the bare roofline against measured
-  // neighbours, which would favour whatever was not measured.
-  const auto anchor = db_.nearest(device, model_.layers[layer].signature, samples, 1);
+  // The roofline anchored to this device's own measurement of the layer (the smallest tp
+  // measured, 1 where there is one; the nearest samples count): scaled by measured /
+  // roofline there, so a shape the profile lacks (a tp it did not measure) is not judged
+  // by the bare roofline against measured neighbours, which would favour whatever was not
+  // measured. Sailor's LLaMA-3-8B profiles, for one, have tp 2 and 4 only.
+  std::optional<profile::ProfileEntry> anchor;
+  for (int anchor_tp = 1; anchor_tp <= 64 && !anchor; anchor_tp *= 2)
+    anchor = db_.nearest(device, model_.layers[layer].signature, samples, anchor_tp);
   if (t && anchor) {
-    auto base = analytic_.time(cluster, sub, layer, anchor->key.microbatch_size, 1);
+    auto base = analytic_.time(cluster, sub, layer, anchor->key.microbatch_size, anchor->key.tp);
     if (base && base->fwd_s > 0 && base->bwd_s > 0) {
       t->fwd_s *= anchor->fwd_s / base->fwd_s;
       t->bwd_s *= anchor->bwd_s / base->bwd_s;

@@ -1,6 +1,9 @@
-// GPT presets and the GPT layer sequence. FLOPs count matrix multiplies only (the
-// usual 24·h²·s + 4·s²·h per block and sample, forward); activation bytes follow
-// Korthikanti et al. (34·s·h + 5·a·s² per block and sample, fp16, no recomputation).
+// GPT and LLaMA presets and their layer sequence. FLOPs count matrix multiplies only
+// (GPT: the usual 24·h²·s + 4·s²·h per block and sample, forward); GPT's activation bytes
+// follow Korthikanti et al. (34·s·h + 5·a·s² per block and sample, fp16, no
+// recomputation), LLaMA's count the same way what its pieces keep for the backward (no
+// dropout masks; SwiGLU keeps its gate, up and SiLU outputs) with memory-efficient
+// attention (FlashAttention / SDPA, as LLaMA training stacks run it: no s x s scores).
 #include <cmath>
 
 #include "harp/common/fields.h"
@@ -15,16 +18,27 @@ namespace {
 struct Preset {
   const char* name;
   int blocks, hidden, heads, seq, vocab;
+  // LLaMA only (family llama when kv_heads > 0): key/value heads, intermediate size,
+  // rotary base; GPT's ffn is 4h.
+  int kv_heads = 0, ffn = 0;
+  double rope_theta = 10000;
 };
 
-// The GPT-3 table used by Alpa and HARP (seq 1024, vocab 51200, ffn 4h), and a tiny
-// model that trains in seconds on a CPU.
+// The GPT-3 table used by Alpa and HARP (seq 1024, vocab 51200, ffn 4h), a tiny model
+// that trains in seconds on a CPU, and LLaMA (harp-formats notes §3; the parameter
+// counts match the published sizes exactly).
 constexpr Preset kPresets[] = {
     {"gpt-tiny", 2, 64, 4, 32, 256},       {"gpt-125m", 12, 768, 12, 1024, 51200},
     {"gpt-350m", 24, 1024, 16, 1024, 51200}, {"gpt-760m", 24, 1536, 16, 1024, 51200},
     {"gpt-1.3b", 24, 2048, 32, 1024, 51200}, {"gpt-2.6b", 32, 2560, 32, 1024, 51200},
     {"gpt-6.7b", 32, 4096, 32, 1024, 51200}, {"gpt-15b", 48, 5120, 40, 1024, 51200},
     {"gpt-39b", 48, 8192, 64, 1024, 51200},  {"gpt-76b", 60, 10240, 80, 1024, 51200},
+    {"llama-tiny", 2, 64, 4, 32, 256, 2, 192},
+    {"llama-2-7b", 32, 4096, 32, 4096, 32000, 32, 11008},
+    {"llama-2-13b", 40, 5120, 40, 4096, 32000, 40, 13824},
+    {"llama-2-70b", 80, 8192, 64, 4096, 32000, 8, 28672},
+    {"llama-3-8b", 32, 4096, 32, 8192, 128256, 8, 14336, 5e5},
+    {"llama-3-70b", 80, 8192, 64, 8192, 128256, 8, 28672, 5e5},
 };
 
 enum Piece { kAttnIn = 1, kAttnOut = 2, kMlpIn = 4, kMlpOut = 8 };
@@ -48,7 +62,24 @@ std::vector<Part> parts_for(int k) {
 struct PieceCost {
   double flops, params, act_bytes, out_bytes;
 };
+PieceCost llama_piece_cost(int piece, const GptConfig& c) {
+  const double h = c.hidden, a = c.heads, s = c.seq_len, f = c.ffn_hidden;
+  const double kv = c.kv_heads * (h / a);  // width of k (and of v)
+  switch (piece) {
+    case kAttnIn:  // RMSNorm 1 + q, k, v projections; the residual travels with them
+      return {2 * h * (h + 2 * kv), h + h * (h + 2 * kv), 4 * h, 2 * (2 * h + 2 * kv)};
+    case kAttnOut:  // rotary, attention (memory-efficient: q, k, v and the fp32 log-sum-exp
+                    // are kept, no s x s scores), output projection, residual add
+      return {4 * s * h + 2 * h * h, h * h, 2 * (h + 2 * kv) + 2 * h + 4 * a, 2 * h};
+    case kMlpIn:  // RMSNorm 2 + gate and up projections + SiLU(gate) x up
+      return {4 * h * f, h + 2 * h * f, 4 * h + 6 * f, 2 * (f + h)};
+    default:  // down projection + residual add
+      return {2 * f * h, f * h, 2 * f, 2 * h};
+  }
+}
+
 PieceCost piece_cost(int piece, const GptConfig& c) {
+  if (c.family == "llama") return llama_piece_cost(piece, c);
   const double h = c.hidden, a = c.heads, s = c.seq_len, f = c.ffn_hidden;
   switch (piece) {
     case kAttnIn:  // LayerNorm 1 + QKV projection; the residual travels with q, k, v
@@ -73,10 +104,15 @@ Layer make_layer(const std::string& name, LayerKind kind, const std::string& str
 std::string shape_key(const GptConfig& c) {
   return "h" + std::to_string(c.hidden) + "/a" + std::to_string(c.heads) + "/s" +
          std::to_string(c.seq_len) + "/f" + std::to_string(c.ffn_hidden) + "/v" +
-         std::to_string(c.vocab);
+         std::to_string(c.vocab) + (c.family == "llama" ? "/kv" + std::to_string(c.kv_heads) : std::string());
 }
 
 }  // namespace
+
+int llama_ffn_hidden(int hidden) {
+  const int f = 8 * hidden / 3;
+  return (f + 255) / 256 * 256;
+}
 
 std::vector<std::string> gpt_preset_names() {
   std::vector<std::string> out;
@@ -94,7 +130,13 @@ StatusOr<GptConfig> gpt_preset(const std::string& name) {
     c.heads = p.heads;
     c.seq_len = p.seq;
     c.vocab = p.vocab;
-    c.ffn_hidden = 4 * p.hidden;
+    c.ffn_hidden = p.kv_heads > 0 ? p.ffn : 4 * p.hidden;
+    if (p.kv_heads > 0) {
+      c.family = "llama";
+      c.kv_heads = p.kv_heads;
+      c.tied_embeddings = false;
+      c.rope_theta = p.rope_theta;
+    }
     return c;
   }
   std::string list;
@@ -105,7 +147,9 @@ StatusOr<GptConfig> gpt_preset(const std::string& name) {
 StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
                               const std::string& path) {
   GptConfig c = cin;
-  if (c.ffn_hidden == 0) c.ffn_hidden = 4 * c.hidden;
+  const bool llama = c.family == "llama";
+  if (c.ffn_hidden == 0) c.ffn_hidden = llama ? llama_ffn_hidden(c.hidden) : 4 * c.hidden;
+  if (llama && c.kv_heads == 0) c.kv_heads = c.heads;
   auto bad = [&](const std::string& key, long long v, const std::string& rule,
                  const std::string& fix) {
     return field_error(file, join_path(path, key), std::to_string(v), rule, fix);
@@ -129,20 +173,27 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
                                      {"ffn_hidden", c.ffn_hidden, 1 << 20}})
     if (v > most)
       return bad(key, v, "must be at most " + std::to_string(most), "describe a model within these bounds");
+  if (llama && (c.kv_heads < 1 || c.kv_heads > c.heads || c.heads % c.kv_heads != 0))
+    return bad("kv_heads", c.kv_heads, "must divide heads (" + std::to_string(c.heads) + ")",
+               "use a kv_heads that divides heads (heads itself: no grouping)");
+  if (llama && !(c.rope_theta > 0 && c.rope_theta < 1e12))
+    return field_error(file, join_path(path, "rope_theta"), std::to_string(c.rope_theta),
+                       "must be positive and below 1e12", "use the checkpoint's rope_theta (1e4 LLaMA-2, 5e5 LLaMA-3)");
   if (c.granularity < 1 || c.granularity > 4)
     return bad("granularity", c.granularity, "must be 1, 2, 3 or 4 sub-layers per block",
                "use granularity 1 (whole blocks) to 4 (finest)");
 
   ModelSpec m;
-  m.family = "gpt";
+  m.family = c.family;
   m.gpt = c;
   const double h = c.hidden, s = c.seq_len, V = c.vocab;
   const std::string shapes = shape_key(c);
+  const std::string fam = c.family + "/";
 
-  Layer head = make_layer("embed", LayerKind::kHead, "gpt/embed/" + shapes);
-  head.fwd_flops = 0;  // a lookup and an add: no matrix multiply
-  head.param_count = static_cast<std::int64_t>(V * h + s * h);
-  head.activation_bytes = s * h;  // dropout mask
+  Layer head = make_layer("embed", LayerKind::kHead, fam + "embed/" + shapes);
+  head.fwd_flops = 0;  // a lookup (and GPT's position add): no matrix multiply
+  head.param_count = static_cast<std::int64_t>(V * h + (llama ? 0 : s * h));  // llama: rotary, no table
+  head.activation_bytes = llama ? 0 : s * h;  // GPT's dropout mask
   head.output_bytes = 2 * s * h;
   head.output_shape = {c.seq_len, c.hidden};
   head.mem_traffic_bytes = 2 * 2 * s * h;
@@ -153,7 +204,7 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
     for (size_t j = 0; j < parts.size(); ++j) {
       const Part& part = parts[j];
       Layer l = make_layer("block" + std::to_string(b) + "." + part.name, LayerKind::kBlockPart,
-                           "gpt/block/" + std::to_string(part.pieces) + "/" + shapes);
+                           fam + "block/" + std::to_string(part.pieces) + "/" + shapes);
       l.block = b;
       l.part = static_cast<int>(j);
       l.pieces = part.pieces;
@@ -163,7 +214,7 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
         if (!(part.pieces & piece)) continue;
         PieceCost pc = piece_cost(piece, c);
         if (first) in_bytes = (piece == kMlpOut) ? 2 * (c.ffn_hidden + h)
-                                : (piece == kAttnOut) ? 2 * 4 * h : 2 * h;
+                                : (piece == kAttnOut) ? piece_cost(kAttnIn, c).out_bytes : 2 * h;
         first = false;
         l.fwd_flops += pc.flops * s;
         l.param_count += static_cast<std::int64_t>(pc.params);
@@ -177,9 +228,10 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
   }
 
   Layer tail = make_layer("head", LayerKind::kTail,
-                          "gpt/head/" + shapes + (c.tied_embeddings ? "/tied" : "/untied"));
+                          fam + "head/" + shapes + (c.tied_embeddings ? "/tied" : "/untied"));
   tail.fwd_flops = 2 * h * V * s;
-  tail.param_count = static_cast<std::int64_t>(2 * h + (c.tied_embeddings ? 0 : V * h));
+  // The final norm (LayerNorm: weight and bias; RMSNorm: weight) and the LM head.
+  tail.param_count = static_cast<std::int64_t>((llama ? h : 2 * h) + (c.tied_embeddings ? 0 : V * h));
   tail.activation_bytes = (4 * h + 4 * V) * s;  // LN and head inputs, fp32 logits for the loss
   tail.output_bytes = 4;                          // the loss
   tail.mem_traffic_bytes = 2 * s * h + 4 * V * s;

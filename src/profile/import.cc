@@ -64,23 +64,31 @@ StatusOr<std::vector<SourceFile>> list_files(const ImportRequest& r) {
 }
 
 // The number list at `key` of `r`, exactly `n` finite non-negative values.
-std::vector<double> numbers(FieldReader& r, const std::string& key, size_t n) {
+// One number per layer. With split_tail, n + 1 are taken too: Sailor's LLaMA files list
+// the final norm and the LM head as two modules where the compute times have one
+// layer; their sum is our tail.
+std::vector<double> numbers(FieldReader& r, const std::string& key, size_t n, bool split_tail = false) {
   const Json* v = r.get(key);
   std::vector<double> out;
   if (r.failed()) return out;
-  if (v == nullptr || !v->is_array() || v->size() != n) {
+  const bool split = split_tail && v != nullptr && v->is_array() && v->size() == n + 1;
+  if (v == nullptr || !v->is_array() || (v->size() != n && !split)) {
     r.fail(key, v == nullptr ? "(missing)" : v->dump().substr(0, 80),
            "must be a list of " + std::to_string(n) + " numbers (one per layer)",
            "use a profile of this model");
     return out;
   }
-  for (size_t i = 0; i < n; ++i) {
+  for (size_t i = 0; i < v->size(); ++i) {
     const Json& x = (*v)[i];
     if (!x.is_number() || !(x.get<double>() >= 0) || !std::isfinite(x.get<double>())) {
       r.fail(key + "[" + std::to_string(i) + "]", x.dump(), "must be a finite number >= 0", "fix the profile");
       return {};
     }
     out.push_back(x.get<double>());
+  }
+  if (split) {
+    out[n - 1] += out[n];
+    out.pop_back();
   }
   return out;
 }
@@ -129,8 +137,8 @@ StatusOr<ProfileDb> import_profiles(const ImportRequest& request, const model::M
     if (mr.failed()) return mr.finish();
     if (params == nullptr) return field_error(f.path, "model.parameters", "(missing)", "is required", "use a Metis-format file");
     FieldReader pr(*params, f.path, "model.parameters");
-    std::vector<double> param_bytes = numbers(pr, "parameters_per_layer_bytes", L);
-    std::vector<double> act_bytes = numbers(pr, "activation_parameters_bytes", L);
+    std::vector<double> param_bytes = numbers(pr, "parameters_per_layer_bytes", L, true);
+    std::vector<double> act_bytes = numbers(pr, "activation_parameters_bytes", L, true);
     const double total_param_bytes = pr.non_negative("total_parameters_bytes", 0.0);
     if (pr.failed()) return pr.finish();
     FieldReader tr(*et, f.path, "execution_time");
@@ -140,7 +148,7 @@ StatusOr<ProfileDb> import_profiles(const ImportRequest& request, const model::M
     std::vector<double> mem_mb;
     if (em != nullptr) {
       FieldReader mm(*em, f.path, "execution_memory");
-      mem_mb = numbers(mm, "layer_memory_total_mb", L);
+      mem_mb = numbers(mm, "layer_memory_total_mb", L, true);
       if (mm.failed()) return mm.finish();
     }
     auto name = request.gpu_names.find(f.gpu);

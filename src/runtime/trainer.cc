@@ -81,7 +81,16 @@ void set_compute_threads(int threads) {
     set_blas(1);
 }
 
+Status check_trainable(const model::ModelSpec& model) {
+  if (model.family == "gpt") return Status();
+  return failed_precondition("model " + model.gpt.name + " is of family " + model.family +
+                             "; the runtime's layers are GPT's so far, so it can be planned and simulated "
+                             "(harp plan, harp simulate, profiles imported with harp profile import) but not "
+                             "trained or profiled here");
+}
+
 Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model) {
+  HARP_RETURN_IF_ERROR(check_trainable(model));
   const int L = model.num_layers();
   int expect = 0;
   for (int i = 0; i < plan.num_stages(); ++i) {

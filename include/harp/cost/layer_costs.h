@@ -95,9 +95,9 @@ class AnalyticCosts : public LayerCostSource {
 
 // Profile DB entries keyed by (device type, layer signature, samples, tp); the roofline
 // for any key the DB lacks (recorded as kAnalytic, so a plan shows the mix), anchored
-// where the DB measured that device and layer at tp 1: scaled by measured / roofline at
-// the nearest samples count, so that unmeasured shapes (another tp) are not judged by the
-// bare roofline against measured ones.
+// where the DB measured that device and layer (at tp 1, else the smallest tp measured):
+// scaled by measured / roofline at the nearest samples count, so that unmeasured shapes
+// (another tp) are not judged by the bare roofline against measured ones.
 class ProfiledCosts : public LayerCostSource {
  public:
   // REQUIRES: model and db outlive the source. `file` names the DB in reports.

@@ -1,9 +1,15 @@
 // Model specs and the fine-grained layer sequence the planner cuts into stages.
 //
-// A GPT model with R blocks and granularity k becomes L = 2 + R·k layers: the head
-// (token + position embedding), k sub-layers per block, the tail (final LayerNorm, LM
-// head, loss). Every quantity is per sample (one sequence); multiply by the microbatch
-// size. Tensors are fp16/bf16 (2 bytes) as in mixed-precision training.
+// A model with R blocks and granularity k becomes L = 2 + R·k layers: the head (token
+// embedding, plus GPT's position embedding), k sub-layers per block, the tail (final
+// norm, LM head, loss). Every quantity is per sample (one sequence); multiply by the
+// microbatch size. Tensors are fp16/bf16 (2 bytes) as in mixed-precision training.
+//
+// Two families share the layer sequence and the four block pieces (attention in and out,
+// MLP in and out): gpt (LayerNorm, learned positions, GELU MLP of ffn_hidden, biases,
+// tied embeddings by default) and llama (RMSNorm, rotary positions, SwiGLU MLP of
+// ffn_hidden = the intermediate size, grouped-query attention with kv_heads, no biases,
+// untied embeddings). The runtime trains gpt; llama is planned and simulated.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +23,7 @@
 namespace harp::model {
 
 struct GptConfig {
+  std::string family = "gpt";  // gpt | llama
   std::string name;      // preset name or "custom"
   int num_blocks = 0;    // R
   int hidden = 0;        // h
@@ -26,6 +33,8 @@ struct GptConfig {
   int ffn_hidden = 0;    // 4h unless given
   int granularity = 1;   // k sub-layers per block, 1..4
   bool tied_embeddings = true;  // LM head shares the token embedding (GPT-2/3)
+  int kv_heads = 0;             // llama: key/value heads (grouped-query attention); = heads
+  double rope_theta = 10000;    // llama: rotary base
 };
 
 enum class LayerKind { kHead, kBlockPart, kTail };
@@ -63,8 +72,13 @@ struct ModelSpec {
   std::string fingerprint() const;
 };
 
-// Preset names in size order: gpt-125m ... gpt-76b (plus gpt-tiny for tests and CPU).
+// Preset names in size order: gpt-125m ... gpt-76b (plus gpt-tiny for tests and CPU),
+// then llama-tiny, llama-2-7b, -13b, -70b, llama-3-8b, -70b.
 std::vector<std::string> gpt_preset_names();
+// LLaMA's default intermediate size for `hidden`: Meta's rule with multiplier 1,
+// 8h/3 rounded up to a multiple of 256 (11008 for 4096).
+int llama_ffn_hidden(int hidden);
+
 // Returns the preset's config; NotFound with the list of presets otherwise.
 StatusOr<GptConfig> gpt_preset(const std::string& name);
 
@@ -73,7 +87,9 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& config, const std::string& file =
                               const std::string& path = "model");
 
 // Parses a model section: {family: gpt, preset: gpt-1.3b, granularity: 2} or explicit
-// {family: gpt, num_blocks, hidden, heads, seq_len, vocab, ffn_hidden, granularity}.
+// {family: gpt, num_blocks, hidden, heads, seq_len, vocab, ffn_hidden, granularity};
+// llama adds kv_heads and rope_theta (ffn_hidden defaults to Meta's rule: 8h/3 rounded
+// up to a multiple of 256).
 StatusOr<ModelSpec> parse_model(const Json& node, const std::string& file,
                                 const std::string& path = "model");
 // A preset name alone ("gpt-1.3b") or a model file path.

@@ -72,8 +72,13 @@ class RunDirLock {
 // (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower).
 void set_compute_threads(int threads);
 
+// OK for a model the runtime's layers implement (family gpt); FailedPrecondition naming
+// the family and what works for it otherwise (the profiler asks too).
+Status check_trainable(const model::ModelSpec& model);
+
 // Checks that the plan fits the model (layer ranges cover [0, L), microbatch divisible
-// by every stage's dp). FailedPrecondition says what does not match and how to fix it.
+// by every stage's dp) and that the runtime trains its family. FailedPrecondition says
+// what does not match and how to fix it.
 Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model);
 
 // Runs the loop. Throws RuntimeFailure on peer failure; returns an error for I/O problems.

@@ -263,5 +263,27 @@ TEST(Cli, FlagSurfaceIsFrozen) {
   EXPECT_EQ(accepted_flags(), expected);
 }
 
+// A LLaMA is planned and simulated; training it is refused in one line (the runtime's
+// layers are GPT's so far), before any rank starts.
+TEST(Cli, LlamaIsPlannedAndItsTrainingRefusedInOneLine) {
+  const std::string job = write_temp("llama_job.yaml", "version: 1\ncluster: " + example("clusters/cpu_pair.yaml") +
+                                                           "\nmodel: {preset: llama-tiny, granularity: 2}\n"
+                                                           "planner: {microbatches: 4, microbatch_size: 1}\n");
+  const std::string plan = std::string(HARP_BINARY_DIR) + "/cli_test_llama_plan.json";
+  Result r = harp({"plan", "--job", job, "--output", plan});
+  ASSERT_EQ(r.rc, kExitOk) << r.err;
+  r = harp({"simulate", "--plan", plan});
+  EXPECT_EQ(r.rc, kExitOk) << r.err;
+  r = harp({"model", "show", "llama-tiny"});
+  EXPECT_NE(r.out.find("LLaMA, 2 blocks, hidden 64, 4 heads (2 key/value)"), std::string::npos) << r.out;
+#if HARP_WITH_TORCH
+  register_command("train", add_train_command);
+  r = harp({"train", "--plan", plan, "--data", "synthetic", "--quiet"});
+  EXPECT_EQ(r.rc, kExitInput) << r.err;
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("is of family llama; the runtime's layers are GPT's so far"), std::string::npos) << r.err;
+#endif
+}
+
 }  // namespace
 }  // namespace harp::cli

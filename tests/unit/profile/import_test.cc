@@ -51,6 +51,26 @@ TEST(Import, SailorFilesGiveTheirOwnValues) {
   EXPECT_TRUE(db.find({"A100-40GB", block, 2, 1}).has_value());
 }
 
+// Sailor's LLaMA-3-8B files list the final norm and the LM head as two modules (35
+// entries of parameters, activations and memory) where the compute times have 34
+// layers: the two are summed into our tail. Only tp 2 was measured on this A100.
+TEST(Import, SailorLlamaFilesSplitTheTailInTwo) {
+  auto m = model::load_model("llama-3-8b");
+  HARP_ASSERT_OK(m);
+  ImportRequest r;
+  r.format = "sailor";
+  r.dir = std::string(HARP_TEST_DATA_DIR) + "/sailor/LLAMA-3-8";
+  HARP_ASSERT_OK_AND_ASSIGN(ProfileDb db, import_profiles(r, *m));
+  EXPECT_EQ(db.size(), 3u);
+  const std::string tail = m->layers.back().signature, block = m->layers[1].signature;
+  auto t = db.find({"A100-40GB", tail, 1, 2});
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->fwd_s, 3.0999999999999996 * 1e-3 / 3);
+  EXPECT_EQ(t->param_bytes, (16384.0 + 16384.0) / 2);
+  EXPECT_EQ(db.find({"A100-40GB", block, 1, 2})->fwd_s, 514.9 * 1e-3 / 3);
+  EXPECT_FALSE(db.find({"A100-40GB", block, 1, 1}).has_value());
+}
+
 TEST(Import, MetisLayoutReadsTheSameFiles) {
   const model::ModelSpec m = opt350();
   harp::testing::TempDir dir;
