@@ -21,14 +21,15 @@ std::vector<std::pair<std::string, AddCommand>>& registered() {
   return commands;
 }
 
-// `harp train` when this process has no runtime: main.cc normally hands it to harp-train
-// before parsing, so this is reached only by a build without libtorch.
-void add_train_stand_in(CLI::App& app, Context& ctx) {
-  auto* cmd = app.add_subcommand("train", "Train with a plan (one rank; runs harp-train, see harp launch)");
+// `harp train` and `harp export` when this process has no runtime: main.cc normally
+// hands them to harp-train before parsing, so this is reached only by a build without
+// libtorch.
+void add_torch_stand_in(CLI::App& app, Context& ctx, const std::string& name, const std::string& what) {
+  auto* cmd = app.add_subcommand(name, what + " (runs harp-train)");
   cmd->allow_extras();
   cmd->prefix_command();
-  cmd->callback([&ctx] {
-    ctx.err << "harp train: this build has no runtime (libtorch was not found when it was built); "
+  cmd->callback([&ctx, name] {
+    ctx.err << "harp " << name << ": this build has no runtime (libtorch was not found when it was built); "
                "install libtorch-dev and rebuild (make build)\n";
     ctx.rc = kExitUsage;
   });
@@ -47,12 +48,14 @@ void build_app(CLI::App& app, Context& ctx) {
   add_trace_command(app, ctx);
   add_profile_command(app, ctx);
   add_testbed_command(app, ctx);
-  bool have_train = false;
+  bool have_train = false, have_export = false;
   for (const auto& [name, add] : registered()) {
     add(app, ctx);
     have_train = have_train || name == "train";
+    have_export = have_export || name == "export";
   }
-  if (!have_train) add_train_stand_in(app, ctx);
+  if (!have_train) add_torch_stand_in(app, ctx, "train", "Train with a plan (one rank; see harp launch)");
+  if (!have_export) add_torch_stand_in(app, ctx, "export", "Write a checkpoint as Hugging Face safetensors");
 }
 
 void list_flags(const CLI::App& app, const std::string& prefix, std::vector<std::string>* out) {

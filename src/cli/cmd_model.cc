@@ -34,6 +34,20 @@ int run_model_show(const std::string& what, int granularity, Context& ctx) {
 
 }  // namespace
 
+StatusOr<model::ModelSpec> plan_model(const plan::Plan& p, const std::string& plan_file, const std::string& model,
+                                      int granularity) {
+  if (model.empty() && !p.model_config.is_null()) {
+    Json config = p.model_config;
+    if (granularity > 0) config["granularity"] = granularity;
+    return model::parse_model(config, plan_file, "model_config");
+  }
+  const std::string name = model.empty() ? p.model_name : model;
+  if (name.empty()) return invalid_argument("");
+  // 0: the model file's (or preset's) own granularity; a mismatch with the plan's layer
+  // ranges is reported by runtime::check_plan_matches_model.
+  return model::load_model(name, granularity > 0 ? granularity : p.granularity);
+}
+
 void add_model_command(CLI::App& root, Context& ctx) {
   auto* cmd = root.add_subcommand("model", "Inspect a model spec");
   cmd->require_subcommand(1, 1);

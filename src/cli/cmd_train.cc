@@ -63,22 +63,10 @@ int run_train(const Opts& o, Context& ctx) {
     ctx.err << "harp train: --schedule " << o.schedule.substr(0, 40) << ": unknown; use gpipe, 1f1b or harp-1f1b\n";
     return ctx.rc = kExitUsage;
   }
-  // The model: the spec the plan was made for (its model_config), unless --model names
-  // another; the granularity: --granularity, else the plan's, else the model's own.
-  StatusOr<model::ModelSpec> m = invalid_argument("no model");
-  if (o.model.empty() && !p->model_config.is_null()) {
-    Json config = p->model_config;
-    if (o.granularity > 0) config["granularity"] = o.granularity;
-    m = model::parse_model(config, o.plan_file, "model_config");
-  } else {
-    const std::string model_name = o.model.empty() ? p->model_name : o.model;
-    if (model_name.empty()) {
-      ctx.err << "harp train: the plan names no model; pass --model PRESET|FILE\n";
-      return ctx.rc = kExitUsage;
-    }
-    // 0: the model file's (or preset's) own granularity; a mismatch with the plan's layer
-    // ranges is reported by check_plan_matches_model.
-    m = model::load_model(model_name, o.granularity > 0 ? o.granularity : p->granularity);
+  StatusOr<model::ModelSpec> m = plan_model(*p, o.plan_file, o.model, o.granularity);
+  if (!m.ok() && m.status().message().empty()) {
+    ctx.err << "harp train: the plan names no model; pass --model PRESET|FILE\n";
+    return ctx.rc = kExitUsage;
   }
   if (!m.ok()) return ctx.fail("train", m.status());
   Status fits = runtime::check_plan_matches_model(*p, *m);
@@ -258,6 +246,10 @@ void add_train_command(CLI::App& root, Context& ctx) {
        &C::timeout_s);
   over(cmd->add_option("--threads", f.threads, "Intra-op threads per rank")->capture_default_str(), &C::threads);
   over(cmd->add_flag("--emulate", f.emulate, "Apply the plan's emulated device slowdowns"), &C::emulate);
+  over(cmd->add_option("--init-from", f.init_from,
+                       "Hugging Face GPT-2 weights: a .safetensors file or a folder (model.safetensors or the "
+                       "index and its shards)"),
+       &C::init_from);
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->callback([o, &ctx] { ctx.rc = run_train(*o, ctx); });
 }

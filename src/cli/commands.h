@@ -10,6 +10,8 @@
 #include <CLI/CLI.hpp>
 
 #include "harp/common/status.h"
+#include "harp/model/model_spec.h"
+#include "harp/plan/plan.h"
 
 namespace harp::cli {
 
@@ -43,6 +45,12 @@ void add_data_command(CLI::App& root, Context& ctx);
 void add_trace_command(CLI::App& root, Context& ctx);
 void add_profile_command(CLI::App& root, Context& ctx);
 void add_testbed_command(CLI::App& root, Context& ctx);
+// The model a plan was made for: its model_config, unless `model` (a preset or file)
+// names another; granularity: `granularity` if > 0, else the plan's, else the model's.
+// An error with an empty message when the plan names no model and `model` is empty.
+StatusOr<model::ModelSpec> plan_model(const plan::Plan& p, const std::string& plan_file, const std::string& model,
+                                      int granularity);
+
 // Commands that need libtorch live in the `harp-train` executable (train_main.cc), which
 // registers them before run(); `harp` itself never loads libtorch and hands `harp train`
 // over to `harp-train` (main.cc). Without a registered `train`, run() lists a stand-in
@@ -52,6 +60,8 @@ void register_command(const char* name, AddCommand add);
 
 // In harp_train_cli (links the runtime; only when built with libtorch).
 void add_train_command(CLI::App& root, Context& ctx);
+// In harp_train_cli: `harp export --checkpoint DIR --plan PLAN -o OUT` (cmd_export.cc).
+void add_export_command(CLI::App& root, Context& ctx);
 // In harp_train_cli: installs the measuring half of `harp profile` (cmd_profile.h).
 void add_profiler_commands(CLI::App& root, Context& ctx);
 

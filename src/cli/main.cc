@@ -1,5 +1,5 @@
 // `harp` entry point: everything happens in harp::cli::run so tests can drive it. The
-// commands that need libtorch (`train`) are handed over to the `harp-train` executable
+// commands that need libtorch (`train`, `export`, measuring `profile`) are handed over to the `harp-train` executable
 // next to this one, so planning, simulation and the rest never load libtorch.
 #include <unistd.h>
 
@@ -27,7 +27,7 @@ std::string own_dir() {
 int main(int argc, char** argv) {
   // `harp profile` measures with libtorch, except its torch-free merge and import.
   const bool torch_command =
-      argc >= 2 && (std::string(argv[1]) == "train" ||
+      argc >= 2 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "export" ||
                     (std::string(argv[1]) == "profile" &&
                      !(argc >= 3 && (std::string(argv[2]) == "merge" || std::string(argv[2]) == "import"))));
   if (torch_command) {

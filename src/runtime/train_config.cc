@@ -73,13 +73,15 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.threads = static_cast<int>(r.integer("threads", 1, c.threads));
   c.emulate = r.boolean("emulate", c.emulate);
   c.progress = r.boolean("progress", c.progress);
+  c.init_from = r.string("init_from", c.init_from);
+  if (!c.init_from.empty()) c.init_from = resolve_relative_to(file, c.init_from);
   HARP_RETURN_IF_ERROR(r.finish());
   HARP_RETURN_IF_ERROR(c.validate(file, path));
   return c;
 }
 
 Json train_config_to_json(const TrainConfig& c) {
-  return {{"data", c.data},
+  Json j = {{"data", c.data},
           {"steps", c.steps},
           {"seed", c.seed},
           {"lr", c.lr},
@@ -96,6 +98,8 @@ Json train_config_to_json(const TrainConfig& c) {
           {"threads", c.threads},
           {"emulate", c.emulate},
           {"progress", c.progress}};
+  if (!c.init_from.empty()) j["init_from"] = c.init_from;
+  return j;
 }
 
 }  // namespace harp::runtime

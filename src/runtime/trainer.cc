@@ -19,6 +19,7 @@
 #include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/checkpoint.h"
+#include "harp/runtime/hf_weights.h"
 #include "harp/runtime/memory.h"
 #include "harp/runtime/metrics.h"
 #include "harp/schedule/lower_plan.h"
@@ -50,6 +51,7 @@ TrainOptions train_options(const TrainConfig& c) {
   t.checkpoint_every = c.checkpoint_every;
   t.trace_steps = c.trace_steps;
   t.progress = c.progress;
+  t.init_from = c.init_from;
   t.resolved_config = train_config_to_json(c);
   return t;
 }
@@ -139,6 +141,9 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     HARP_ASSIGN_OR_RETURN(summary.first_step, latest_checkpoint_step(ckpt_dir));
     HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step, checkpoint_layout(plan, l.world_size)));
     if (l.rank == 0 && options.progress) log << "resumed from step " << summary.first_step << "\n";
+  } else if (!options.init_from.empty()) {
+    HARP_RETURN_IF_ERROR(load_hf_gpt2(ex, model, options.init_from));
+    if (l.rank == 0 && options.progress) log << "initialised from " << options.init_from << "\n";
   }
   HARP_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::open(options.out_dir, l.rank == 0, options.resume));
   if (l.rank == 0 && !options.resolved_config.is_null())

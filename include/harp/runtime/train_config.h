@@ -33,6 +33,10 @@ struct TrainConfig {
   int threads = 1;                 // intra-op threads per rank, 1..256
   bool emulate = false;            // apply the plan's emulated device slowdowns
   bool progress = true;            // rank 0 prints a line per step
+  // Hugging Face GPT-2 weights to start from (a .safetensors file or a folder with
+  // model.safetensors or its index and shards); "" for the seeded initialisation. A
+  // relative path is relative to the job file. Ignored when resuming.
+  std::string init_from;
 
   // The first broken rule, naming `file` and the field path under `path`.
   Status validate(const std::string& file, const std::string& path = "training") const;

@@ -23,6 +23,7 @@ struct TrainOptions {
   std::string out_dir = "out/train";
   int checkpoint_every = 0;         // 0: no checkpoints
   bool resume = false;              // continue from out_dir/checkpoints/latest
+  std::string init_from;            // Hugging Face GPT-2 weights (hf_weights.h); not when resuming
   std::vector<int> trace_steps;     // steps whose measured timeline is written
   bool progress = true;             // rank 0 prints a line per step
   Json resolved_config;             // written by rank 0 as OUT/train_config.json (if not null)

@@ -1,0 +1,65 @@
+// `harp export --checkpoint DIR --plan PLAN [--step N] --format safetensors -o OUT`: a
+// run's checkpoint as Hugging Face GPT-2 weights (OUT/model.safetensors, OUT/config.json;
+// runtime/hf_weights.h), whatever plan layout it was trained with: checkpoints hold
+// global parameter names.
+#include <filesystem>
+
+#include "commands.h"
+#include "harp/plan/plan_io.h"
+#include "harp/runtime/checkpoint.h"
+#include "harp/runtime/hf_weights.h"
+
+namespace harp::cli {
+namespace {
+
+struct Opts {
+  std::string checkpoint, plan_file, model, format = "safetensors", output;
+  int step = 0;  // 0: the latest
+};
+
+int run_export(const Opts& o, Context& ctx) {
+  std::error_code ec;
+  // The run folder (OUT, holding checkpoints/) or the checkpoints folder itself.
+  const std::string dir = std::filesystem::is_directory(o.checkpoint + "/checkpoints", ec) ? o.checkpoint + "/checkpoints"
+                                                                                          : o.checkpoint;
+  auto p = plan::load_plan(o.plan_file);
+  if (!p.ok()) return ctx.fail("export", p.status());
+  auto m = plan_model(*p, o.plan_file, o.model, 0);
+  if (!m.ok() && m.status().message().empty()) {
+    ctx.err << "harp export: the plan names no model; pass --model PRESET|FILE\n";
+    return ctx.rc = kExitUsage;
+  }
+  if (!m.ok()) return ctx.fail("export", m.status());
+  int step = o.step;
+  if (step == 0) {
+    auto latest = runtime::latest_checkpoint_step(dir);
+    if (!latest.ok()) return ctx.fail("export", latest.status());
+    step = *latest;
+  }
+  long long optimizer_steps = 0;
+  auto tensors = runtime::read_checkpoint(dir, step, &optimizer_steps);
+  if (!tensors.ok()) return ctx.fail("export", tensors.status());
+  Status s = runtime::export_hf_gpt2(*m, *tensors, o.output);
+  if (!s.ok()) return ctx.fail("export", s);
+  ctx.out << "wrote " << o.output << "/model.safetensors and config.json (GPT2LMHeadModel, " << m->gpt.name
+          << ", step " << step << ")\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_export_command(CLI::App& root, Context& ctx) {
+  auto* cmd = root.add_subcommand("export", "Write a checkpoint as Hugging Face safetensors");
+  auto o = std::make_shared<Opts>();
+  cmd->add_option("--checkpoint", o->checkpoint, "A run's folder (--out of harp train) or its checkpoints/")
+      ->required();
+  cmd->add_option("--plan", o->plan_file, "The plan the run trained (its model)")->required();
+  cmd->add_option("--model", o->model, "Model preset or file (default: the plan's)");
+  cmd->add_option("--step", o->step, "Checkpoint step (default: the latest)")->check(CLI::PositiveNumber);
+  cmd->add_option("--format", o->format, "safetensors (Hugging Face GPT-2 names and config.json)")
+      ->check(CLI::IsMember({"safetensors"}));
+  cmd->add_option("-o,--output", o->output, "Folder to write model.safetensors and config.json into")->required();
+  cmd->callback([o, &ctx] { ctx.rc = run_export(*o, ctx); });
+}
+
+}  // namespace harp::cli

@@ -1,0 +1,194 @@
+// Hugging Face GPT-2 weights in and out (see hf_weights.h).
+#include "harp/runtime/hf_weights.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <regex>
+
+#include "harp/data/safetensors.h"
+#include "harp/runtime/trainer.h"
+
+namespace harp::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shape_text(torch::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+StatusOr<torch::Dtype> torch_dtype_of(const std::string& dtype) {
+  if (dtype == "F32") return torch::kFloat32;
+  if (dtype == "F64") return torch::kFloat64;
+  if (dtype == "F16") return torch::kHalf;
+  if (dtype == "BF16") return torch::kBFloat16;
+  return invalid_argument("dtype " + dtype + " is not a floating-point weight type (F32, F64, F16, BF16)");
+}
+
+// The files of a checkpoint and which one holds each tensor.
+class HfFiles {
+ public:
+  static StatusOr<HfFiles> open(const std::string& path) {
+    HfFiles f;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      const std::string index = path + "/model.safetensors.index.json";
+      if (fs::exists(index, ec)) {
+        HARP_ASSIGN_OR_RETURN(Json doc, load_document(index));
+        const auto map = doc.find("weight_map");
+        if (!doc.is_object() || map == doc.end() || !map->is_object())
+          return invalid_argument(shown_path(index) + ": has no weight_map object {tensor: shard file}");
+        for (const auto& [name, shard] : map->items()) {
+          if (!shard.is_string() || shard.get<std::string>().find('/') != std::string::npos)
+            return invalid_argument(shown_path(index) + ": weight_map \"" + name.substr(0, 80) +
+                                    "\" is not a shard file name of this folder");
+          f.where_[name] = path + "/" + shard.get<std::string>();
+        }
+        return f;
+      }
+      f.single_ = path + "/model.safetensors";
+      if (!fs::exists(f.single_, ec))
+        return not_found(shown_path(path) + ": holds neither model.safetensors nor model.safetensors.index.json");
+      return f;
+    }
+    f.single_ = path;
+    return f;
+  }
+
+  // The file holding `name` and its entry; NotFound naming what was searched.
+  StatusOr<std::pair<const data::SafetensorsFile*, const data::SafetensorsEntry*>> find(const std::string& name) {
+    std::string file = single_;
+    if (file.empty()) {
+      const auto it = where_.find(name);
+      if (it == where_.end()) return not_found("the checkpoint's index names no tensor " + name);
+      file = it->second;
+    }
+    auto& header = headers_[file];
+    if (!header) {
+      HARP_ASSIGN_OR_RETURN(data::SafetensorsFile h, data::read_safetensors_header(file));
+      header = std::make_unique<data::SafetensorsFile>(std::move(h));
+    }
+    const data::SafetensorsEntry* e = header->find(name);
+    if (e == nullptr)
+      return not_found(shown_path(file) + ": has no tensor " + name + "; is it a GPT-2 (GPT2LMHeadModel) checkpoint?");
+    return std::pair<const data::SafetensorsFile*, const data::SafetensorsEntry*>(header.get(), e);
+  }
+
+ private:
+  std::string single_;
+  std::map<std::string, std::string> where_;
+  std::map<std::string, std::unique_ptr<data::SafetensorsFile>> headers_;
+};
+
+}  // namespace
+
+HfName hf_gpt2_name(const std::string& ours, bool tied) {
+  static const std::map<std::string, std::string> fixed = {
+      {"embed.token.weight", "transformer.wte.weight"}, {"embed.position.weight", "transformer.wpe.weight"},
+      {"head.ln_f.weight", "transformer.ln_f.weight"},  {"head.ln_f.bias", "transformer.ln_f.bias"}};
+  if (const auto it = fixed.find(ours); it != fixed.end()) return {it->second, false};
+  if (ours == "head.lm.weight") return {tied ? "transformer.wte.weight" : "lm_head.weight", false};
+  static const std::regex block(R"(block(\d+)\.(.+))");
+  static const std::map<std::string, std::pair<std::string, bool>> parts = {
+      {"ln1.weight", {"ln_1.weight", false}},          {"ln1.bias", {"ln_1.bias", false}},
+      {"attn.qkv.weight", {"attn.c_attn.weight", true}}, {"attn.qkv.bias", {"attn.c_attn.bias", false}},
+      {"attn.proj.weight", {"attn.c_proj.weight", true}}, {"attn.proj.bias", {"attn.c_proj.bias", false}},
+      {"ln2.weight", {"ln_2.weight", false}},          {"ln2.bias", {"ln_2.bias", false}},
+      {"mlp.fc1.weight", {"mlp.c_fc.weight", true}},    {"mlp.fc1.bias", {"mlp.c_fc.bias", false}},
+      {"mlp.fc2.weight", {"mlp.c_proj.weight", true}},  {"mlp.fc2.bias", {"mlp.c_proj.bias", false}}};
+  std::smatch m;
+  if (std::regex_match(ours, m, block)) {
+    const auto it = parts.find(m[2].str());
+    HARP_CHECK(it != parts.end()) << "not a GPT parameter: " << ours;
+    return {"transformer.h." + m[1].str() + "." + it->second.first, it->second.second};
+  }
+  HARP_CHECK(false) << "not a GPT parameter: " << ours;
+  return {};
+}
+
+Json hf_gpt2_config(const model::ModelSpec& model) {
+  const auto& c = model.gpt;
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"n_embd", c.hidden},
+          {"n_layer", c.num_blocks},
+          {"n_head", c.heads},
+          {"n_positions", c.seq_len},
+          {"n_ctx", c.seq_len},
+          {"vocab_size", c.vocab},
+          {"n_inner", c.ffn_hidden},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", 1e-5},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"scale_attn_weights", true},
+          {"tie_word_embeddings", c.tied_embeddings},
+          {"torch_dtype", "float32"}};
+}
+
+Status export_hf_gpt2(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir) {
+  HARP_RETURN_IF_ERROR(check_trainable(model));
+  const bool tied = model.gpt.tied_embeddings;
+  std::map<std::string, torch::Tensor> by_name(params.begin(), params.end());
+  std::vector<data::SafetensorsTensor> out;
+  for (const auto& [ours, _] : params) {
+    if (ours.find(".exp_avg") != std::string::npos) continue;  // optimizer state
+    if (tied && ours == "head.lm.weight") continue;             // GPT-2 ties it to wte
+    const HfName hf = hf_gpt2_name(ours, tied);
+    torch::Tensor t = by_name.at(ours).detach().to(torch::kCPU, torch::kFloat32);
+    if (hf.transposed) t = t.t();
+    t = t.contiguous();
+    data::SafetensorsTensor st;
+    st.name = hf.name;
+    st.dtype = "F32";
+    st.shape.assign(t.sizes().begin(), t.sizes().end());
+    st.bytes.assign(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4);
+    out.push_back(std::move(st));
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return io_error(shown_path(out_dir) + ": cannot create the output folder: " + ec.message());
+  HARP_RETURN_IF_ERROR(data::write_safetensors(out_dir + "/model.safetensors", out, {{"format", "pt"}}));
+  return write_text_file_atomic(out_dir + "/config.json", hf_gpt2_config(model).dump(2) + "\n");
+}
+
+Status load_hf_gpt2(Executor& ex, const model::ModelSpec& model, const std::string& path) {
+  HARP_RETURN_IF_ERROR(check_trainable(model));
+  HARP_ASSIGN_OR_RETURN(HfFiles files, HfFiles::open(path));
+  torch::NoGradGuard no_grad;
+  for (auto& [ours, p] : ex.optimizer().params()) {
+    const HfName hf = hf_gpt2_name(ours, model.gpt.tied_embeddings);
+    HARP_ASSIGN_OR_RETURN(auto found, files.find(hf.name));
+    const auto& [file, entry] = found;
+    const std::string what = shown_path(file->path) + ": tensor " + hf.name;
+    auto dtype = torch_dtype_of(entry->dtype);
+    if (!dtype.ok()) return invalid_argument(what + ": " + dtype.status().message());
+    HARP_ASSIGN_OR_RETURN(std::string bytes, data::read_tensor_bytes(*file, *entry));
+    torch::Tensor t = torch::from_blob(bytes.data(), entry->shape, torch::TensorOptions().dtype(*dtype)).clone();
+    if (hf.transposed) {
+      if (t.dim() != 2) return invalid_argument(what + " has shape " + shape_text(t.sizes()) + "; a Conv1D weight is 2-D");
+      t = t.t();
+    }
+    if (ours == "embed.position.weight" && t.dim() == 2 && t.size(0) > p.size(0) && t.size(1) == p.size(1))
+      t = t.narrow(0, 0, p.size(0));  // GPT-2 has 1024 positions; a shorter seq_len uses the first
+    if (!t.sizes().equals(p.sizes())) {
+      std::string fix = "describe the checkpoint's model (its config.json: n_embd, n_layer, n_head, n_inner, "
+                        "vocab_size, n_positions)";
+      if (ours == "embed.token.weight" && t.dim() == 2 && t.size(1) == p.size(1))
+        fix = "set the model's vocab to " + std::to_string(t.size(0));
+      if (ours == "embed.position.weight" && t.dim() == 2 && t.size(1) == p.size(1))
+        fix = "use a seq_len of at most " + std::to_string(t.size(0)) + " (the checkpoint's positions)";
+      return invalid_argument(what + " is " + shape_text(t.sizes()) + (hf.transposed ? " (transposed back)" : "") +
+                              " but the model's " + ours + " is " + shape_text(p.sizes()) + "; " + fix);
+    }
+    p.copy_(t.to(p.dtype()));
+  }
+  return Status();
+}
+
+}  // namespace harp::runtime
