@@ -11,8 +11,8 @@ measured   the emulated testbed: three pools (1.5x, 3x, 4.5x slower than this CP
            rounds, alternating, each figure the median over rounds.
 simulated  the paper's cluster shapes (paper_lib.CLUSTERS) and GPT-760M ... 6.7B, global
            batch 1024, each strategy with its own best microbatch count (--microbatches
-           auto), analytic costs; plus GPT-Neo-2.7B from Sailor's measured A100-40GB and
-           V100-16GB profiles.
+           auto), analytic costs; plus GPT-Neo-2.7B and LLaMA-3-8B from Sailor's measured
+           A100-40GB and V100-16GB profiles.
 
 Writes OUT/end_to_end_measured.{csv,svg} and OUT/end_to_end_simulated.{csv,svg}.
 
@@ -103,6 +103,18 @@ def sailor_setup(a, d):
     return job, prof
 
 
+def sailor_llama_setup(a, d):
+    """LLaMA-3-8B (seq 8192) on the paper's cluster shape, V100-32GB timed by Sailor's
+    V100-16GB measurements (the same chip), A100-40GB by its own: (job, profile)."""
+    pools = [("v100", "V100-32GB", 1, 8), ("a100", "A100-40GB", 2, 2)]
+    cl = pl.write(os.path.join(d, "llama.cluster.yaml"), pl.cluster_yaml("llama", pools, [("v100", "a100", 5, 1)]))
+    job = pl.write(os.path.join(d, "llama.job.yaml"), pl.job_yaml(cl, "llama-3-8b", 64, 1, granularity=1))
+    prof = os.path.join(d, "llama_profile.json")
+    pl.run([a.harp, "profile", "import", "--format", "sailor", os.path.join(pl.SAILOR, "LLAMA-3-8"), "--job", job,
+            "--gpu", "A100-40=A100-40GB", "--gpu", "V100-16=V100-32GB", "-o", prof])
+    return job, prof
+
+
 def simulated(a):
     d = os.path.join(a.out, "end_to_end_simulated")
     cases = []
@@ -112,6 +124,8 @@ def simulated(a):
         cases.append((cluster, model, "analytic", job, ["--microbatches", "auto"]))
     job, prof = sailor_setup(a, d)
     cases.append(("8V100(16GB)+2x2A100", "gpt-neo-2.7b", "Sailor profiles", job, ["--profile", prof]))
+    job, prof = sailor_llama_setup(a, d)
+    cases.append(("8V100+2x2A100", "llama-3-8b", "Sailor profiles", job, ["--profile", prof]))
     rows = []
     for cluster, model, costs, job, extra in cases:
         base = job[:-len(".job.yaml")]
@@ -139,8 +153,8 @@ def simulated(a):
                  [("%s %s" % (r["cluster"].replace("+", "+ "), r["model"].replace("gpt-", "")),
                    [r["over_homogeneous"], r["over_uniform"], r["over_harp_as_1f1b"]]) for r in rows],
                  ["over homogeneous (Alpa-style)", "over uniform (Megatron-style)", "over its plan under 1F1B"],
-                 "speedup (x)", note="global batch 1024 (GPT-Neo: 128), analytic costs but GPT-Neo (Sailor's "
-                 "measured profiles); line at 1x", wide=True)
+                 "speedup (x)", note="global batch 1024 (GPT-Neo: 128; LLaMA-3-8B: 64 x 8192 tokens), analytic costs but "
+                 "GPT-Neo and LLaMA (Sailor's measured profiles); line at 1x", wide=True)
     return rows
 
 

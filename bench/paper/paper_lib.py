@@ -108,7 +108,7 @@ def cluster_yaml(name, pools, links, bandwidth_gbps=None):
 def job_yaml(cluster_file, model, microbatches, microbatch_size, granularity=2):
     """model: a preset name ("gpt-2.6b") or a dict of GPT fields."""
     if isinstance(model, str):
-        m = "{family: gpt, preset: %s, granularity: %d}" % (model, granularity)
+        m = "{preset: %s, granularity: %d}" % (model, granularity)  # the preset names its family
     else:
         m = "{family: gpt, %s, granularity: %d}" % (", ".join("%s: %s" % kv for kv in model.items()), granularity)
     return ("version: 1\ncluster: %s\nmodel: %s\nplanner: {strategy: harp, microbatches: %d, microbatch_size: %d}\n"
