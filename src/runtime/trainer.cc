@@ -159,6 +159,10 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   int timed = 0;
   std::vector<double> step_seconds;  // the timed steps, for the median
   torch::Tensor measured_compute = torch::zeros({2 * l.num_stages()}, torch::kFloat64);
+  // One buffer for the per-step metrics reduction, allocated once: the collective may
+  // release its reference to a fresh tensor after the next step has begun, which made
+  // the next step's measured base bytes depend on that timing.
+  torch::Tensor stats = torch::zeros({5 * l.num_stages()}, torch::kFloat64);
   for (int step = summary.first_step; step < options.steps; ++step) {
     const bool trace = traced.count(step) > 0;
     const double base_bytes = live_tensor_bytes();
@@ -170,7 +174,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     // Busy fraction, forward and backward time per microbatch of every stage (its first
     // replica), and its tensor memory, gathered in one reduction.
     const int S = l.num_stages();
-    torch::Tensor stats = torch::zeros({5 * S}, torch::kFloat64);
+    stats.zero_();
     if (l.dp_rank == 0) {
       stats[l.stage] = r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0;
       stats[S + l.stage] = r.forward_seconds / plan.microbatches;
