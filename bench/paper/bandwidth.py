@@ -76,8 +76,7 @@ def simulated(a):
     rows = []
     for cluster, model, k in SIM_SETUPS:
         for bw in SIM_BANDWIDTHS:
-            name = pl.setup_name(cluster, model, bw)
-            _, job = pl.write_setup(d, name, cluster, model, k, bandwidth_gbps=bw)
+            name, job = pl.write_setup(d, cluster, model, k, bandwidth_gbps=bw)
             got = {s: pl.plan_and_simulate(a.harp, job, s, os.path.join(d, "%s.%s.json" % (name, s)),
                                            ["--microbatches", "auto"],
                                            schedules=(None, "1f1b") if s == "harp" else (None,))

@@ -119,8 +119,7 @@ def simulated(a):
     d = os.path.join(a.out, "end_to_end_simulated")
     cases = []
     for cluster, model, k in PAPER:
-        name = pl.setup_name(cluster, model)
-        _, job = pl.write_setup(d, name, cluster, model, k)
+        _, job = pl.write_setup(d, cluster, model, k)
         cases.append((cluster, model, "analytic", job, ["--microbatches", "auto"]))
     job, prof = sailor_setup(a, d)
     cases.append(("8V100(16GB)+2x2A100", "gpt-neo-2.7b", "Sailor profiles", job, ["--profile", prof]))

@@ -100,8 +100,7 @@ def simulated(a):
     rows = []
     for cluster, model in SIM_SETUPS:
         for k in KS:
-            name = pl.setup_name(cluster, model, "k%d" % k)
-            _, job = pl.write_setup(d, name, cluster, model, k)
+            name, job = pl.write_setup(d, cluster, model, k, tag="k%d" % k)
             h = pl.plan_and_simulate(a.harp, job, "harp", os.path.join(d, name + ".harp.json"), ["--microbatches", "auto"])
             layers, unique = layer_counts(a.harp, model, k)
             row = dict(setup="%s %s" % (cluster, model), k=k, layers=layers, unique_layers=unique,

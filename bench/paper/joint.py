@@ -92,8 +92,7 @@ def simulated(a):
     rows = []
     for cluster, model, k in SIM_SETUPS:
         for bw in SIM_BANDWIDTHS:
-            name = pl.setup_name(cluster, model, bw)
-            _, job = pl.write_setup(d, name, cluster, model, k, bandwidth_gbps=bw)
+            name, job = pl.write_setup(d, cluster, model, k, bandwidth_gbps=bw)
             auto = ["--microbatches", "auto"]
             j = pl.plan_and_simulate(a.harp, job, "harp", os.path.join(d, name + ".joint.json"), auto)
             b = pl.plan_and_simulate(a.harp, job, "harp", os.path.join(d, name + ".blind.json"),

@@ -75,8 +75,7 @@ def simulated(a):
     d = os.path.join(a.out, "memory_simulated")
     rows = []
     for cluster, model, k in SIM_SETUPS:
-        name = pl.setup_name(cluster, model)
-        _, job = pl.write_setup(d, name, cluster, model, k)
+        name, job = pl.write_setup(d, cluster, model, k)
         plan_file = os.path.join(d, name + ".harp.json")
         h = pl.plan_and_simulate(a.harp, job, "harp", plan_file, ["--microbatches", "auto"])
         sims = {s: json.loads(pl.run([a.harp, "simulate", "--plan", plan_file, "--schedule", s, "--json"]))

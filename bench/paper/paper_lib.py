@@ -115,20 +115,18 @@ def job_yaml(cluster_file, model, microbatches, microbatch_size, granularity=2):
             % (os.path.abspath(cluster_file), m, microbatches, microbatch_size))
 
 
-def setup_name(cluster, model, *suffix):
-    """A file-name-safe name for one setup: "8V100_2x2A100_gpt-2.6b_5"."""
+def write_setup(folder, cluster, model, granularity=2, bandwidth_gbps=None, tag=None):
+    """Writes the cluster and job files of one paper-scale setup (64 microbatches of the
+    global batch; the scripts mostly plan with --microbatches auto), named after the
+    cluster, the model and what else sets it apart (the bandwidth, `tag`): "8V100_2x2A100_
+    gpt-2.6b_5". Returns (name, job file)."""
     parts = [cluster.replace("+", "_").replace("'", "p"), model]
-    parts += [x if isinstance(x, str) else "%g" % x for x in suffix]
-    return "_".join(parts)
-
-
-def write_setup(folder, name, cluster, model, granularity=2, bandwidth_gbps=None, microbatches=64):
-    """Writes the cluster and job files of one paper-scale setup: (cluster file, job file)."""
+    parts += [x if isinstance(x, str) else "%g" % x for x in (bandwidth_gbps, tag) if x is not None]
+    name = "_".join(parts)
     pools, links = CLUSTERS[cluster]
     cl = write(os.path.join(folder, name + ".cluster.yaml"), cluster_yaml(name, pools, links, bandwidth_gbps))
-    job = write(os.path.join(folder, name + ".job.yaml"),
-                job_yaml(cl, model, microbatches, GLOBAL_BATCH // microbatches, granularity))
-    return cl, job
+    job = write(os.path.join(folder, name + ".job.yaml"), job_yaml(cl, model, 64, GLOBAL_BATCH // 64, granularity))
+    return name, job
 
 
 def plan_and_simulate(harp, job, strategy, plan_file, extra=(), schedules=(None,)):

@@ -96,8 +96,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
   return p;
 }
 
-int cap_launch_counts_to_memory(const StageCosts& costs, plan::Plan& plan) {
-  int lowered = 0;
+void cap_launch_counts_to_memory(const StageCosts& costs, plan::Plan& plan) {
   int previous = plan.microbatches;
   for (auto& s : plan.stages) {
     const Bytes room = costs.usable_memory_bytes(s.subcluster) - s.memory_static_bytes;
@@ -105,11 +104,9 @@ int cap_launch_counts_to_memory(const StageCosts& costs, plan::Plan& plan) {
                                               : static_cast<double>(s.launch_count);
     const int fits = static_cast<int>(std::min(fit, static_cast<double>(s.launch_count)));
     const int n = std::max(1, std::min(fits, previous));
-    if (n < s.launch_count) ++lowered;
     s.launch_count = previous = n;
     s.memory_bytes = s.memory_static_bytes + n * s.activation_bytes;
   }
-  return lowered;
 }
 
 Status check_memory(const StageCosts& costs, const plan::Plan& plan) {

@@ -134,13 +134,12 @@ Json hf_gpt2_config(const model::ModelSpec& model) {
 Status export_hf_gpt2(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir) {
   HARP_RETURN_IF_ERROR(check_trainable(model));
   const bool tied = model.gpt.tied_embeddings;
-  std::map<std::string, torch::Tensor> by_name(params.begin(), params.end());
   std::vector<data::SafetensorsTensor> out;
-  for (const auto& [ours, _] : params) {
+  for (const auto& [ours, tensor] : params) {
     if (ours.find(".exp_avg") != std::string::npos) continue;  // optimizer state
     if (tied && ours == "head.lm.weight") continue;             // GPT-2 ties it to wte
     const HfName hf = hf_gpt2_name(ours, tied);
-    torch::Tensor t = by_name.at(ours).detach().to(torch::kCPU, torch::kFloat32);
+    torch::Tensor t = tensor.detach().to(torch::kCPU, torch::kFloat32);
     if (hf.transposed) t = t.t();
     t = t.contiguous();
     data::SafetensorsTensor st;

@@ -54,8 +54,8 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
 // Lowers launch counts that exceed a stage's memory to the most that fit, keeping them
 // non-increasing along the pipeline, and updates memory_bytes. For a plan searched
 // without HARP's counts and given them afterwards (SearchOptions::schedule_in_search).
-// Returns how many stages were lowered; check_memory reports a stage that cannot hold one.
-int cap_launch_counts_to_memory(const StageCosts& costs, plan::Plan& plan);
+// check_memory reports a stage that cannot hold even one.
+void cap_launch_counts_to_memory(const StageCosts& costs, plan::Plan& plan);
 
 // Infeasible naming the first stage whose device memory is exceeded (needed vs usable,
 // and what would help); ok if every stage fits.
