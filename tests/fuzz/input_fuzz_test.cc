@@ -252,18 +252,20 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
     for (const char* kind : {"gpipe", "1f1b"}) check_case("flags", {"schedule", "show", "--stages", s, "--microbatches", b, "--kind", kind}, &o);
   for (const char* v : {"0", "-1", "abc", "1e9", "99999999999999999999", "auto"})
     check_case("flags", {"plan", "--job", dir.file("job_ok.yaml"), "--microbatches", v}, &o);
+  // The torch-free readers called directly: each case counted, an error in one line.
+  auto reader_case = [&o](const char* cls, const Status& s) {
+    ++o.cases;
+    ++o.per_class[cls];
+    if (!s.ok()) {
+      EXPECT_EQ(std::count(s.message().begin(), s.message().end(), '\n'), 0) << s.message();
+    }
+  };
   // Token files (read by harp train; the reader itself here, torch-free).
   for (int i = 0; i < 20; ++i) {
     std::string bytes(m.at(64), '\0');
     for (auto& c : bytes) c = static_cast<char>(m.rng() % 256);
     write(dir.file("tok.bin"), bytes);
-    auto r = data::read_token_file(dir.file("tok.bin"));
-    ++o.cases;
-    ++o.per_class["token file"];
-    if (!r.ok()) {
-      const std::string msg = r.status().message();
-      EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 0) << msg;
-    }
+    reader_case("token file", data::read_token_file(dir.file("tok.bin")).status());
   }
   // llm.c headers: a valid uint16 and uint32 file, mutated byte by byte.
   for (const auto format : {data::TokenFormat::kLlmc16, data::TokenFormat::kLlmc32}) {
@@ -274,13 +276,7 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
       bytes[m.rng() % 12] = static_cast<char>(m.rng() % 256);
       if (i % 4 == 0) bytes.resize(m.rng() % bytes.size());
       write(dir.file("tok.bin"), bytes);
-      auto r = data::read_tokens(dir.file("tok.bin"));
-      ++o.cases;
-      ++o.per_class["token file"];
-      if (!r.ok()) {
-        const std::string msg = r.status().message();
-        EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 0) << msg;
-      }
+      reader_case("token file", data::read_tokens(dir.file("tok.bin")).status());
     }
   }
   // safetensors headers: a valid file, its header text and length mutated.
@@ -299,12 +295,8 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
       }
       write(dir.file("m.safetensors"), bytes);
       auto r = data::read_safetensors_header(dir.file("m.safetensors"));
-      ++o.cases;
-      ++o.per_class["safetensors"];
-      if (!r.ok()) {
-        const std::string msg = r.status().message();
-        EXPECT_EQ(std::count(msg.begin(), msg.end(), '\n'), 0) << msg;
-      } else {
+      reader_case("safetensors", r.status());
+      if (r.ok()) {
         for (const auto& t : r->tensors) EXPECT_TRUE(data::read_tensor_bytes(*r, t).ok()) << t.name;
       }
     }
