@@ -6,10 +6,13 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD_TYPE ?= Release
 
 # Debian packages: the core needs the first line; the runtime libtorch (CPU, Gloo) and
-# OpenBLAS (without it libtorch falls back to a reference BLAS, 10x slower).
+# OpenBLAS (without it libtorch falls back to a reference BLAS, 10x slower); SentencePiece
+# for harp data prepare; Python torch, numpy and sentencepiece for the independent
+# reference checks of the tests.
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev libcli11-dev \
                 libtorch-dev libgloo-dev libopenblas0-pthread \
-                libgtest-dev libgmock-dev libbenchmark-dev
+                libgtest-dev libgmock-dev libbenchmark-dev \
+                libsentencepiece-dev python3-torch python3-numpy python3-sentencepiece
 
 .PHONY: all deps configure build tools test demo bench bench-testbed evaluation clean
 

@@ -1,5 +1,5 @@
 // `harp export --checkpoint DIR --plan PLAN [--step N] --format safetensors -o OUT`: a
-// run's checkpoint as Hugging Face GPT-2 weights (OUT/model.safetensors, OUT/config.json;
+// run's checkpoint as Hugging Face GPT-2 or LLaMA weights (OUT/model.safetensors, OUT/config.json;
 // runtime/hf_weights.h), whatever plan layout it was trained with: checkpoints hold
 // global parameter names.
 #include <filesystem>
@@ -39,9 +39,10 @@ int run_export(const Opts& o, Context& ctx) {
   long long optimizer_steps = 0;
   auto tensors = runtime::read_checkpoint(dir, step, &optimizer_steps);
   if (!tensors.ok()) return ctx.fail("export", tensors.status());
-  Status s = runtime::export_hf_gpt2(*m, *tensors, o.output);
+  Status s = runtime::export_hf(*m, *tensors, o.output);
   if (!s.ok()) return ctx.fail("export", s);
-  ctx.out << "wrote " << o.output << "/model.safetensors and config.json (GPT2LMHeadModel, " << m->gpt.name
+  ctx.out << "wrote " << o.output << "/model.safetensors and config.json ("
+          << runtime::hf_config(*m)["architectures"][0].get<std::string>() << ", " << m->gpt.name
           << ", step " << step << ")\n";
   return kExitOk;
 }
@@ -56,7 +57,7 @@ void add_export_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--plan", o->plan_file, "The plan the run trained (its model)")->required();
   cmd->add_option("--model", o->model, "Model preset or file (default: the plan's)");
   cmd->add_option("--step", o->step, "Checkpoint step (default: the latest)")->check(CLI::PositiveNumber);
-  cmd->add_option("--format", o->format, "safetensors (Hugging Face GPT-2 names and config.json)")
+  cmd->add_option("--format", o->format, "safetensors (Hugging Face GPT-2 or LLaMA names and config.json)")
       ->check(CLI::IsMember({"safetensors"}));
   cmd->add_option("-o,--output", o->output, "Folder to write model.safetensors and config.json into")->required();
   cmd->callback([o, &ctx] { ctx.rc = run_export(*o, ctx); });

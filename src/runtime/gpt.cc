@@ -19,6 +19,7 @@ enum Piece { kAttnIn = 1, kAttnOut = 2, kMlpIn = 4, kMlpOut = 8 };
 constexpr int kPieces[] = {kAttnIn, kAttnOut, kMlpIn, kMlpOut};
 constexpr double kInitStd = 0.02;
 constexpr double kLayerNormEps = 1e-5;
+constexpr double kRmsNormEps = 1e-5;  // LLaMA-2 and LLaMA-3 (their config.json rms_norm_eps)
 // Generator streams for the head and tail (block pieces use their piece bit).
 constexpr int kEmbedStream = 16, kTailStream = 17;
 
@@ -62,12 +63,57 @@ void add_param(torch::nn::Module& root, const std::string& path, torch::IntArray
   node->register_parameter(rest, torch::zeros(shape, torch::kFloat64));
 }
 
+// The logits' cross-entropy against `targets`, or the logits when there are none.
+torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets, std::int64_t vocab) {
+  if (!targets.defined()) return logits;
+  // A sum, not a mean: the caller divides once by the global token count, so losses and
+  // gradients add up exactly across microbatches and data-parallel replicas.
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits.reshape({-1, vocab}), targets.reshape({-1}),
+                          F::CrossEntropyFuncOptions().reduction(torch::kSum));
+}
+
+// softmax(q k^T / sqrt(d) + causal mask) v for q, k, v of [b, heads, s, d].
+torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const std::int64_t s = q.size(-2);
+  auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
+  const auto mask_options = torch::TensorOptions().dtype(torch::kBool).device(q.device());
+  auto future = torch::ones({s, s}, mask_options).triu(1);
+  scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(scores, -1), v);
+}
+
+// RMSNorm as LLaMA computes it: in float32 at least, then cast back and scaled.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) {
+  const auto compute = x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  auto y = x.to(compute);
+  y = y * torch::rsqrt(y.pow(2).mean(-1, /*keepdim=*/true) + kRmsNormEps);
+  return weight * y.to(x.scalar_type());
+}
+
+// Rotary embedding in the Hugging Face layout (the two halves of each head rotate
+// together: rotate_half), for x of [b, heads, s, d] at positions 0..s-1.
+torch::Tensor rotary(const torch::Tensor& x, double theta) {
+  const std::int64_t s = x.size(-2), d = x.size(-1);
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto inv_freq = torch::pow(theta, -torch::arange(0, d, 2, f64) / static_cast<double>(d));
+  auto angles = torch::outer(torch::arange(s, f64), inv_freq);  // [s, d/2]
+  angles = torch::cat({angles, angles}, -1);
+  const auto cos = angles.cos().to(x.options()), sin = angles.sin().to(x.options());
+  auto rotated = torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
+  return x * cos + rotated * sin;
+}
+
 }  // namespace
 
 GptLayerImpl::GptLayerImpl(const model::GptConfig& config, const model::Layer& layer)
     : config_(config), layer_(layer) {
   const std::int64_t h = config.hidden, f = config.ffn_hidden, V = config.vocab;
   HARP_CHECK(f > 0) << "GptConfig.ffn_hidden must be resolved (use model::build_gpt)";
+  if (config.family == "llama") {
+    add_llama_params(config, layer);
+    return;
+  }
   switch (layer.kind) {
     case model::LayerKind::kHead:
       add_param(*this, "embed.token.weight", {V, h});
@@ -107,6 +153,37 @@ GptLayerImpl::GptLayerImpl(const model::GptConfig& config, const model::Layer& l
   }
 }
 
+void GptLayerImpl::add_llama_params(const model::GptConfig& config, const model::Layer& layer) {
+  const std::int64_t h = config.hidden, f = config.ffn_hidden, V = config.vocab;
+  const std::int64_t kv = static_cast<std::int64_t>(config.kv_heads) * (h / config.heads);
+  switch (layer.kind) {
+    case model::LayerKind::kHead:
+      add_param(*this, "embed.token.weight", {V, h});
+      break;
+    case model::LayerKind::kTail:
+      add_param(*this, "head.norm.weight", {h});
+      add_param(*this, "head.lm.weight", {V, h});
+      break;
+    case model::LayerKind::kBlockPart: {
+      const std::string p = block_prefix(layer.block);
+      if (layer.pieces & kAttnIn) {
+        add_param(*this, p + "ln1.weight", {h});
+        add_param(*this, p + "attn.q.weight", {h, h});
+        add_param(*this, p + "attn.k.weight", {kv, h});
+        add_param(*this, p + "attn.v.weight", {kv, h});
+      }
+      if (layer.pieces & kAttnOut) add_param(*this, p + "attn.proj.weight", {h, h});
+      if (layer.pieces & kMlpIn) {
+        add_param(*this, p + "ln2.weight", {h});
+        add_param(*this, p + "mlp.gate.weight", {f, h});
+        add_param(*this, p + "mlp.up.weight", {f, h});
+      }
+      if (layer.pieces & kMlpOut) add_param(*this, p + "mlp.down.weight", {h, f});
+      break;
+    }
+  }
+}
+
 torch::Tensor GptLayerImpl::tied_weight() const {
   if (!config_.tied_embeddings) return {};
   const auto params = named_parameters(true);
@@ -116,6 +193,7 @@ torch::Tensor GptLayerImpl::tied_weight() const {
 }
 
 torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
+  if (config_.family == "llama") return llama_forward(x, targets);
   const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
   const auto params = named_parameters(true);
 
@@ -130,13 +208,7 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     HARP_CHECK_EQ(x.size(-1), h);
     auto y = torch::layer_norm(x, {h}, params["head.ln_f.weight"], params["head.ln_f.bias"],
                                kLayerNormEps);
-    auto logits = torch::linear(y, params["head.lm.weight"]);
-    if (!targets.defined()) return logits;
-    // A sum, not a mean: the caller divides once by the global token count, so losses
-    // and gradients add up exactly across microbatches and data-parallel replicas.
-    namespace F = torch::nn::functional;
-    return F::cross_entropy(logits.reshape({-1, config_.vocab}), targets.reshape({-1}),
-                            F::CrossEntropyFuncOptions().reduction(torch::kSum));
+    return lm_loss(torch::linear(y, params["head.lm.weight"]), targets, config_.vocab);
   }
 
   const std::string p = block_prefix(layer_.block);
@@ -158,13 +230,7 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
         auto heads = [&](int i) {  // [b, a, s, d]
           return t.narrow(-1, i * h, h).reshape({b, s, a, d}).transpose(1, 2);
         };
-        auto scores = torch::matmul(heads(0), heads(1).transpose(-2, -1)) /
-                      std::sqrt(static_cast<double>(d));
-        const auto mask_options = torch::TensorOptions().dtype(torch::kBool).device(t.device());
-        auto future = torch::ones({s, s}, mask_options).triu(1);
-        scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-        auto context = torch::matmul(torch::softmax(scores, -1), heads(2));
-        context = context.transpose(1, 2).reshape({b, s, h});
+        auto context = causal_attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({b, s, h});
         auto out = torch::linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
         t = t.narrow(-1, 3 * h, h) + out;
         break;
@@ -187,9 +253,73 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   return t;
 }
 
+torch::Tensor GptLayerImpl::llama_forward(const torch::Tensor& x, const torch::Tensor& targets) {
+  const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
+  const std::int64_t d = h / a, g = config_.kv_heads, kv = g * d;
+  const auto params = named_parameters(true);
+  if (layer_.kind == model::LayerKind::kHead) {
+    HARP_CHECK_EQ(x.dim(), 2) << "the head takes token ids [b, s]";
+    HARP_CHECK_LE(x.size(1), config_.seq_len);
+    return torch::embedding(params["embed.token.weight"], x);
+  }
+  if (layer_.kind == model::LayerKind::kTail) {
+    HARP_CHECK_EQ(x.size(-1), h);
+    auto y = rms_norm(x, params["head.norm.weight"]);
+    return lm_loss(torch::linear(y, params["head.lm.weight"]), targets, config_.vocab);
+  }
+  const std::string p = block_prefix(layer_.block);
+  auto w = [&](const std::string& name) { return params[p + name]; };
+  torch::Tensor t = x;
+  for (int piece : kPieces) {
+    if (!(layer_.pieces & piece)) continue;
+    switch (piece) {
+      case kAttnIn: {
+        HARP_CHECK_EQ(t.size(-1), h) << "attn_in takes the hidden state";
+        auto y = rms_norm(t, w("ln1.weight"));
+        // q, k, v (rotary not yet applied) and the residual: one tensor at a cut here.
+        t = torch::cat({torch::linear(y, w("attn.q.weight")), torch::linear(y, w("attn.k.weight")),
+                        torch::linear(y, w("attn.v.weight")), t},
+                       -1);
+        break;
+      }
+      case kAttnOut: {
+        HARP_CHECK_EQ(t.size(-1), 2 * h + 2 * kv) << "attn_out takes [q, k, v, residual]";
+        const std::int64_t b = t.size(0), s = t.size(1);
+        auto heads = [&](std::int64_t offset, std::int64_t n) {  // [b, n, s, d]
+          return t.narrow(-1, offset, n * d).reshape({b, s, n, d}).transpose(1, 2);
+        };
+        auto q = rotary(heads(0, a), config_.rope_theta);
+        auto k = rotary(heads(h, g), config_.rope_theta);
+        auto v = heads(h + kv, g);
+        if (g != a) {  // grouped-query attention: query head i reads key/value head i / (a / g)
+          k = k.repeat_interleave(a / g, 1);
+          v = v.repeat_interleave(a / g, 1);
+        }
+        auto context = causal_attention(q, k, v).transpose(1, 2).reshape({b, s, h});
+        t = t.narrow(-1, h + 2 * kv, h) + torch::linear(context, w("attn.proj.weight"));
+        break;
+      }
+      case kMlpIn: {
+        HARP_CHECK_EQ(t.size(-1), h) << "mlp_in takes the hidden state";
+        auto y = rms_norm(t, w("ln2.weight"));
+        auto gated = torch::silu(torch::linear(y, w("mlp.gate.weight"))) * torch::linear(y, w("mlp.up.weight"));
+        t = torch::cat({gated, t}, -1);
+        break;
+      }
+      default: {
+        HARP_CHECK_EQ(t.size(-1), f + h) << "mlp_out takes [silu(gate) * up, residual]";
+        t = t.narrow(-1, f, h) + torch::linear(t.narrow(-1, 0, f), w("mlp.down.weight"));
+        break;
+      }
+    }
+  }
+  return t;
+}
+
 namespace {
 
-// GPT-2 initialisation, drawn in float64 on the CPU so float32 and float64 models and
+// GPT-2 initialisation (LLaMA's pieces alike: normal 0.02, the residual projections
+// scaled, norms at 1), drawn in float64 on the CPU so float32 and float64 models and
 // CPU and CUDA ranks start from the same values (up to rounding).
 void init_layer(GptLayerImpl& layer, const model::GptConfig& c, std::uint64_t seed) {
   torch::NoGradGuard no_grad;
@@ -202,15 +332,16 @@ void init_layer(GptLayerImpl& layer, const model::GptConfig& c, std::uint64_t se
   // variance independent of depth.
   const double residual_std = kInitStd / std::sqrt(2.0 * c.num_blocks);
   const model::Layer& l = layer.layer();
+  const bool llama = c.family == "llama";
   switch (l.kind) {
     case model::LayerKind::kHead: {
       auto gen = init_generator(seed, -1, kEmbedStream);
       normal("embed.token.weight", kInitStd, gen);
-      normal("embed.position.weight", kInitStd, gen);
+      if (!llama) normal("embed.position.weight", kInitStd, gen);
       break;
     }
     case model::LayerKind::kTail: {
-      layer_norm("head.ln_f");
+      layer_norm(llama ? "head.norm" : "head.ln_f");
       // Tied: replay the head's generator, whose first draw is the token embedding.
       auto gen = c.tied_embeddings ? init_generator(seed, -1, kEmbedStream)
                                    : init_generator(seed, -1, kTailStream);
@@ -224,14 +355,18 @@ void init_layer(GptLayerImpl& layer, const model::GptConfig& c, std::uint64_t se
         auto gen = init_generator(seed, l.block, piece);
         if (piece == kAttnIn) {
           layer_norm(p + "ln1");
-          normal(p + "attn.qkv.weight", kInitStd, gen);
+          for (const char* w : llama ? std::vector<const char*>{"attn.q.weight", "attn.k.weight", "attn.v.weight"}
+                                     : std::vector<const char*>{"attn.qkv.weight"})
+            normal(p + w, kInitStd, gen);
         } else if (piece == kAttnOut) {
           normal(p + "attn.proj.weight", residual_std, gen);
         } else if (piece == kMlpIn) {
           layer_norm(p + "ln2");
-          normal(p + "mlp.fc1.weight", kInitStd, gen);
+          for (const char* w : llama ? std::vector<const char*>{"mlp.gate.weight", "mlp.up.weight"}
+                                     : std::vector<const char*>{"mlp.fc1.weight"})
+            normal(p + w, kInitStd, gen);
         } else {
-          normal(p + "mlp.fc2.weight", residual_std, gen);
+          normal(p + (llama ? "mlp.down.weight" : "mlp.fc2.weight"), residual_std, gen);
         }
       }
       break;

@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 weights in and out (see hf_weights.h).
+// Hugging Face GPT-2 and LLaMA weights in and out (see hf_weights.h).
 #include "harp/runtime/hf_weights.h"
 
 #include <cstring>
@@ -32,8 +32,9 @@ StatusOr<torch::Dtype> torch_dtype_of(const std::string& dtype) {
 // The files of a checkpoint and which one holds each tensor.
 class HfFiles {
  public:
-  static StatusOr<HfFiles> open(const std::string& path) {
+  static StatusOr<HfFiles> open(const std::string& path, const std::string& architecture) {
     HfFiles f;
+    f.architecture_ = architecture;
     std::error_code ec;
     if (fs::is_directory(path, ec)) {
       const std::string index = path + "/model.safetensors.index.json";
@@ -74,17 +75,46 @@ class HfFiles {
     }
     const data::SafetensorsEntry* e = header->find(name);
     if (e == nullptr)
-      return not_found(shown_path(file) + ": has no tensor " + name + "; is it a GPT-2 (GPT2LMHeadModel) checkpoint?");
+      return not_found(shown_path(file) + ": has no tensor " + name + "; is it a " + architecture_ +
+                       " checkpoint?");
     return std::pair<const data::SafetensorsFile*, const data::SafetensorsEntry*>(header.get(), e);
   }
 
  private:
+  std::string architecture_;
   std::string single_;
   std::map<std::string, std::string> where_;
   std::map<std::string, std::unique_ptr<data::SafetensorsFile>> headers_;
 };
 
 }  // namespace
+
+HfName hf_llama_name(const std::string& ours, bool tied) {
+  static const std::map<std::string, std::string> fixed = {
+      {"embed.token.weight", "model.embed_tokens.weight"}, {"head.norm.weight", "model.norm.weight"}};
+  if (const auto it = fixed.find(ours); it != fixed.end()) return {it->second, false};
+  if (ours == "head.lm.weight") return {tied ? "model.embed_tokens.weight" : "lm_head.weight", false};
+  static const std::regex block(R"(block(\d+)\.(.+))");
+  static const std::map<std::string, std::string> parts = {
+      {"ln1.weight", "input_layernorm.weight"},   {"attn.q.weight", "self_attn.q_proj.weight"},
+      {"attn.k.weight", "self_attn.k_proj.weight"}, {"attn.v.weight", "self_attn.v_proj.weight"},
+      {"attn.proj.weight", "self_attn.o_proj.weight"}, {"ln2.weight", "post_attention_layernorm.weight"},
+      {"mlp.gate.weight", "mlp.gate_proj.weight"}, {"mlp.up.weight", "mlp.up_proj.weight"},
+      {"mlp.down.weight", "mlp.down_proj.weight"}};
+  std::smatch m;
+  if (std::regex_match(ours, m, block)) {
+    const auto it = parts.find(m[2].str());
+    HARP_CHECK(it != parts.end()) << "not a LLaMA parameter: " << ours;
+    return {"model.layers." + m[1].str() + "." + it->second, false};
+  }
+  HARP_CHECK(false) << "not a LLaMA parameter: " << ours;
+  return {};
+}
+
+HfName hf_name(const std::string& ours, const model::ModelSpec& model) {
+  return model.family == "llama" ? hf_llama_name(ours, model.gpt.tied_embeddings)
+                                 : hf_gpt2_name(ours, model.gpt.tied_embeddings);
+}
 
 HfName hf_gpt2_name(const std::string& ours, bool tied) {
   static const std::map<std::string, std::string> fixed = {
@@ -110,8 +140,28 @@ HfName hf_gpt2_name(const std::string& ours, bool tied) {
   return {};
 }
 
-Json hf_gpt2_config(const model::ModelSpec& model) {
+Json hf_config(const model::ModelSpec& model) {
   const auto& c = model.gpt;
+  if (model.family == "llama")
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", c.hidden},
+            {"intermediate_size", c.ffn_hidden},
+            {"num_hidden_layers", c.num_blocks},
+            {"num_attention_heads", c.heads},
+            {"num_key_value_heads", c.kv_heads},
+            {"head_dim", c.hidden / c.heads},
+            {"max_position_embeddings", c.seq_len},
+            {"vocab_size", c.vocab},
+            {"hidden_act", "silu"},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", c.rope_theta},
+            {"rope_scaling", nullptr},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"attention_dropout", 0.0},
+            {"tie_word_embeddings", c.tied_embeddings},
+            {"torch_dtype", "float32"}};
   return {{"architectures", {"GPT2LMHeadModel"}},
           {"model_type", "gpt2"},
           {"n_embd", c.hidden},
@@ -131,14 +181,14 @@ Json hf_gpt2_config(const model::ModelSpec& model) {
           {"torch_dtype", "float32"}};
 }
 
-Status export_hf_gpt2(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir) {
+Status export_hf(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir) {
   HARP_RETURN_IF_ERROR(check_trainable(model));
   const bool tied = model.gpt.tied_embeddings;
   std::vector<data::SafetensorsTensor> out;
   for (const auto& [ours, tensor] : params) {
     if (ours.find(".exp_avg") != std::string::npos) continue;  // optimizer state
-    if (tied && ours == "head.lm.weight") continue;             // GPT-2 ties it to wte
-    const HfName hf = hf_gpt2_name(ours, tied);
+    if (tied && ours == "head.lm.weight") continue;             // tied to the token embedding
+    const HfName hf = hf_name(ours, model);
     torch::Tensor t = tensor.detach().to(torch::kCPU, torch::kFloat32);
     if (hf.transposed) t = t.t();
     t = t.contiguous();
@@ -153,15 +203,16 @@ Status export_hf_gpt2(const model::ModelSpec& model, const NamedTensors& params,
   fs::create_directories(out_dir, ec);
   if (ec) return io_error(shown_path(out_dir) + ": cannot create the output folder: " + ec.message());
   HARP_RETURN_IF_ERROR(data::write_safetensors(out_dir + "/model.safetensors", out, {{"format", "pt"}}));
-  return write_text_file_atomic(out_dir + "/config.json", hf_gpt2_config(model).dump(2) + "\n");
+  return write_text_file_atomic(out_dir + "/config.json", hf_config(model).dump(2) + "\n");
 }
 
-Status load_hf_gpt2(Executor& ex, const model::ModelSpec& model, const std::string& path) {
+Status load_hf(Executor& ex, const model::ModelSpec& model, const std::string& path) {
   HARP_RETURN_IF_ERROR(check_trainable(model));
-  HARP_ASSIGN_OR_RETURN(HfFiles files, HfFiles::open(path));
+  const bool llama = model.family == "llama";
+  HARP_ASSIGN_OR_RETURN(HfFiles files, HfFiles::open(path, llama ? "LLaMA (LlamaForCausalLM)" : "GPT-2 (GPT2LMHeadModel)"));
   torch::NoGradGuard no_grad;
   for (auto& [ours, p] : ex.optimizer().params()) {
-    const HfName hf = hf_gpt2_name(ours, model.gpt.tied_embeddings);
+    const HfName hf = hf_name(ours, model);
     HARP_ASSIGN_OR_RETURN(auto found, files.find(hf.name));
     const auto& [file, entry] = found;
     const std::string what = shown_path(file->path) + ": tensor " + hf.name;
@@ -176,8 +227,10 @@ Status load_hf_gpt2(Executor& ex, const model::ModelSpec& model, const std::stri
     if (ours == "embed.position.weight" && t.dim() == 2 && t.size(0) > p.size(0) && t.size(1) == p.size(1))
       t = t.narrow(0, 0, p.size(0));  // GPT-2 has 1024 positions; a shorter seq_len uses the first
     if (!t.sizes().equals(p.sizes())) {
-      std::string fix = "describe the checkpoint's model (its config.json: n_embd, n_layer, n_head, n_inner, "
-                        "vocab_size, n_positions)";
+      std::string fix = llama ? "describe the checkpoint's model (its config.json: hidden_size, num_hidden_layers, "
+                                "num_attention_heads, num_key_value_heads, intermediate_size, vocab_size)"
+                              : "describe the checkpoint's model (its config.json: n_embd, n_layer, n_head, n_inner, "
+                                "vocab_size, n_positions)";
       if (ours == "embed.token.weight" && t.dim() == 2 && t.size(1) == p.size(1))
         fix = "set the model's vocab to " + std::to_string(t.size(0));
       if (ours == "embed.position.weight" && t.dim() == 2 && t.size(1) == p.size(1))

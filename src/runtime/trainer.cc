@@ -84,11 +84,10 @@ void set_compute_threads(int threads) {
 }
 
 Status check_trainable(const model::ModelSpec& model) {
-  if (model.family == "gpt") return Status();
+  if (model.family == "gpt" || model.family == "llama") return Status();
   return failed_precondition("model " + model.gpt.name + " is of family " + model.family +
-                             "; the runtime's layers are GPT's so far, so it can be planned and simulated "
-                             "(harp plan, harp simulate, profiles imported with harp profile import) but not "
-                             "trained or profiled here");
+                             ", which has no runtime layers (gpt, llama); it can be planned and simulated but "
+                             "not trained or profiled");
 }
 
 Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model) {
@@ -142,7 +141,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step, checkpoint_layout(plan, l.world_size)));
     if (l.rank == 0 && options.progress) log << "resumed from step " << summary.first_step << "\n";
   } else if (!options.init_from.empty()) {
-    HARP_RETURN_IF_ERROR(load_hf_gpt2(ex, model, options.init_from));
+    HARP_RETURN_IF_ERROR(load_hf(ex, model, options.init_from));
     if (l.rank == 0 && options.progress) log << "initialised from " << options.init_from << "\n";
   }
   HARP_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::open(options.out_dir, l.rank == 0, options.resume));

@@ -1,8 +1,13 @@
-// The libtorch GPT against the model spec: layer sequence, parameter counts and cut
-// sizes match it; any cut (and any granularity) reproduces the unpartitioned forward and
-// backward bit for bit in float64; partial builds equal full builds; gradients agree
-// with finite differences.
+// The libtorch GPT and LLaMA against the model spec: layer sequence, parameter counts and
+// cut sizes match it; any cut (and any granularity) reproduces the unpartitioned forward
+// and backward bit for bit in float64; partial builds equal full builds; gradients agree
+// with finite differences. LLaMA's forward equals an independent PyTorch implementation
+// of Hugging Face's LlamaForCausalLM (llama_reference.py) on the weights we export.
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -12,6 +17,7 @@
 
 #include "harp/model/model_spec.h"
 #include "harp/runtime/gpt.h"
+#include "harp/runtime/hf_weights.h"
 
 namespace harp::runtime {
 namespace {
@@ -21,7 +27,16 @@ class SingleThread : public ::testing::Environment {
 };
 const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new SingleThread);
 
-using testing::tiny_gpt;
+// Every test runs on both families; tied is each family's default unless a test says.
+class RuntimeModel : public ::testing::TestWithParam<std::string> {
+ protected:
+  model::ModelSpec tiny(int k, std::optional<bool> tied = std::nullopt, int blocks = 2, int hidden = 32,
+                        int heads = 4, int seq = 16, int vocab = 64) const {
+    return testing::tiny_model(GetParam(), k, tied.value_or(GetParam() == "gpt"), blocks, hidden, heads, seq, vocab);
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Families, RuntimeModel, ::testing::Values("gpt", "llama"),
+                         [](const auto& info) { return info.param; });
 
 torch::Tensor tokens(const model::ModelSpec& m, int batch, int seed = 7) {
   auto gen = at::detail::createCPUGenerator(seed);
@@ -61,9 +76,9 @@ torch::Tensor run_cut(std::vector<GptLayer>& layers, const torch::Tensor& batch,
   return loss.detach();
 }
 
-TEST(RuntimeGpt, LayerSequenceMatchesSpec) {
+TEST_P(RuntimeModel, LayerSequenceMatchesSpec) {
   for (int k : {1, 2, 3, 4}) {
-    const auto spec = tiny_gpt(k);
+    const auto spec = tiny(k);
     ASSERT_EQ(spec.num_layers(), 2 + 2 * k);
     auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat64, torch::kCPU);
     ASSERT_EQ(static_cast<int>(layers.size()), spec.num_layers());
@@ -88,8 +103,8 @@ TEST(RuntimeGpt, LayerSequenceMatchesSpec) {
   }
 }
 
-TEST(RuntimeGpt, UntiedTailOwnsItsHead) {
-  const auto spec = tiny_gpt(1, /*tied=*/false);
+TEST_P(RuntimeModel, UntiedTailOwnsItsHead) {
+  const auto spec = tiny(1, /*tied=*/false);
   auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat64, torch::kCPU);
   std::int64_t params = 0;
   for (const auto& p : layers.back()->parameters()) params += p.numel();
@@ -99,10 +114,10 @@ TEST(RuntimeGpt, UntiedTailOwnsItsHead) {
                             layers.back()->named_parameters()["head.lm.weight"]));
 }
 
-TEST(RuntimeGpt, CutTensorsHaveSpecSizes) {
+TEST_P(RuntimeModel, CutTensorsHaveSpecSizes) {
   const int batch = 3;
   for (int k : {1, 2, 3, 4}) {
-    const auto spec = tiny_gpt(k);
+    const auto spec = tiny(k);
     auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 1, torch::kFloat32, torch::kCPU);
     auto t = tokens(spec, batch);
     torch::Tensor x = t.narrow(1, 0, spec.gpt.seq_len);
@@ -120,8 +135,8 @@ TEST(RuntimeGpt, CutTensorsHaveSpecSizes) {
 }
 
 // Changing token t changes the logits at positions >= t only (the mask's direction).
-TEST(RuntimeGpt, AttentionIsCausal) {
-  const auto spec = tiny_gpt(2);
+TEST_P(RuntimeModel, AttentionIsCausal) {
+  const auto spec = tiny(2);
   auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 2, torch::kFloat64, torch::kCPU);
   auto logits = [&](const torch::Tensor& ids) {
     torch::Tensor x = ids;
@@ -141,8 +156,8 @@ TEST(RuntimeGpt, AttentionIsCausal) {
 
 // Every cut of every granularity's sequence gives the loss and gradients of the uncut
 // k = 1 model (same weights: parameter names and initialisation do not depend on k).
-TEST(RuntimeGpt, AnyCutAndGranularityMatchesFullModelBitwise) {
-  const auto base_spec = tiny_gpt(1);
+TEST_P(RuntimeModel, AnyCutAndGranularityMatchesFullModelBitwise) {
+  const auto base_spec = tiny(1);
   auto batch = tokens(base_spec, 2);
   auto base =
       build_gpt_layers(base_spec, 0, base_spec.num_layers(), 3, torch::kFloat64, torch::kCPU);
@@ -164,7 +179,7 @@ TEST(RuntimeGpt, AnyCutAndGranularityMatchesFullModelBitwise) {
     }
   };
   for (int k : {1, 2, 3, 4}) {
-    const auto spec = tiny_gpt(k);
+    const auto spec = tiny(k);
     auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 3, torch::kFloat64, torch::kCPU);
     const int cuts = spec.num_layers() - 1;
     for (int mask = 0; mask < (1 << cuts); ++mask) {
@@ -175,8 +190,8 @@ TEST(RuntimeGpt, AnyCutAndGranularityMatchesFullModelBitwise) {
   }
 }
 
-TEST(RuntimeGpt, PartialBuildEqualsSliceOfFullBuild) {
-  const auto spec = tiny_gpt(2);
+TEST_P(RuntimeModel, PartialBuildEqualsSliceOfFullBuild) {
+  const auto spec = tiny(2);
   const int n = spec.num_layers();
   auto full = build_gpt_layers(spec, 0, n, 11, torch::kFloat32, torch::kCPU);
   auto full_params = named_parameters(full);
@@ -195,9 +210,11 @@ TEST(RuntimeGpt, PartialBuildEqualsSliceOfFullBuild) {
     }
   }
   // Tied: the tail's copy starts equal to the head's embedding; another seed differs.
-  EXPECT_TRUE(bitwise_equal(full.front()->tied_weight(), full.back()->tied_weight()));
-  auto other = build_gpt_layers(spec, 0, 1, 12, torch::kFloat32, torch::kCPU);
-  EXPECT_FALSE(torch::equal(other[0]->tied_weight(), full.front()->tied_weight()));
+  const auto tied = tiny(2, true);
+  auto tied_full = build_gpt_layers(tied, 0, tied.num_layers(), 11, torch::kFloat32, torch::kCPU);
+  EXPECT_TRUE(bitwise_equal(tied_full.front()->tied_weight(), tied_full.back()->tied_weight()));
+  auto other = build_gpt_layers(tied, 0, 1, 12, torch::kFloat32, torch::kCPU);
+  EXPECT_FALSE(torch::equal(other[0]->tied_weight(), tied_full.front()->tied_weight()));
   // float32 weights are the float64 draws rounded.
   auto wide = build_gpt_layers(spec, 0, n, 11, torch::kFloat64, torch::kCPU);
   auto wide_params = named_parameters(wide);
@@ -206,10 +223,10 @@ TEST(RuntimeGpt, PartialBuildEqualsSliceOfFullBuild) {
 }
 
 // Central differences on a tiny float64 model; tied embeddings perturb both copies.
-TEST(RuntimeGpt, GradientsMatchFiniteDifferences) {
+TEST_P(RuntimeModel, GradientsMatchFiniteDifferences) {
   for (bool tied : {false, true}) {
     const auto spec =
-        tiny_gpt(4, tied, /*blocks=*/1, /*hidden=*/8, /*heads=*/2, /*seq=*/5, /*vocab=*/11);
+        tiny(4, tied, /*blocks=*/1, /*hidden=*/8, /*heads=*/2, /*seq=*/5, /*vocab=*/11);
     auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 5, torch::kFloat64, torch::kCPU);
     auto batch = tokens(spec, 2);
     auto loss_of = [&] {
@@ -247,6 +264,68 @@ TEST(RuntimeGpt, GradientsMatchFiniteDifferences) {
       }
     }
   }
+}
+
+// LLaMA's forward (logits and loss sum) against the independent PyTorch implementation,
+// float32, on random weights exported with Hugging Face names; grouped-query attention
+// (2 and 1 key/value heads) and none, LLaMA-3's rotary base, granularities 1, 2, 4 and a cut.
+TEST(RuntimeLlama, ForwardMatchesThePyTorchReference) {
+  const std::string python = "/usr/bin/python3";
+  if (std::system((python + " -c 'import torch, numpy' > /dev/null 2>&1").c_str()) != 0)
+    GTEST_SKIP() << "Debian's python3-torch is not installed (make deps installs it)";
+  const std::string root = std::string(HARP_BINARY_DIR) + "/runtime_llama_reference";
+  std::filesystem::create_directories(root);
+  struct Case {
+    int heads, kv_heads;
+    double theta;
+    int k;
+  };
+  double worst_logit = 0, worst_loss = 0;
+  for (const Case& c : {Case{4, 2, 1e4, 2}, Case{4, 4, 1e4, 1}, Case{4, 1, 5e5, 4}}) {
+    {
+      const int k = c.k;
+      SCOPED_TRACE("heads " + std::to_string(c.heads) + ", kv " + std::to_string(c.kv_heads) + ", k " +
+                   std::to_string(k));
+      auto spec = testing::tiny_llama(k, false, 2, 32, c.heads, 16, 64, c.kv_heads);
+      spec.gpt.rope_theta = c.theta;
+      auto layers = build_gpt_layers(spec, 0, spec.num_layers(), 21, torch::kFloat32, torch::kCPU);
+      NamedTensors params;
+      for (auto& [name, p] : named_parameters(layers)) params.emplace_back(name, p.detach());
+      const std::string dir = root + "/k" + std::to_string(k) + "_kv" + std::to_string(c.kv_heads);
+      ASSERT_TRUE(export_hf(spec, params, dir).ok());
+      auto batch = tokens(spec, 3);
+      auto inputs = batch.narrow(1, 0, 16).contiguous(), targets = batch.narrow(1, 1, 16).contiguous();
+      torch::NoGradGuard no_grad;
+      torch::Tensor x = inputs;
+      for (size_t i = 0; i + 1 < layers.size(); ++i) {
+        x = layers[i]->forward(x);
+        if (i == 2) x = x.clone();  // a cut
+      }
+      const auto logits = layers.back()->forward(x);
+      const double loss = layers.back()->forward(x, targets).item<double>();
+      auto write = [&](const std::string& path, const torch::Tensor& t) {
+        std::ofstream(path, std::ios::binary).write(static_cast<const char*>(t.data_ptr()), t.numel() * 8);
+      };
+      write(dir + "/tokens.bin", inputs);
+      write(dir + "/targets.bin", targets);
+      const std::string cmd = python + " " + HARP_SOURCE_DIR + "/tests/runtime/llama_reference.py " + dir + " " +
+                              dir + "/tokens.bin " + dir + "/targets.bin 3 16 " + dir + "/logits.bin " + dir +
+                              "/loss.txt";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      auto want = torch::empty_like(logits);
+      std::ifstream(dir + "/logits.bin", std::ios::binary)
+          .read(static_cast<char*>(want.data_ptr()), want.numel() * 4);
+      double want_loss = 0;
+      std::ifstream(dir + "/loss.txt") >> want_loss;
+      EXPECT_TRUE(torch::allclose(logits, want, 1e-5, 1e-5))
+          << "max |diff| " << (logits - want).abs().max().item<double>();
+      EXPECT_NEAR(loss, want_loss, 1e-5 * std::abs(want_loss));
+      worst_logit = std::max(worst_logit, (logits - want).abs().max().item<double>() / want.abs().max().item<double>());
+      worst_loss = std::max(worst_loss, std::abs(loss - want_loss) / std::abs(want_loss));
+    }
+  }
+  std::printf("against the reference: max |logit error| / max |logit| %.3g, loss relative error %.3g\n",
+              worst_logit, worst_loss);
 }
 
 }  // namespace

@@ -22,8 +22,11 @@
 namespace harp::testing {
 namespace {
 
-// Three blocks: enough layers for uneven 3- and 4-stage cuts.
-model::ModelSpec tiny(int k) { return tiny_gpt(k, /*tied=*/true, /*blocks=*/3); }
+// Three blocks: enough layers for uneven 3- and 4-stage cuts. GPT tied, LLaMA untied
+// with grouped-query attention.
+model::ModelSpec tiny(int k, const std::string& family = "gpt") {
+  return family == "llama" ? tiny_llama(k, /*tied=*/false, /*blocks=*/3) : tiny_gpt(k, /*tied=*/true, /*blocks=*/3);
+}
 
 runtime::OptimConfig optim() {
   runtime::OptimConfig o;
@@ -57,12 +60,13 @@ struct Case {
   plan::ScheduleKind kind;
   std::vector<int> launch_counts = {};
   torch::Dtype dtype = torch::kFloat32;
+  std::string family = "gpt";
 };
 
 void check(const Case& c) {
   SCOPED_TRACE(c.name);
   torch::set_num_threads(1);
-  const model::ModelSpec m = tiny(c.k);
+  const model::ModelSpec m = tiny(c.k, c.family);
   auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
   runtime::ExecConfig cfg;
   cfg.seed = 11;
@@ -106,6 +110,15 @@ TEST(Equivalence, DataParallelStages) {
   check({"dp 1 | 2 harp", 2, {3}, {1, 2}, 4, 4, ScheduleKind::kHarp1F1B, {3, 1}});
   check({"dp 2 single stage", 1, {}, {2}, 2, 2, ScheduleKind::k1F1B, {}});
   check({"dp 2 | 2 | 1", 1, {1, 3}, {2, 2, 1}, 2, 2, ScheduleKind::kGpipe, {}});
+}
+
+TEST(Equivalence, TinyLlama) {
+  const auto f32 = torch::kFloat32;
+  check({"llama 1 stage", 1, {}, {1}, 2, 2, ScheduleKind::k1F1B, {}, f32, "llama"});
+  check({"llama k2 harp", 2, {1, 4, 7}, {1, 1, 1, 1}, 4, 1, ScheduleKind::kHarp1F1B, {4, 4, 2, 1}, f32, "llama"});
+  check({"llama dp 2 | 2 | 1 gpipe", 1, {1, 3}, {2, 2, 1}, 2, 2, ScheduleKind::kGpipe, {}, f32, "llama"});
+  check({"llama float64 k4 dp", 4, {2, 8}, {1, 2, 1}, 4, 2, ScheduleKind::kHarp1F1B, {3, 2, 1}, torch::kFloat64,
+         "llama"});
 }
 
 TEST(Equivalence, Float64IsTighter) {

@@ -1,9 +1,10 @@
-// Hugging Face GPT-2 weights in and out: what `harp export` writes is read back by an
-// independent reader (Python's struct and json) with GPT-2's names and transposed Conv1D
-// layout; loading it gives the exported model's first loss exactly in one process, and
-// the same first loss in a 3-stage plan with dp 2 in the middle (each rank reading only
-// its tensors), from one file or from shards with an index; bad files are refused naming
-// the tensor.
+// Hugging Face GPT-2 and LLaMA weights in and out: what `harp export` writes is read back
+// by an independent reader (Python's struct and json) with GPT-2's names and transposed
+// Conv1D layout (LLaMA's names and layout are read by the PyTorch reference forward of
+// runtime/gpt_test.cc); loading it gives the exported model's first loss exactly in one
+// process, and the same first loss in a 3-stage plan with dp 2 in the middle (each rank
+// reading only its tensors), from one file or from shards with an index; bad files are
+// refused naming the tensor.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -50,7 +51,7 @@ TEST(HfWeights, ExportedFilesHaveGpt2NamesAndLayout) {
   const model::ModelSpec m = testing::tiny_gpt(2, /*tied=*/true);
   const NamedTensors params = all_params(m, 1234);
   const std::string out = kRoot + "/export_tied";
-  HARP_ASSERT_OK(export_hf_gpt2(m, params, out));
+  HARP_ASSERT_OK(export_hf(m, params, out));
   auto f = data::read_safetensors_header(out + "/model.safetensors");
   HARP_ASSERT_OK(f);
   const std::int64_t h = m.gpt.hidden;
@@ -92,22 +93,23 @@ TEST(HfWeights, ExportedFilesHaveGpt2NamesAndLayout) {
 
 TEST(HfWeights, LoadingGivesTheExportedModelsLossInAnyLayout) {
   torch::set_num_threads(1);
-  for (bool tied : {true, false}) {
-    SCOPED_TRACE(tied ? "tied" : "untied");
-    const model::ModelSpec m = testing::tiny_gpt(2, tied, /*blocks=*/3);
+  for (const std::string variant : {"gpt_tied", "gpt_untied", "llama"}) {
+    SCOPED_TRACE(variant);
+    const model::ModelSpec m = variant == "llama" ? testing::tiny_llama(2, false, /*blocks=*/3)
+                                                  : testing::tiny_gpt(2, variant == "gpt_tied", /*blocks=*/3);
     // The seed draws both the initial weights and the batches: runs with seed 1234 see one
     // data order; the weights come from the seed or from a file.
-    const std::string same = kRoot + (tied ? "/w1234_tied" : "/w1234_untied");
-    const std::string other = kRoot + (tied ? "/w7_tied" : "/w7_untied");
-    HARP_ASSERT_OK(export_hf_gpt2(m, all_params(m, 1234), same));
-    HARP_ASSERT_OK(export_hf_gpt2(m, all_params(m, 7), other));
+    const std::string same = kRoot + "/w1234_" + variant;
+    const std::string other = kRoot + "/w7_" + variant;
+    HARP_ASSERT_OK(export_hf(m, all_params(m, 1234), same));
+    HARP_ASSERT_OK(export_hf(m, all_params(m, 7), other));
     const plan::Plan one = testing::make_plan(m, {}, {1}, 4, 2, ScheduleKind::k1F1B);
     const plan::Plan three = testing::make_plan(m, {3, 6}, {1, 2, 1}, 4, 2, ScheduleKind::kHarp1F1B, {3, 2, 1});
     const double seeded = first_loss(m, one, "", 1234, "seeded");
     EXPECT_EQ(first_loss(m, one, same, 1234, "round_trip"), seeded);  // export then load is exact
     const double loaded = first_loss(m, one, other, 1234, "loaded");
     EXPECT_NE(loaded, seeded);                                        // the file decides the weights
-    const double pipelined = first_loss(m, three, other + "/model.safetensors", 1234, "pipelined");
+    const double pipelined = first_loss(m, three, other + "/model.safetensors", 1234, "pipelined_" + variant);
     EXPECT_NEAR(pipelined, loaded, 1e-5 * std::abs(loaded) + 4e-5);   // and so in any layout
   }
 }
@@ -116,7 +118,7 @@ TEST(HfWeights, ShardsWithAnIndexLoadAsOneFile) {
   torch::set_num_threads(1);
   const model::ModelSpec m = testing::tiny_gpt(2, /*tied=*/true);
   const std::string whole = kRoot + "/whole";
-  HARP_ASSERT_OK(export_hf_gpt2(m, all_params(m, 1234), whole));
+  HARP_ASSERT_OK(export_hf(m, all_params(m, 1234), whole));
   auto f = data::read_safetensors_header(whole + "/model.safetensors");
   HARP_ASSERT_OK(f);
   const std::string dir = kRoot + "/sharded";
@@ -155,14 +157,14 @@ TEST(HfWeights, BadCheckpointsAreRefusedNamingTheTensor) {
   };
   // Another vocabulary.
   const model::ModelSpec wide = testing::tiny_gpt(2, true, 2, 32, 4, 16, /*vocab=*/80);
-  HARP_ASSERT_OK(export_hf_gpt2(wide, all_params(wide, 1), kRoot + "/wide"));
+  HARP_ASSERT_OK(export_hf(wide, all_params(wide, 1), kRoot + "/wide"));
   std::string e = errors_of(kRoot + "/wide");
   EXPECT_NE(e.find("tensor transformer.wte.weight is [80, 32] but the model's embed.token.weight is [64, 32]; "
                    "set the model's vocab to 80"),
             std::string::npos)
       << e;
   // A tensor left out.
-  HARP_ASSERT_OK(export_hf_gpt2(m, all_params(m, 1), kRoot + "/full"));
+  HARP_ASSERT_OK(export_hf(m, all_params(m, 1), kRoot + "/full"));
   auto f = data::read_safetensors_header(kRoot + "/full/model.safetensors");
   HARP_ASSERT_OK(f);
   std::vector<data::SafetensorsTensor> kept;
@@ -173,6 +175,19 @@ TEST(HfWeights, BadCheckpointsAreRefusedNamingTheTensor) {
   e = errors_of(kRoot + "/partial.safetensors");
   EXPECT_NE(e.find("has no tensor transformer.ln_f.bias"), std::string::npos) << e;
   EXPECT_NE(errors_of(kRoot + "/nothing_here").find("no such file"), std::string::npos);
+  // A GPT-2 file given to a LLaMA.
+  const model::ModelSpec llama = testing::tiny_llama(2);
+  const plan::Plan llama_plan = testing::make_plan(llama, {}, {1}, 2, 1, ScheduleKind::k1F1B);
+  TrainOptions o;
+  o.progress = false;
+  o.steps = 1;
+  o.init_from = kRoot + "/full";
+  o.out_dir = kRoot + "/bad_llama";
+  std::filesystem::remove_all(o.out_dir);
+  e = testing::train_threads_errors(llama, llama_plan, *data, o).at(0);
+  EXPECT_NE(e.find("has no tensor model.embed_tokens.weight; is it a LLaMA (LlamaForCausalLM) checkpoint?"),
+            std::string::npos)
+      << e;
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 // MLP in and out): gpt (LayerNorm, learned positions, GELU MLP of ffn_hidden, biases,
 // tied embeddings by default) and llama (RMSNorm, rotary positions, SwiGLU MLP of
 // ffn_hidden = the intermediate size, grouped-query attention with kv_heads, no biases,
-// untied embeddings). The runtime trains gpt; llama is planned and simulated.
+// untied embeddings). The runtime trains both (runtime/gpt.h).
 #pragma once
 
 #include <cstdint>

@@ -1,21 +1,26 @@
-// The GPT model in libtorch, cut into the same fine-grained layer sequence as the model
-// spec (model/model_spec.h): layer 0 the embeddings, then k sub-layers per block, then
-// the tail (final LayerNorm, LM head, cross-entropy). Any cut the planner makes can be
-// executed: the tensor crossing a cut is what the spec's output_bytes counts.
+// The GPT and LLaMA models in libtorch, cut into the same fine-grained layer sequence as
+// the model spec (model/model_spec.h): layer 0 the embeddings, then k sub-layers per
+// block, then the tail (final norm, LM head, cross-entropy). Any cut the planner makes
+// can be executed: the tensor crossing a cut is what the spec's output_bytes counts.
 //
-// Tensors crossing cuts (b samples, s tokens, h hidden, f ffn), dtype = the model's:
+// Tensors crossing cuts (b samples, s tokens, h hidden, f ffn, kv = kv_heads x head
+// size; kv = h for GPT), dtype = the model's:
 //   after embed / attn_out / mlp_out / a whole block: the hidden state [b, s, h]
-//   after attn_in: q, k, v and the residual concatenated:   [b, s, 3h + h]
-//   after mlp_in:  GELU(FC1) output and the residual:       [b, s, f + h]
+//   after attn_in: q, k, v and the residual concatenated:   [b, s, h + 2kv + h]
+//   after mlp_in:  GELU(FC1) (GPT) or SiLU(gate) * up (LLaMA) and the residual: [b, s, f + h]
 // The head takes token ids [b, s] (int64); the tail takes the hidden state and the
 // targets [b, s] (int64) and returns the *sum* of token cross-entropies (the caller
 // divides by the global token count, so microbatches and replicas add up exactly).
 //
-// Pre-LayerNorm blocks, causal self-attention, GELU MLP, no dropout, no bias-free
-// variants. Initialisation: GPT-2 style (normal 0.02, residual projections scaled by
-// 1/sqrt(2R)). Each (block, piece) draws from its own generator derived from the seed,
-// in float64 on the CPU, then casts: every layout, granularity and device starts from
-// identical weights, a rank allocates only its layers, and the global RNG is untouched.
+// GPT: pre-LayerNorm blocks with biases, learned positions, causal self-attention, GELU
+// (tanh) MLP. LLaMA: pre-RMSNorm blocks (eps 1e-5, computed in float32 at least), no
+// biases, rotary positions in the Hugging Face layout (rotate_half) applied to q and k
+// in attn_out, grouped-query attention (query head i reads key/value head i / (heads /
+// kv_heads)), SwiGLU MLP, untied LM head. Neither has dropout. Initialisation: GPT-2
+// style (normal 0.02, residual projections scaled by 1/sqrt(2R), norms at 1). Each
+// (block, piece) draws from its own generator derived from the seed, in float64 on the
+// CPU, then casts: every layout, granularity and device starts from identical weights, a
+// rank allocates only its layers, and the global RNG is untouched.
 #pragma once
 
 #include <map>
@@ -29,7 +34,9 @@
 namespace harp::runtime {
 
 // One layer of the sequence. Parameter names are global ("block3.attn.qkv.weight"), so
-// a checkpoint written by one layout loads into another.
+// a checkpoint written by one layout loads into another. LLaMA's: embed.token.weight;
+// blockN.ln1.weight, blockN.attn.{q,k,v,proj}.weight, blockN.ln2.weight,
+// blockN.mlp.{gate,up,down}.weight; head.norm.weight, head.lm.weight.
 class GptLayerImpl : public torch::nn::Module {
  public:
   GptLayerImpl(const model::GptConfig& config, const model::Layer& layer);
@@ -42,6 +49,9 @@ class GptLayerImpl : public torch::nn::Module {
   torch::Tensor tied_weight() const;
 
  private:
+  void add_llama_params(const model::GptConfig& config, const model::Layer& layer);
+  torch::Tensor llama_forward(const torch::Tensor& x, const torch::Tensor& targets);
+
   model::GptConfig config_;
   model::Layer layer_;
   // submodules registered by name; see gpt.cc

@@ -73,7 +73,7 @@ class RunDirLock {
 // (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower).
 void set_compute_threads(int threads);
 
-// OK for a model the runtime's layers implement (family gpt); FailedPrecondition naming
+// OK for a model the runtime's layers implement (families gpt, llama); FailedPrecondition naming
 // the family and what works for it otherwise (the profiler asks too).
 Status check_trainable(const model::ModelSpec& model);
 
