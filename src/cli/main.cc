@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands.h"
+#include "harp/data/sentencepiece.h"
 
 namespace {
 
@@ -25,6 +26,7 @@ std::string own_dir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  harp::data::enable_sentencepiece();  // for `harp data prepare` (never in harp-train)
   // `harp profile` measures with libtorch, except its torch-free merge and import.
   const bool torch_command =
       argc >= 2 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "export" ||

@@ -4,11 +4,15 @@
 
 #include "testutil/status.h"
 
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "commands.h"
 #include "testutil/run_harp.h"
+#include "harp/common/document.h"
 #include "harp/data/token_file.h"
+#include "harp/data/tokenizer.h"
 #include "launch/test_util.h"
 
 namespace harp::cli {
@@ -34,6 +38,35 @@ TEST(LaunchCli, DataPrepareWritesByteTokens) {
   HARP_ASSERT_OK(llmc);
   EXPECT_EQ(llmc->format, data::TokenFormat::kLlmc16);
   EXPECT_EQ(llmc->ids.size(), 6u);
+}
+
+// A BPE tokenizer folder and a validation split: the last tenth of the tokens.
+TEST(LaunchCli, DataPrepareWithATokenizerAndAValidationSplit) {
+  TempDir dir;
+  std::ofstream(dir.file("in.txt")) << "ab ab ab ab ab\n";
+  std::filesystem::create_directories(dir.file("tok"));
+  // GPT-2's 256 byte symbols, then two merges.
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[data::gpt2_byte_symbol(static_cast<unsigned char>(b))] = b;
+  const std::string space = "\xc4\xa0";  // Ġ, the space's symbol
+  vocab["ab"] = 256;
+  vocab[space + "ab"] = 257;
+  std::ofstream(dir.file("tok/vocab.json")) << vocab.dump();
+  std::ofstream(dir.file("tok/merges.txt")) << "a b\n" << space << " ab\n";
+  Result r = harp({"data", "prepare", "--input", dir.file("in.txt"), "--output", dir.file("train.bin"), "--tokenizer",
+                   dir.file("tok"), "--val-fraction", "0.2"});
+  ASSERT_EQ(r.rc, kExitOk) << r.err;
+  EXPECT_EQ(r.out, "wrote 5 tokens (GPT-2 BPE (vocab.json + merges.txt), vocabulary 258; raw uint16) to " +
+                       dir.file("train.bin") + " and 1 validation tokens to " + dir.file("train_val.bin") + "\n");
+  auto train = data::read_tokens(dir.file("train.bin"));
+  auto val = data::read_tokens(dir.file("train_val.bin"));
+  HARP_ASSERT_OK(train);
+  HARP_ASSERT_OK(val);
+  EXPECT_EQ(train->ids, (std::vector<std::uint32_t>{256, 257, 257, 257, 257}));
+  EXPECT_EQ(val->ids, (std::vector<std::uint32_t>{10}));
+  r = harp({"data", "prepare", "--input", dir.file("in.txt"), "--output", dir.file("o.bin"), "--val-fraction", "0.01"});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_NE(r.err.find("leaves no validation token"), std::string::npos) << r.err;
 }
 
 TEST(LaunchCli, DataPrepareBadInputIsExitOneNamingTheFile) {

@@ -1,0 +1,62 @@
+// SentencePiece tokenizers through Debian's libsentencepiece (see sentencepiece.h).
+#include "harp/data/sentencepiece.h"
+
+#include <filesystem>
+
+#include "harp/common/check.h"
+#include "harp/common/document.h"
+
+#if HARP_WITH_SENTENCEPIECE
+#include <sentencepiece_processor.h>
+#endif
+
+namespace harp::data {
+namespace {
+
+#if HARP_WITH_SENTENCEPIECE
+class SentencePieceTokenizer : public Tokenizer {
+ public:
+  explicit SentencePieceTokenizer(std::string path) : path_(std::move(path)) {}
+  Status load() {
+    const auto s = sp_.Load(path_);
+    if (!s.ok())
+      return invalid_argument(shown_path(path_) + ": is not a SentencePiece model (" + s.ToString().substr(0, 200) +
+                              "); pass the tokenizer.model file");
+    return Status();
+  }
+  std::vector<std::uint32_t> encode(std::string_view text) const override {
+    std::vector<int> ids;
+    const auto s = sp_.Encode(std::string(text), &ids);
+    HARP_CHECK(s.ok()) << s.ToString();
+    return std::vector<std::uint32_t>(ids.begin(), ids.end());
+  }
+  std::int64_t vocab_size() const override { return sp_.GetPieceSize(); }
+  std::string describe() const override {
+    return "SentencePiece (" + std::filesystem::path(path_).filename().string() + "), vocabulary " +
+           std::to_string(vocab_size());
+  }
+
+ private:
+  std::string path_;
+  sentencepiece::SentencePieceProcessor sp_;
+};
+
+StatusOr<std::unique_ptr<Tokenizer>> load(const std::string& model_path) {
+  auto t = std::make_unique<SentencePieceTokenizer>(model_path);
+  HARP_RETURN_IF_ERROR(t->load());
+  return std::unique_ptr<Tokenizer>(std::move(t));
+}
+#endif
+
+}  // namespace
+
+bool enable_sentencepiece() {
+#if HARP_WITH_SENTENCEPIECE
+  register_sentencepiece(&load);
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace harp::data

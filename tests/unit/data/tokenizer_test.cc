@@ -1,0 +1,207 @@
+// Tokenizers against independent references: GPT-2's pre-tokenization against Python's
+// re on random ASCII text and hand-checked cases; byte-level BPE against a Python
+// implementation of OpenAI's encoder on merges it learned (tokenizer_reference.py), from
+// vocab.json + merges.txt and from a tokenizer.json; SentencePiece against
+// python3-sentencepiece on a model it trained. Bad tokenizer files are refused naming
+// the file and the entry.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "harp/common/document.h"
+#include "harp/data/sentencepiece.h"
+#include "harp/data/tokenizer.h"
+#include "testutil/status.h"
+
+namespace harp::data {
+namespace {
+
+const std::string kRoot = std::string(HARP_BINARY_DIR) + "/tokenizer_test";
+const std::string kPython = "/usr/bin/python3";
+const std::string kScript = std::string(HARP_SOURCE_DIR) + "/tests/unit/data/tokenizer_reference.py";
+
+std::string dir(const std::string& name) {
+  const std::string d = kRoot + "/" + name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+bool have_python(const std::string& modules) {
+  return std::system((kPython + " -c 'import " + modules + "' > /dev/null 2>&1").c_str()) == 0;
+}
+
+// English-like text with contractions, numbers, punctuation, runs of spaces and newlines.
+std::string sample_text(int words, unsigned seed) {
+  static const char* const kWords[] = {"the", "The", "pipeline", "stage", "GPU", "isn't", "we'll", "they're",
+                                       "I'm", "you've", "it'd", "3", "1024", "2.6B", "(dp)", "--", "x=1;",
+                                       "hello", "world", "HARP", "a100", "v100", "slow", "link", "'quoted'"};
+  static const char* const kGaps[] = {" ", " ", " ", "  ", "\n", "\n\n", " \n", "\t", "   ", ", ", ". "};
+  std::mt19937 gen(seed);
+  std::string out;
+  for (int i = 0; i < words; ++i) {
+    out += kWords[gen() % (sizeof kWords / sizeof *kWords)];
+    out += kGaps[gen() % (sizeof kGaps / sizeof *kGaps)];
+  }
+  return out;
+}
+
+std::vector<std::size_t> lengths(const std::vector<std::string>& pieces) {
+  std::vector<std::size_t> out;
+  for (const auto& p : pieces) out.push_back(p.size());
+  return out;
+}
+
+TEST(Gpt2Pretokenize, HandCheckedCases) {
+  EXPECT_EQ(gpt2_pretokenize("Hello world"), lengths({"Hello", " world"}));
+  EXPECT_EQ(gpt2_pretokenize("I'm here's"), lengths({"I", "'m", " here", "'s"}));
+  EXPECT_EQ(gpt2_pretokenize("a   b"), lengths({"a", "  ", " b"}));       // \s+(?!\S) leaves one space
+  EXPECT_EQ(gpt2_pretokenize("a\n\nb"), lengths({"a", "\n", "\n", "b"}));  // a newline is no " ?"
+  EXPECT_EQ(gpt2_pretokenize("x  "), lengths({"x", "  "}));                // trailing spaces: one piece
+  EXPECT_EQ(gpt2_pretokenize("GPT-2 costs $100!!"), lengths({"GPT", "-", "2", " costs", " $", "100", "!!"}));
+  EXPECT_EQ(gpt2_pretokenize("we'll they're"), lengths({"we", "'ll", " they", "'re"}));
+  EXPECT_EQ(gpt2_pretokenize("caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87"),  // "café 中文": letters beyond ASCII
+            lengths({"caf\xc3\xa9", " \xe4\xb8\xad\xe6\x96\x87"}));
+  EXPECT_TRUE(gpt2_pretokenize("").empty());
+}
+
+TEST(Gpt2Pretokenize, MatchesPythonsRegexOnAsciiText) {
+  if (!have_python("json, re")) GTEST_SKIP() << "no " << kPython;
+  const std::string d = dir("pretok");
+  for (unsigned seed : {1u, 2u, 3u}) {
+    const std::string text = sample_text(400, seed);
+    std::ofstream(d + "/text.txt", std::ios::binary) << text;
+    ASSERT_EQ(std::system((kPython + " " + kScript + " pretok " + d + "/text.txt " + d + "/want.json").c_str()), 0);
+    auto want = load_document(d + "/want.json");
+    HARP_ASSERT_OK(want);
+    EXPECT_EQ(gpt2_pretokenize(text), want->get<std::vector<std::size_t>>()) << "seed " << seed;
+  }
+}
+
+TEST(Bpe, HandCheckedMerges) {
+  const std::string d = dir("hand");
+  // Byte symbols: printable ASCII maps to itself, the space to "Ġ" (U+0120), the
+  // newline to "Ċ" (U+010A); the whole table is checked by the Python encoder's test.
+  const std::string bytes_to_unicode_space = "\xc4\xa0";  // Ġ
+  EXPECT_EQ(gpt2_byte_symbol(' '), bytes_to_unicode_space);
+  EXPECT_EQ(gpt2_byte_symbol('\n'), "\xc4\x8a");
+  EXPECT_EQ(gpt2_byte_symbol('A'), "A");
+  EXPECT_EQ(gpt2_byte_symbol(0xE9), "\xc3\xa9");  // printable Latin-1 maps to itself
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_symbol(static_cast<unsigned char>(b))] = b;
+  ASSERT_EQ(vocab.size(), 256u);
+  vocab["he"] = 256;
+  vocab["ll"] = 257;
+  vocab["hell"] = 258;
+  vocab["hello"] = 259;
+  vocab[bytes_to_unicode_space + "w"] = 260;
+  vocab[bytes_to_unicode_space + "wo"] = 261;
+  std::ofstream(d + "/vocab.json") << vocab.dump();
+  std::ofstream(d + "/merges.txt") << "#version: 0.2\nh e\nl l\nhe ll\nhell o\n" << bytes_to_unicode_space
+                                   << " w\n" << bytes_to_unicode_space << "w o\n";
+  auto t = load_tokenizer(d);
+  HARP_ASSERT_OK(t);
+  EXPECT_EQ((*t)->vocab_size(), 262);
+  // "hello" merges fully; " world" -> "Ġwo" + r + l + d; "ll" alone; the "\n" byte is 10.
+  EXPECT_EQ((*t)->encode("hello world\nll"),
+            (std::vector<std::uint32_t>{259, 261, 'r', 'l', 'd', 10, 257}));
+  EXPECT_EQ((*t)->describe(), "GPT-2 BPE (vocab.json + merges.txt), vocabulary 262");
+}
+
+TEST(Bpe, MatchesAPythonEncoderOnLearnedMerges) {
+  if (!have_python("json, re")) GTEST_SKIP() << "no " << kPython;
+  const std::string d = dir("learned");
+  const std::string text = sample_text(3000, 7) + "caf\xc3\xa9 na\xc3\xafve\n";
+  std::ofstream(d + "/text.txt", std::ios::binary) << text;
+  ASSERT_EQ(std::system((kPython + " " + kScript + " bpe " + d + "/text.txt 300 " + d).c_str()), 0);
+  auto want = load_document(d + "/ids.json");
+  HARP_ASSERT_OK(want);
+  auto files = load_bpe(d + "/vocab.json", d + "/merges.txt");
+  HARP_ASSERT_OK(files);
+  const auto got = (*files)->encode(text);
+  EXPECT_EQ(got, want->get<std::vector<std::uint32_t>>());
+  EXPECT_LT(got.size(), text.size() / 2);  // the merges compress: not byte by byte
+  // The same tokenizer as a Hugging Face tokenizer.json (merges as "a b" and as pairs).
+  auto vocab = load_document(d + "/vocab.json");
+  HARP_ASSERT_OK(vocab);
+  auto merges = read_text_file(d + "/merges.txt");
+  HARP_ASSERT_OK(merges);
+  Json list = Json::array(), pairs = Json::array();
+  std::istringstream lines(*merges);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("#version", 0) == 0) continue;
+    list.push_back(line);
+    pairs.push_back({line.substr(0, line.find(' ')), line.substr(line.find(' ') + 1)});
+  }
+  for (const Json& m : {list, pairs}) {
+    Json doc = {{"version", "1.0"},
+                {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+                {"model", {{"type", "BPE"}, {"vocab", *vocab}, {"merges", m}}}};
+    std::ofstream(d + "/tokenizer.json") << doc.dump();
+    auto json = load_tokenizer(d + "/tokenizer.json");
+    HARP_ASSERT_OK(json);
+    EXPECT_EQ((*json)->encode(text), got);
+  }
+}
+
+TEST(SentencePiece, MatchesPythonSentencepiece) {
+  if (!enable_sentencepiece()) GTEST_SKIP() << "built without libsentencepiece-dev";
+  if (!have_python("sentencepiece, json")) GTEST_SKIP() << "no python3-sentencepiece";
+  const std::string d = dir("spm");
+  const std::string text = sample_text(4000, 11) + "caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87\n";
+  std::ofstream(d + "/text.txt", std::ios::binary) << text;
+  ASSERT_EQ(std::system((kPython + " " + kScript + " spm " + d + "/text.txt 400 " + d).c_str()), 0);
+  auto want = load_document(d + "/ids.json");
+  HARP_ASSERT_OK(want);
+  auto t = load_tokenizer(d + "/sp.model");
+  HARP_ASSERT_OK(t);
+  EXPECT_EQ((*t)->vocab_size(), 400);
+  EXPECT_EQ((*t)->encode(text), want->get<std::vector<std::uint32_t>>());
+  // A folder holding tokenizer.model is found as LLaMA's releases lay it out.
+  std::filesystem::copy_file(d + "/sp.model", d + "/tokenizer.model");
+  std::filesystem::remove(d + "/text.txt");
+  auto folder = load_tokenizer(d);
+  HARP_ASSERT_OK(folder);
+  EXPECT_EQ((*folder)->describe(), "SentencePiece (tokenizer.model), vocabulary 400");
+}
+
+TEST(Tokenizer, BadFilesAreRefusedNamingTheEntry) {
+  const std::string d = dir("bad");
+  auto error = [](const std::string& path) {
+    auto t = load_tokenizer(path);
+    return t.ok() ? std::string("loaded") : t.status().message();
+  };
+  EXPECT_NE(error(d).find("holds none of tokenizer.json, tokenizer.model, vocab.json + merges.txt"),
+            std::string::npos);
+  EXPECT_NE(error(d + "/missing.json").find("no such file"), std::string::npos);
+  std::ofstream(d + "/tokenizer.json") << R"({"model": {"type": "Unigram", "vocab": []}})";
+  EXPECT_NE(error(d + "/tokenizer.json").find("model.type is \"Unigram\"; only BPE"), std::string::npos);
+  std::ofstream(d + "/tokenizer.json") << R"({"pre_tokenizer": {"type": "Metaspace"},
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+  EXPECT_NE(error(d + "/tokenizer.json").find("only GPT-2's (ByteLevel with its regex)"), std::string::npos);
+  std::ofstream(d + "/tokenizer.json") << R"({"pre_tokenizer": {"type": "ByteLevel"},
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a"]}})";
+  EXPECT_NE(error(d + "/tokenizer.json").find("model.merges[0] \"a\" is not two symbols"), std::string::npos);
+  std::ofstream(d + "/tokenizer.json") << R"({"pre_tokenizer": {"type": "ByteLevel"},
+      "model": {"type": "BPE", "vocab": {"a": -1}, "merges": []}})";
+  EXPECT_NE(error(d + "/tokenizer.json").find("token \"a\" has id -1"), std::string::npos);
+  std::ofstream(d + "/tokenizer.json") << R"({"pre_tokenizer": {"type": "ByteLevel"},
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+  EXPECT_NE(error(d + "/tokenizer.json").find("has no token for byte 0"), std::string::npos);
+  std::filesystem::remove(d + "/tokenizer.json");
+  std::ofstream(d + "/vocab.json") << R"({"a": 0})";
+  std::ofstream(d + "/merges.txt") << "#version: 0.2\na b c\n";
+  EXPECT_NE(error(d).find("merges.txt: line 2 \"a b c\" is not two symbols"), std::string::npos) << error(d);
+  std::ofstream(d + "/junk.model") << "not a protobuf";
+  EXPECT_NE(error(d + "/junk.model").find("junk.model"), std::string::npos);
+  if (enable_sentencepiece()) {
+    EXPECT_NE(error(d + "/junk.model").find("is not a SentencePiece model"), std::string::npos)
+        << error(d + "/junk.model");
+  }
+}
+
+}  // namespace
+}  // namespace harp::data
