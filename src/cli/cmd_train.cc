@@ -83,22 +83,28 @@ int run_train(const Opts& o, Context& ctx) {
       return ctx.rc = kExitInput;
     }
     data = runtime::synthetic_tokens(c.seed, 1 << 20, m->gpt.vocab);
-  } else {
-    auto d = runtime::open_token_file(c.data);
+  }
+  // A token file the model can read: ids below its vocabulary, at least one sample long.
+  auto open_tokens = [&](const std::string& path, std::unique_ptr<runtime::TokenSource>* out) {
+    auto d = runtime::open_token_file(path);
     if (!d.ok()) return ctx.fail("train", d.status());
-    data = std::move(*d);
-    if (data->vocab_limit() > m->gpt.vocab) {
-      ctx.err << "harp train: " << c.data << " has token ids up to " << data->vocab_limit() - 1
+    *out = std::move(*d);
+    if ((*out)->vocab_limit() > m->gpt.vocab) {
+      ctx.err << "harp train: " << path << " has token ids up to " << (*out)->vocab_limit() - 1
               << " but the model's vocabulary is " << m->gpt.vocab << "; use a model with vocab >= "
-              << data->vocab_limit() << "\n";
+              << (*out)->vocab_limit() << "\n";
       return ctx.rc = kExitInput;
     }
-    if (data->size() < static_cast<std::int64_t>(m->gpt.seq_len) + 2) {
-      ctx.err << "harp train: " << c.data << " holds " << data->size() << " tokens, fewer than one sample of "
+    if ((*out)->size() < static_cast<std::int64_t>(m->gpt.seq_len) + 2) {
+      ctx.err << "harp train: " << path << " holds " << (*out)->size() << " tokens, fewer than one sample of "
               << m->gpt.seq_len << " + 2; use a longer token file (harp data prepare) or a shorter seq_len\n";
       return ctx.rc = kExitInput;
     }
-  }
+    return kExitOk;
+  };
+  if (c.data != "synthetic" && open_tokens(c.data, &data) != kExitOk) return ctx.rc;
+  std::unique_ptr<runtime::TokenSource> val_data;
+  if (!c.val_data.empty() && open_tokens(c.val_data, &val_data) != kExitOk) return ctx.rc;
 
   runtime::set_compute_threads(c.threads);
   // One rank per process: its tensor memory is the process's (summary.json "memory").
@@ -106,6 +112,7 @@ int run_train(const Opts& o, Context& ctx) {
   runtime::TrainOptions t = runtime::train_options(c);
   t.measure_memory = true;
   t.resume = o.resume;
+  t.val_data = val_data.get();
   t.exec.emulate = c.emulate || env_int("HARP_EMULATE", 0) != 0;  // harp launch --emulate
   if (const char* origin = std::getenv("HARP_CLOCK_ORIGIN_NS")) {  // harp launch: one clock for all ranks
     char* end = nullptr;
@@ -178,6 +185,8 @@ int run_train(const Opts& o, Context& ctx) {
       s["emulated"] = t.exec.emulate && emulated_stages;
       s["testbed"] = testbed != nullptr ? std::string(testbed) : std::string();
       s["cost_source"] = p->cost_source;
+      s["final_loss"] = summary->losses.empty() ? Json() : Json(summary->losses.back());
+      if (!summary->val_losses.empty()) s["val_loss"] = summary->val_losses.back().second;
       // Tensor memory per stage: the plan's figure for the launch counts this run used
       // beside the measured one (the counting allocator; first replica of each stage).
       const std::vector<int> counts = schedule::launch_counts_for(*p, p->schedule);
@@ -247,9 +256,16 @@ void add_train_command(CLI::App& root, Context& ctx) {
   over(cmd->add_option("--threads", f.threads, "Intra-op threads per rank")->capture_default_str(), &C::threads);
   over(cmd->add_flag("--emulate", f.emulate, "Apply the plan's emulated device slowdowns"), &C::emulate);
   over(cmd->add_option("--init-from", f.init_from,
-                       "Hugging Face GPT-2 weights: a .safetensors file or a folder (model.safetensors or the "
+                       "Hugging Face GPT-2 or LLaMA weights: a .safetensors file or a folder (model.safetensors or the "
                        "index and its shards)"),
        &C::init_from);
+  over(cmd->add_option("--val-data", f.val_data, "Validation token file (harp data prepare --val-fraction)"),
+       &C::val_data);
+  over(cmd->add_option("--eval-every", f.eval_every, "Validation loss every K steps and after the last")
+           ->capture_default_str(),
+       &C::eval_every);
+  over(cmd->add_option("--eval-batches", f.eval_batches, "Global batches per validation")->capture_default_str(),
+       &C::eval_batches);
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->callback([o, &ctx] { ctx.rc = run_train(*o, ctx); });
 }

@@ -27,7 +27,8 @@ bool has_tail(const std::vector<GptLayer>& layers) {
 Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
                    const schedule::LoweredPlan& lowered, Transport& comm, const TokenSource& data,
                    ExecConfig config)
-    : model_(model), plan_(plan), comm_(comm), data_(data), config_(config), layout_(comm.layout()) {
+    : model_(model), plan_(plan), comm_(comm), data_(&data), data_seed_(config.seed), config_(config),
+      layout_(comm.layout()) {
   const plan::Stage& st = plan.stages[layout_.stage];
   first_layer_ = st.first_layer;
   last_layer_ = st.last_layer;
@@ -105,7 +106,7 @@ void Executor::forward(int step, int mb) {
   const auto begin = std::chrono::steady_clock::now();
   torch::Tensor tokens;
   if (has_head(layers_) || has_tail(layers_))
-    tokens = sample_tokens(data_, config_.seed, step, mb * plan_.microbatch_size + sample_offset_, samples_,
+    tokens = sample_tokens(*data_, data_seed_, step, mb * plan_.microbatch_size + sample_offset_, samples_,
                            model_.gpt.seq_len);
   if (has_head(layers_)) x = tokens.slice(1, 0, model_.gpt.seq_len);
   torch::Tensor y = x;
@@ -272,6 +273,31 @@ StepResult Executor::run_step(int step, bool trace) {
   result.forward_seconds = forward_s_;
   result.backward_seconds = backward_s_;
   return result;
+}
+
+double Executor::evaluate(const TokenSource& source, int batch) {
+  torch::NoGradGuard no_grad;
+  const TokenSource* training = data_;
+  data_ = &source;
+  data_seed_ = config_.seed ^ 0x5eedeba1ULL;  // the evaluation's own sample stream
+  step_ = batch;
+  loss_sum_ = 0;
+  for (const schedule::Action& a : actions_) {
+    switch (a.kind) {
+      case schedule::ActionKind::kRecvF: post_recv(a.microbatch, true, batch); break;
+      case schedule::ActionKind::kF: forward(batch, a.microbatch); break;
+      case schedule::ActionKind::kSendF: send(a.microbatch, true); break;
+      default: break;  // no backward, reduction or update
+    }
+  }
+  for (auto& [buffer, transfer] : sends_) transfer.wait(comm_.timeout());
+  sends_.clear();
+  for (Stash& s : stash_) s.input = s.output = s.targets = torch::Tensor();
+  data_ = training;
+  data_seed_ = config_.seed;
+  torch::Tensor shared = torch::tensor({loss_sum_}, torch::kFloat64);
+  comm_.allreduce_world(shared, where(layout_, batch) + " in evaluation");
+  return shared[0].item<double>() / global_tokens_;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Executor::named_grads() const {

@@ -40,6 +40,9 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
   if (!std::isfinite(timeout_s) || timeout_s <= 0 || timeout_s > 86400)
     return bad("timeout_s", timeout_s, "must be above 0 and at most 86400 seconds", "use e.g. 60");
   if (threads < 1 || threads > 256) return bad("threads", threads, "must be 1..256", "use the cores per rank");
+  if (eval_every < 1) return bad("eval_every", eval_every, "must be at least 1", "use e.g. 100");
+  if (eval_batches < 1 || eval_batches > 100000)
+    return bad("eval_batches", eval_batches, "must be 1..100000", "use e.g. 2");
   return Status();
 }
 
@@ -75,6 +78,10 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.progress = r.boolean("progress", c.progress);
   c.init_from = r.string("init_from", c.init_from);
   if (!c.init_from.empty()) c.init_from = resolve_relative_to(file, c.init_from);
+  c.val_data = r.string("val_data", c.val_data);
+  if (!c.val_data.empty()) c.val_data = resolve_relative_to(file, c.val_data);
+  c.eval_every = static_cast<int>(r.integer("eval_every", 1, c.eval_every));
+  c.eval_batches = static_cast<int>(r.integer("eval_batches", 1, c.eval_batches));
   HARP_RETURN_IF_ERROR(r.finish());
   HARP_RETURN_IF_ERROR(c.validate(file, path));
   return c;
@@ -99,6 +106,11 @@ Json train_config_to_json(const TrainConfig& c) {
           {"emulate", c.emulate},
           {"progress", c.progress}};
   if (!c.init_from.empty()) j["init_from"] = c.init_from;
+  if (!c.val_data.empty()) {
+    j["val_data"] = c.val_data;
+    j["eval_every"] = c.eval_every;
+    j["eval_batches"] = c.eval_batches;
+  }
   return j;
 }
 

@@ -52,6 +52,8 @@ TrainOptions train_options(const TrainConfig& c) {
   t.trace_steps = c.trace_steps;
   t.progress = c.progress;
   t.init_from = c.init_from;
+  t.eval_every = c.val_data.empty() ? 0 : c.eval_every;
+  t.eval_batches = c.eval_batches;
   t.resolved_config = train_config_to_json(c);
   return t;
 }
@@ -212,6 +214,13 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     m.tokens = tokens;
     m.flops = flops;
     m.busy_fraction.assign(busy.data_ptr<double>(), busy.data_ptr<double>() + S);
+    if (options.val_data != nullptr && options.eval_every > 0 &&
+        ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) {
+      double sum = 0;
+      for (int b = 0; b < options.eval_batches; ++b) sum += ex.evaluate(*options.val_data, b);
+      m.val_loss = sum / options.eval_batches;
+      summary.val_losses.emplace_back(step + 1, m.val_loss);
+    }
     metrics.write(m, options.progress, log);
     if (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0)
       HARP_RETURN_IF_ERROR(save_checkpoint(ex, comm, ckpt_dir, step + 1, plan));

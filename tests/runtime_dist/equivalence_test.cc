@@ -143,6 +143,45 @@ TEST(Equivalence, SameGlobalBatchAnyMicrobatchCount) {
   expect_close(c.params, a.params, 1e-10, 1e-12, "2x4 vs 4x2 dp");
 }
 
+// Validation: a pipelined plan with dp reports the validation losses of one process
+// (float64, 1e-10), and evaluating does not change training by a bit.
+TEST(Evaluation, PipelinedValidationLossEqualsOneProcess) {
+  torch::set_num_threads(1);
+  for (const std::string family : {"gpt", "llama"}) {
+    SCOPED_TRACE(family);
+    const model::ModelSpec m = tiny(2, family);
+    auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
+    auto val = runtime::synthetic_tokens(8, 1 << 12, m.gpt.vocab);
+    auto run = [&](const plan::Plan& p, bool eval, const std::string& name) {
+      runtime::TrainOptions o;
+      o.exec.optim = optim();
+      o.exec.dtype = torch::kFloat64;
+      o.progress = false;
+      o.steps = 4;
+      o.out_dir = std::string(HARP_BINARY_DIR) + "/evaluation_test/" + family + "_" + name;
+      std::filesystem::remove_all(o.out_dir);
+      if (eval) {
+        o.val_data = val.get();
+        o.eval_every = 2;
+        o.eval_batches = 3;
+      }
+      return train_threads(m, p, *data, o);
+    };
+    const auto one = run(make_plan(m, {}, {1}, 4, 2, ScheduleKind::k1F1B), true, "one");
+    const plan::Plan piped = make_plan(m, {2, 5}, {2, 1, 2}, 4, 2, ScheduleKind::kHarp1F1B, {3, 2, 1});
+    const auto with = run(piped, true, "with"), without = run(piped, false, "without");
+    ASSERT_EQ(one.val_losses.size(), 2u);  // after steps 2 and 4
+    ASSERT_EQ(with.val_losses.size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      EXPECT_EQ(with.val_losses[i].first, one.val_losses[i].first);
+      EXPECT_NEAR(with.val_losses[i].second, one.val_losses[i].second, 1e-10);
+    }
+    EXPECT_NE(with.val_losses[0].second, with.val_losses[1].second);  // the weights moved
+    EXPECT_EQ(with.losses, without.losses);
+    EXPECT_TRUE(without.val_losses.empty());
+  }
+}
+
 // Training options of the resume tests: the shared optimizer, no progress lines,
 // checkpoints every `checkpoint_every` steps in `out_dir`.
 runtime::TrainOptions resume_options(const std::string& out_dir, int steps, int checkpoint_every) {

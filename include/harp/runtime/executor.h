@@ -63,6 +63,12 @@ class Executor {
   // Throws RuntimeFailure when a peer fails or a wait times out.
   StepResult run_step(int step, bool trace = false);
 
+  // Evaluation: the mean token cross-entropy of one global batch drawn from `source`
+  // (batch `batch` of the evaluation stream: the same batches at every evaluation), the
+  // forward half of the action list without gradients; parameters, optimizer state and
+  // the training data order are untouched. Every rank returns the same value.
+  double evaluate(const TokenSource& source, int batch);
+
   AdamW& optimizer() { return *optimizer_; }
   const std::vector<GptLayer>& layers() const { return layers_; }
   // Named parameters and their gradients of the last step (global names).
@@ -101,7 +107,8 @@ class Executor {
   const model::ModelSpec& model_;
   const plan::Plan& plan_;
   Transport& comm_;
-  const TokenSource& data_;
+  const TokenSource* data_;  // the training tokens, or the evaluation's during evaluate()
+  std::uint64_t data_seed_ = 0;
   ExecConfig config_;
   RankLayout layout_;
   int first_layer_ = 0, last_layer_ = 0;

@@ -20,6 +20,7 @@ struct StepMetrics {
   double iteration_s = 0;
   double tokens = 0, flops = 0;       // per step, for tokens/s and TFLOP/s
   std::vector<double> busy_fraction;  // per stage
+  double val_loss = -1;               // validation loss after this step; < 0: none
 };
 
 class MetricsLog {

@@ -37,6 +37,11 @@ struct TrainConfig {
   // model.safetensors or its index and shards); "" for the seeded initialisation. A
   // relative path is relative to the job file. Ignored when resuming.
   std::string init_from;
+  // Validation token file ("" for none; relative to the job file), evaluated every
+  // eval_every steps (>= 1) and after the last, on eval_batches global batches (>= 1).
+  std::string val_data;
+  int eval_every = 100;
+  int eval_batches = 2;
 
   // The first broken rule, naming `file` and the field path under `path`.
   Status validate(const std::string& file, const std::string& path = "training") const;

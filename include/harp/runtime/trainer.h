@@ -30,6 +30,12 @@ struct TrainOptions {
   // Per-stage tensor memory in TrainSummary (runtime/memory.h). REQUIRES: one rank per
   // process, the counting allocator installed before the model is built.
   bool measure_memory = false;
+  // Validation: every `eval_every` steps (and after the last) the mean loss of
+  // `eval_batches` global batches of `val_data` (Executor::evaluate), in metrics.jsonl as
+  // val_loss and in the progress line. Off when val_data is null or eval_every is 0.
+  const TokenSource* val_data = nullptr;
+  int eval_every = 0;
+  int eval_batches = 2;
 };
 
 // The libtorch dtype of a TrainConfig dtype name ("float32" | "float64").
@@ -49,6 +55,7 @@ struct TrainSummary {
   // live tensor bytes when a step starts (parameters, gradients, optimizer state) and
   // the peak during a step (that plus the in-flight activations and workspace).
   std::vector<double> base_bytes, peak_bytes;
+  std::vector<std::pair<int, double>> val_losses;  // (steps done, validation loss)
 };
 
 // One run per output folder: the holder has an flock on OUT/.lock, so a second run on the

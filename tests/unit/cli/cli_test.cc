@@ -259,7 +259,8 @@ TEST(Cli, FlagSurfaceIsFrozen) {
   register_command("train", add_train_command);  // what harp-train adds
   for (const char* f : {"--plan", "--model", "--schedule", "--granularity", "--job", "--data", "--steps", "--seed", "--lr",
                         "--warmup-steps", "--grad-clip", "--dtype", "--out", "--checkpoint-every", "--resume",
-                        "--trace-steps", "--timeout-s", "--threads", "--emulate", "--init-from", "--quiet"})
+                        "--trace-steps", "--timeout-s", "--threads", "--emulate", "--init-from", "--val-data",
+                        "--eval-every", "--eval-batches", "--quiet"})
     expected.push_back(std::string("harp train ") + f);
   register_command("export", add_export_command);
   for (const char* f : {"--checkpoint", "--plan", "--model", "--step", "--format", "--output"})
