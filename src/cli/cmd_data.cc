@@ -40,7 +40,7 @@ int run_data_prepare(const Opts& o, Context& ctx) {
                                                      std::to_string(vocab) +
                                                      " does not fit raw uint16 tokens; pass --format llmc "
                                                      "(llm.c's uint32 file)"));
-  auto text = read_text_file(o.input);
+  auto text = read_text_file(o.input, std::int64_t{1} << 30);
   if (!text.ok()) return ctx.fail("data prepare", text.status());
   if (text->empty())
     return ctx.fail("data prepare", invalid_argument(o.input + ": input is empty; nothing to tokenise"));

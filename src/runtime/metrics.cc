@@ -29,18 +29,21 @@ void MetricsLog::write(const StepMetrics& m, bool progress, std::ostream& log) {
                {"tflops", m.flops / m.iteration_s / 1e12},
                {"lr", m.lr},
                {"busy_fraction", m.busy_fraction}};
-  if (m.val_loss >= 0) line["val_loss"] = m.val_loss;
   file_ << line.dump() << "\n" << std::flush;
   if (!progress) return;
   char buf[200];
-  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s", m.step + 1,
+  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s\n", m.step + 1,
                 m.total_steps, m.loss, m.iteration_s * 1e3, tokens_per_s);
-  log << buf;
-  if (m.val_loss >= 0) {
-    std::snprintf(buf, sizeof buf, "  val loss %.4f", m.val_loss);
-    log << buf;
-  }
-  log << "\n" << std::flush;
+  log << buf << std::flush;
+}
+
+void MetricsLog::write_eval(int steps_done, double val_loss, bool progress, std::ostream& log) {
+  if (!writer_) return;
+  file_ << Json({{"eval_after_steps", steps_done}, {"val_loss", val_loss}}).dump() << "\n" << std::flush;
+  if (!progress) return;
+  char buf[120];
+  std::snprintf(buf, sizeof buf, "validation after %d steps: loss %.4f\n", steps_done, val_loss);
+  log << buf << std::flush;
 }
 
 plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,

@@ -164,6 +164,16 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   // release its reference to a fresh tensor after the next step has begun, which made
   // the next step's measured base bytes depend on that timing.
   torch::Tensor stats = torch::zeros({5 * l.num_stages()}, torch::kFloat64);
+  // Validation before the first step of a fresh run (as nanoGPT's iteration 0), every
+  // eval_every steps and after the last.
+  const bool evaluating = options.val_data != nullptr && options.eval_every > 0;
+  auto validate = [&](int steps_done) {
+    double sum = 0;
+    for (int b = 0; b < options.eval_batches; ++b) sum += ex.evaluate(*options.val_data, b);
+    summary.val_losses.emplace_back(steps_done, sum / options.eval_batches);
+    metrics.write_eval(steps_done, summary.val_losses.back().second, options.progress, log);
+  };
+  if (evaluating && !options.resume) validate(0);
   for (int step = summary.first_step; step < options.steps; ++step) {
     const bool trace = traced.count(step) > 0;
     const double base_bytes = live_tensor_bytes();
@@ -214,14 +224,8 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     m.tokens = tokens;
     m.flops = flops;
     m.busy_fraction.assign(busy.data_ptr<double>(), busy.data_ptr<double>() + S);
-    if (options.val_data != nullptr && options.eval_every > 0 &&
-        ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) {
-      double sum = 0;
-      for (int b = 0; b < options.eval_batches; ++b) sum += ex.evaluate(*options.val_data, b);
-      m.val_loss = sum / options.eval_batches;
-      summary.val_losses.emplace_back(step + 1, m.val_loss);
-    }
     metrics.write(m, options.progress, log);
+    if (evaluating && ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) validate(step + 1);
     if (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0)
       HARP_RETURN_IF_ERROR(save_checkpoint(ex, comm, ckpt_dir, step + 1, plan));
   }

@@ -170,13 +170,14 @@ TEST(Evaluation, PipelinedValidationLossEqualsOneProcess) {
     const auto one = run(make_plan(m, {}, {1}, 4, 2, ScheduleKind::k1F1B), true, "one");
     const plan::Plan piped = make_plan(m, {2, 5}, {2, 1, 2}, 4, 2, ScheduleKind::kHarp1F1B, {3, 2, 1});
     const auto with = run(piped, true, "with"), without = run(piped, false, "without");
-    ASSERT_EQ(one.val_losses.size(), 2u);  // after steps 2 and 4
-    ASSERT_EQ(with.val_losses.size(), 2u);
-    for (size_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(one.val_losses.size(), 3u);  // before the first step, after steps 2 and 4
+    ASSERT_EQ(with.val_losses.size(), 3u);
+    EXPECT_EQ(with.val_losses[0].first, 0);
+    for (size_t i = 0; i < 3; ++i) {
       EXPECT_EQ(with.val_losses[i].first, one.val_losses[i].first);
       EXPECT_NEAR(with.val_losses[i].second, one.val_losses[i].second, 1e-10);
     }
-    EXPECT_NE(with.val_losses[0].second, with.val_losses[1].second);  // the weights moved
+    EXPECT_NE(with.val_losses[1].second, with.val_losses[2].second);  // the weights moved
     EXPECT_EQ(with.losses, without.losses);
     EXPECT_TRUE(without.val_losses.empty());
   }

@@ -20,7 +20,6 @@ struct StepMetrics {
   double iteration_s = 0;
   double tokens = 0, flops = 0;       // per step, for tokens/s and TFLOP/s
   std::vector<double> busy_fraction;  // per stage
-  double val_loss = -1;               // validation loss after this step; < 0: none
 };
 
 class MetricsLog {
@@ -31,6 +30,9 @@ class MetricsLog {
 
   // Writes the JSON line and, with `progress`, the progress line to `log`.
   void write(const StepMetrics& m, bool progress, std::ostream& log);
+  // A validation result after `steps_done` steps: the line {"eval_after_steps": n,
+  // "val_loss": x} and, with `progress`, "validation after n steps: loss x".
+  void write_eval(int steps_done, double val_loss, bool progress, std::ostream& log);
 
  private:
   MetricsLog() = default;

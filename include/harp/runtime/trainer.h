@@ -30,9 +30,10 @@ struct TrainOptions {
   // Per-stage tensor memory in TrainSummary (runtime/memory.h). REQUIRES: one rank per
   // process, the counting allocator installed before the model is built.
   bool measure_memory = false;
-  // Validation: every `eval_every` steps (and after the last) the mean loss of
-  // `eval_batches` global batches of `val_data` (Executor::evaluate), in metrics.jsonl as
-  // val_loss and in the progress line. Off when val_data is null or eval_every is 0.
+  // Validation: before the first step (unless resuming), every `eval_every` steps and
+  // after the last, the mean loss of `eval_batches` global batches of `val_data`
+  // (Executor::evaluate), in metrics.jsonl and the progress lines (MetricsLog::
+  // write_eval). Off when val_data is null or eval_every is 0.
   const TokenSource* val_data = nullptr;
   int eval_every = 0;
   int eval_batches = 2;

@@ -296,18 +296,32 @@ TEST(Cli, TinyLlamaIsPlannedTrainedExportedAndReadBack) {
     args.insert(args.begin() + 3, model.begin(), model.end());
     return args;
   };
-  r = harp(with_model({"train", "--plan", one, "--data", "synthetic", "--steps", "2", "--checkpoint-every", "2", "--out", root + "/run",
-                       "--quiet"}));
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "Pipelines of LLaMA blocks on heterogeneous GPUs, line " + std::to_string(i) + ".\n";
+  const std::string corpus = write_temp("llama_corpus.txt", text);
+  r = harp({"data", "prepare", "--input", corpus, "--output", root + "/tokens.bin", "--val-fraction", "0.25"});
   ASSERT_EQ(r.rc, kExitOk) << r.err;
+  r = harp(with_model({"train", "--plan", one, "--data", root + "/tokens.bin", "--val-data", root + "/tokens_val.bin",
+                       "--eval-every", "2", "--steps", "2", "--checkpoint-every", "2", "--out", root + "/run", "--quiet"}));
+  ASSERT_EQ(r.rc, kExitOk) << r.err;
+  auto summary = load_document(root + "/run/summary.json");
+  ASSERT_TRUE(summary.ok()) << summary.status().to_string();
   r = harp({"export", "--plan", one, "--model", "llama-tiny", "--checkpoint", root + "/run", "--output", root + "/hf"});
   ASSERT_EQ(r.rc, kExitOk) << r.err;
   EXPECT_NE(r.out.find("(LlamaForCausalLM, llama-tiny, step 2)"), std::string::npos) << r.out;
   auto config = load_document(root + "/hf/config.json");
   ASSERT_TRUE(config.ok()) << config.status().to_string();
   EXPECT_EQ((*config)["num_key_value_heads"], 2);
-  r = harp(with_model({"train", "--plan", one, "--data", "synthetic", "--steps", "1", "--init-from", root + "/hf",
-                       "--out", root + "/again", "--quiet"}));
-  EXPECT_EQ(r.rc, kExitOk) << r.err;
+  // Read back: the validation loss before the first step of a run started from the
+  // export is the first run's last one (float32 weights, the same validation batches).
+  r = harp(with_model({"train", "--plan", one, "--data", root + "/tokens.bin", "--val-data", root + "/tokens_val.bin",
+                       "--steps", "1", "--init-from", root + "/hf", "--out", root + "/again", "--quiet"}));
+  ASSERT_EQ(r.rc, kExitOk) << r.err;
+  auto first_line = read_text_file(root + "/again/metrics.jsonl");
+  ASSERT_TRUE(first_line.ok());
+  const Json eval = Json::parse(first_line->substr(0, first_line->find('\n')));
+  EXPECT_EQ(eval["eval_after_steps"], 0);
+  EXPECT_EQ(eval["val_loss"].get<double>(), (*summary)["val_loss"].get<double>());
 #endif
 }
 
