@@ -1,6 +1,7 @@
 // SentencePiece tokenizers through Debian's libsentencepiece (see sentencepiece.h).
 #include "harp/data/sentencepiece.h"
 
+#include <algorithm>
 #include <filesystem>
 
 #include "harp/common/check.h"
@@ -19,9 +20,12 @@ class SentencePieceTokenizer : public Tokenizer {
   explicit SentencePieceTokenizer(std::string path) : path_(std::move(path)) {}
   Status load() {
     const auto s = sp_.Load(path_);
-    if (!s.ok())
-      return invalid_argument(shown_path(path_) + ": is not a SentencePiece model (" + s.ToString().substr(0, 200) +
+    if (!s.ok()) {
+      std::string why = s.ToString().substr(0, 200);
+      std::replace(why.begin(), why.end(), '\n', ' ');
+      return invalid_argument(shown_path(path_) + ": is not a SentencePiece model (" + why +
                               "); pass the tokenizer.model file");
+    }
     return Status();
   }
   std::vector<std::uint32_t> encode(std::string_view text) const override {

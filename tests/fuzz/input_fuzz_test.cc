@@ -1,5 +1,5 @@
 // Seeded fuzzing of every input HARP parses (STYLE habit 20 for issue "hardening"):
-// cluster, model, job, plan, cost table, profile DB, trace and token files, file kinds,
+// cluster, model, job, plan, cost table, profile DB, trace, tokenizer and token files, file kinds,
 // and command-line extremes. Each case is a valid file mutated once — truncated, a value
 // replaced by a wrong type or an extreme number, deep nesting, a YAML alias (bomb or
 // self-reference), invalid UTF-8, a flipped byte — run through the `harp` command line
@@ -20,7 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "harp/common/document.h"
 #include "harp/data/safetensors.h"
+#include "harp/data/sentencepiece.h"
+#include "harp/data/tokenizer.h"
 #include "harp/data/token_file.h"
 #include "testutil/run_harp.h"
 #include "testutil/temp_dir.h"
@@ -231,6 +234,35 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
   for (int i = 0; i < 30; ++i) {
     write(dir.file("run/summary.json"), m.mutate(summary, false));
     check_case("trace runs", {"trace", "runs", dir.file("run"), dir.file("run")}, &o);
+  }
+  // Tokenizers (harp data prepare --tokenizer): a small BPE tokenizer.json, vocab.json +
+  // merges.txt and SentencePiece models, mutated or random.
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[data::gpt2_byte_symbol(static_cast<unsigned char>(b))] = b;
+  vocab["ab"] = 256;
+  const std::string tokenizer_json =
+      Json({{"pre_tokenizer", {{"type", "ByteLevel"}}}, {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"a b"}}}}})
+          .dump();
+  write(dir.file("corpus.txt"), "ab ab abc\n");
+  std::filesystem::create_directories(dir.file("bpe"));
+  data::enable_sentencepiece();
+  for (int i = 0; i < 60; ++i) {
+    const std::vector<std::string> prepare = {"data", "prepare", "--input", dir.file("corpus.txt"), "--output",
+                                              dir.file("corpus.bin"), "--tokenizer"};
+    auto with = [&](const std::string& tokenizer) {
+      std::vector<std::string> args = prepare;
+      args.push_back(tokenizer);
+      return args;
+    };
+    write(dir.file("tokenizer.json"), m.mutate(tokenizer_json, false));
+    check_case("tokenizer", with(dir.file("tokenizer.json")), &o);
+    write(dir.file("bpe/vocab.json"), i % 2 ? m.mutate(vocab.dump(), false) : vocab.dump());
+    write(dir.file("bpe/merges.txt"), i % 2 ? "#version: 0.2\na b\n" : m.mutate("#version: 0.2\na b\n", true));
+    check_case("tokenizer", with(dir.file("bpe")), &o);
+    std::string junk(m.at(256), '\0');
+    for (auto& c : junk) c = static_cast<char>(m.rng() % 256);
+    write(dir.file("sp.model"), junk);
+    check_case("tokenizer", with(dir.file("sp.model")), &o);
   }
   // File kinds, for every reader.
   mkfifo(dir.file("fifo").c_str(), 0644);
