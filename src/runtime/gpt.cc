@@ -193,21 +193,25 @@ torch::Tensor GptLayerImpl::tied_weight() const {
 }
 
 torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor& targets) {
-  if (config_.family == "llama") return llama_forward(x, targets);
-  const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
+  const std::int64_t h = config_.hidden;
+  const bool llama = config_.family == "llama";
   const auto params = named_parameters(true);
+  auto norm = [&](const torch::Tensor& t, const std::string& prefix) {
+    return llama ? rms_norm(t, params[prefix + ".weight"])
+                 : torch::layer_norm(t, {h}, params[prefix + ".weight"], params[prefix + ".bias"], kLayerNormEps);
+  };
 
   if (layer_.kind == model::LayerKind::kHead) {
     HARP_CHECK_EQ(x.dim(), 2) << "the head takes token ids [b, s]";
     HARP_CHECK_LE(x.size(1), config_.seq_len);
-    const auto& position = params["embed.position.weight"];
-    return torch::embedding(params["embed.token.weight"], x) + position.narrow(0, 0, x.size(1));
+    auto embedded = torch::embedding(params["embed.token.weight"], x);
+    if (llama) return embedded;  // rotary positions, applied in attention
+    return embedded + params["embed.position.weight"].narrow(0, 0, x.size(1));
   }
 
   if (layer_.kind == model::LayerKind::kTail) {
     HARP_CHECK_EQ(x.size(-1), h);
-    auto y = torch::layer_norm(x, {h}, params["head.ln_f.weight"], params["head.ln_f.bias"],
-                               kLayerNormEps);
+    auto y = norm(x, llama ? "head.norm" : "head.ln_f");
     return lm_loss(torch::linear(y, params["head.lm.weight"]), targets, config_.vocab);
   }
 
@@ -216,104 +220,72 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   torch::Tensor t = x;
   for (int piece : kPieces) {
     if (!(layer_.pieces & piece)) continue;
-    switch (piece) {
-      case kAttnIn: {
-        HARP_CHECK_EQ(t.size(-1), h) << "attn_in takes the hidden state";
-        auto y = torch::layer_norm(t, {h}, w("ln1.weight"), w("ln1.bias"), kLayerNormEps);
-        // The residual travels with q, k, v so that a cut here needs one tensor.
-        t = torch::cat({torch::linear(y, w("attn.qkv.weight"), w("attn.qkv.bias")), t}, -1);
-        break;
-      }
-      case kAttnOut: {
-        HARP_CHECK_EQ(t.size(-1), 4 * h) << "attn_out takes [q, k, v, residual]";
-        const std::int64_t b = t.size(0), s = t.size(1), d = h / a;
-        auto heads = [&](int i) {  // [b, a, s, d]
-          return t.narrow(-1, i * h, h).reshape({b, s, a, d}).transpose(1, 2);
-        };
-        auto context = causal_attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({b, s, h});
-        auto out = torch::linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
-        t = t.narrow(-1, 3 * h, h) + out;
-        break;
-      }
-      case kMlpIn: {
-        HARP_CHECK_EQ(t.size(-1), h) << "mlp_in takes the hidden state";
-        auto y = torch::layer_norm(t, {h}, w("ln2.weight"), w("ln2.bias"), kLayerNormEps);
-        auto g = torch::gelu(torch::linear(y, w("mlp.fc1.weight"), w("mlp.fc1.bias")), "tanh");
-        t = torch::cat({g, t}, -1);
-        break;
-      }
-      default: {
-        HARP_CHECK_EQ(t.size(-1), f + h) << "mlp_out takes [gelu(fc1), residual]";
-        auto out = torch::linear(t.narrow(-1, 0, f), w("mlp.fc2.weight"), w("mlp.fc2.bias"));
-        t = t.narrow(-1, f, h) + out;
-        break;
-      }
+    torch::Tensor normed;  // the pre-norm of the pieces that start a sub-block
+    if (piece == kAttnIn || piece == kMlpIn) {
+      HARP_CHECK_EQ(t.size(-1), h) << (piece == kAttnIn ? "attn_in" : "mlp_in") << " takes the hidden state";
+      normed = norm(t, p + (piece == kAttnIn ? "ln1" : "ln2"));
     }
+    t = llama ? llama_piece(piece, t, normed, w) : gpt_piece(piece, t, normed, w);
   }
   return t;
 }
 
-torch::Tensor GptLayerImpl::llama_forward(const torch::Tensor& x, const torch::Tensor& targets) {
+torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
+                                      const Weights& w) const {
+  const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
+  switch (piece) {
+    case kAttnIn:  // the residual travels with q, k, v so that a cut here needs one tensor
+      return torch::cat({torch::linear(normed, w("attn.qkv.weight"), w("attn.qkv.bias")), t}, -1);
+    case kAttnOut: {
+      HARP_CHECK_EQ(t.size(-1), 4 * h) << "attn_out takes [q, k, v, residual]";
+      const std::int64_t b = t.size(0), s = t.size(1), d = h / a;
+      auto heads = [&](int i) {  // [b, a, s, d]
+        return t.narrow(-1, i * h, h).reshape({b, s, a, d}).transpose(1, 2);
+      };
+      auto context = causal_attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({b, s, h});
+      return t.narrow(-1, 3 * h, h) + torch::linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
+    }
+    case kMlpIn:  // the residual travels with the hidden state
+      return torch::cat({torch::gelu(torch::linear(normed, w("mlp.fc1.weight"), w("mlp.fc1.bias")), "tanh"), t}, -1);
+    default:
+      HARP_CHECK_EQ(t.size(-1), f + h) << "mlp_out takes [gelu(fc1), residual]";
+      return t.narrow(-1, f, h) + torch::linear(t.narrow(-1, 0, f), w("mlp.fc2.weight"), w("mlp.fc2.bias"));
+  }
+}
+
+torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
+                                        const Weights& w) const {
   const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
   const std::int64_t d = h / a, g = config_.kv_heads, kv = g * d;
-  const auto params = named_parameters(true);
-  if (layer_.kind == model::LayerKind::kHead) {
-    HARP_CHECK_EQ(x.dim(), 2) << "the head takes token ids [b, s]";
-    HARP_CHECK_LE(x.size(1), config_.seq_len);
-    return torch::embedding(params["embed.token.weight"], x);
-  }
-  if (layer_.kind == model::LayerKind::kTail) {
-    HARP_CHECK_EQ(x.size(-1), h);
-    auto y = rms_norm(x, params["head.norm.weight"]);
-    return lm_loss(torch::linear(y, params["head.lm.weight"]), targets, config_.vocab);
-  }
-  const std::string p = block_prefix(layer_.block);
-  auto w = [&](const std::string& name) { return params[p + name]; };
-  torch::Tensor t = x;
-  for (int piece : kPieces) {
-    if (!(layer_.pieces & piece)) continue;
-    switch (piece) {
-      case kAttnIn: {
-        HARP_CHECK_EQ(t.size(-1), h) << "attn_in takes the hidden state";
-        auto y = rms_norm(t, w("ln1.weight"));
-        // q, k, v (rotary not yet applied) and the residual: one tensor at a cut here.
-        t = torch::cat({torch::linear(y, w("attn.q.weight")), torch::linear(y, w("attn.k.weight")),
-                        torch::linear(y, w("attn.v.weight")), t},
-                       -1);
-        break;
+  switch (piece) {
+    case kAttnIn:  // q, k, v (rotary not yet applied) and the residual: one tensor at a cut here
+      return torch::cat({torch::linear(normed, w("attn.q.weight")), torch::linear(normed, w("attn.k.weight")),
+                         torch::linear(normed, w("attn.v.weight")), t},
+                        -1);
+    case kAttnOut: {
+      HARP_CHECK_EQ(t.size(-1), 2 * h + 2 * kv) << "attn_out takes [q, k, v, residual]";
+      const std::int64_t b = t.size(0), s = t.size(1);
+      auto heads = [&](std::int64_t offset, std::int64_t n) {  // [b, n, s, d]
+        return t.narrow(-1, offset, n * d).reshape({b, s, n, d}).transpose(1, 2);
+      };
+      auto q = rotary(heads(0, a), config_.rope_theta);
+      auto k = rotary(heads(h, g), config_.rope_theta);
+      auto v = heads(h + kv, g);
+      if (g != a) {  // grouped-query attention: query head i reads key/value head i / (a / g)
+        k = k.repeat_interleave(a / g, 1);
+        v = v.repeat_interleave(a / g, 1);
       }
-      case kAttnOut: {
-        HARP_CHECK_EQ(t.size(-1), 2 * h + 2 * kv) << "attn_out takes [q, k, v, residual]";
-        const std::int64_t b = t.size(0), s = t.size(1);
-        auto heads = [&](std::int64_t offset, std::int64_t n) {  // [b, n, s, d]
-          return t.narrow(-1, offset, n * d).reshape({b, s, n, d}).transpose(1, 2);
-        };
-        auto q = rotary(heads(0, a), config_.rope_theta);
-        auto k = rotary(heads(h, g), config_.rope_theta);
-        auto v = heads(h + kv, g);
-        if (g != a) {  // grouped-query attention: query head i reads key/value head i / (a / g)
-          k = k.repeat_interleave(a / g, 1);
-          v = v.repeat_interleave(a / g, 1);
-        }
-        auto context = causal_attention(q, k, v).transpose(1, 2).reshape({b, s, h});
-        t = t.narrow(-1, h + 2 * kv, h) + torch::linear(context, w("attn.proj.weight"));
-        break;
-      }
-      case kMlpIn: {
-        HARP_CHECK_EQ(t.size(-1), h) << "mlp_in takes the hidden state";
-        auto y = rms_norm(t, w("ln2.weight"));
-        auto gated = torch::silu(torch::linear(y, w("mlp.gate.weight"))) * torch::linear(y, w("mlp.up.weight"));
-        t = torch::cat({gated, t}, -1);
-        break;
-      }
-      default: {
-        HARP_CHECK_EQ(t.size(-1), f + h) << "mlp_out takes [silu(gate) * up, residual]";
-        t = t.narrow(-1, f, h) + torch::linear(t.narrow(-1, 0, f), w("mlp.down.weight"));
-        break;
-      }
+      auto context = causal_attention(q, k, v).transpose(1, 2).reshape({b, s, h});
+      return t.narrow(-1, h + 2 * kv, h) + torch::linear(context, w("attn.proj.weight"));
     }
+    case kMlpIn:
+      return torch::cat(
+          {torch::silu(torch::linear(normed, w("mlp.gate.weight"))) * torch::linear(normed, w("mlp.up.weight")), t},
+          -1);
+    default:
+      HARP_CHECK_EQ(t.size(-1), f + h) << "mlp_out takes [silu(gate) * up, residual]";
+      return t.narrow(-1, f, h) + torch::linear(t.narrow(-1, 0, f), w("mlp.down.weight"));
   }
-  return t;
 }
 
 namespace {

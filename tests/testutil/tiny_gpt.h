@@ -3,14 +3,18 @@
 // 2 key/value heads (grouped-query attention) and ffn 64.
 #pragma once
 
+#include <string>
+
 #include "harp/common/check.h"
 #include "harp/model/model_spec.h"
 
 namespace harp::testing {
 
-inline model::ModelSpec tiny_gpt(int granularity, bool tied = true, int blocks = 2, int hidden = 32,
-                                 int heads = 4, int seq = 16, int vocab = 64) {
+// The one builder behind both: kv_heads and ffn 2·hidden apply to LLaMA only.
+inline model::ModelSpec tiny_spec(const std::string& family, int granularity, bool tied, int blocks, int hidden,
+                                  int heads, int seq, int vocab, int kv_heads) {
   model::GptConfig c;
+  c.family = family;
   c.name = "custom";
   c.num_blocks = blocks;
   c.hidden = hidden;
@@ -19,28 +23,23 @@ inline model::ModelSpec tiny_gpt(int granularity, bool tied = true, int blocks =
   c.vocab = vocab;
   c.granularity = granularity;
   c.tied_embeddings = tied;
+  if (family == "llama") {
+    c.kv_heads = kv_heads;
+    c.ffn_hidden = 2 * hidden;
+  }
   auto spec = model::build_gpt(c);
   HARP_CHECK(spec.ok()) << spec.status().to_string();
   return *spec;
 }
 
+inline model::ModelSpec tiny_gpt(int granularity, bool tied = true, int blocks = 2, int hidden = 32,
+                                 int heads = 4, int seq = 16, int vocab = 64) {
+  return tiny_spec("gpt", granularity, tied, blocks, hidden, heads, seq, vocab, 0);
+}
+
 inline model::ModelSpec tiny_llama(int granularity, bool tied = false, int blocks = 2, int hidden = 32,
                                    int heads = 4, int seq = 16, int vocab = 64, int kv_heads = 2) {
-  model::GptConfig c;
-  c.family = "llama";
-  c.name = "custom";
-  c.num_blocks = blocks;
-  c.hidden = hidden;
-  c.heads = heads;
-  c.kv_heads = kv_heads;
-  c.seq_len = seq;
-  c.vocab = vocab;
-  c.ffn_hidden = 2 * hidden;
-  c.granularity = granularity;
-  c.tied_embeddings = tied;
-  auto spec = model::build_gpt(c);
-  HARP_CHECK(spec.ok()) << spec.status().to_string();
-  return *spec;
+  return tiny_spec("llama", granularity, tied, blocks, hidden, heads, seq, vocab, kv_heads);
 }
 
 // tiny_gpt or tiny_llama by family ("gpt" | "llama"); the tests' defaults for tied.

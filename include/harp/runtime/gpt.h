@@ -23,6 +23,7 @@
 // rank allocates only its layers, and the global RNG is untouched.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -49,8 +50,12 @@ class GptLayerImpl : public torch::nn::Module {
   torch::Tensor tied_weight() const;
 
  private:
+  // A block piece's output from its input `t` and, for attn_in and mlp_in, the input's
+  // pre-norm; `w` looks up this block's weights by their name below "blockN.".
+  using Weights = std::function<torch::Tensor(const std::string&)>;
+  torch::Tensor gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed, const Weights& w) const;
+  torch::Tensor llama_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed, const Weights& w) const;
   void add_llama_params(const model::GptConfig& config, const model::Layer& layer);
-  torch::Tensor llama_forward(const torch::Tensor& x, const torch::Tensor& targets);
 
   model::GptConfig config_;
   model::Layer layer_;
