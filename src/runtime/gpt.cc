@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include <ATen/CPUGeneratorImpl.h>
 
@@ -104,84 +105,89 @@ torch::Tensor rotary(const torch::Tensor& x, double theta) {
   return x * cos + rotated * sin;
 }
 
+// How a parameter starts: normal(0, 0.02), normal with the residual scale, or 1 (norms);
+// biases stay 0.
+enum class Init { kNormal, kResidual, kOne, kZero };
+
+struct ParamSpec {
+  int stream;  // its generator: a piece bit, kEmbedStream (head) or kTailStream (tail)
+  std::string name;
+  std::vector<std::int64_t> shape;
+  Init init;
+};
+
+// The parameters of one layer, in the order they are registered and drawn (each stream's
+// draws in this order).
+std::vector<ParamSpec> param_specs(const model::GptConfig& c, const model::Layer& layer) {
+  const std::int64_t h = c.hidden, f = c.ffn_hidden, V = c.vocab;
+  const bool llama = c.family == "llama";
+  const std::int64_t kv = llama ? static_cast<std::int64_t>(c.kv_heads) * (h / c.heads) : h;
+  std::vector<ParamSpec> out;
+  auto add = [&](int stream, const std::string& name, std::vector<std::int64_t> shape, Init init) {
+    out.push_back({stream, name, std::move(shape), init});
+  };
+  // A norm: LayerNorm's weight and bias, RMSNorm's weight.
+  auto norm = [&](int stream, const std::string& prefix) {
+    add(stream, prefix + ".weight", {h}, Init::kOne);
+    if (!llama) add(stream, prefix + ".bias", {h}, Init::kZero);
+  };
+  auto bias = [&](int stream, const std::string& name, std::int64_t n) {
+    if (!llama) add(stream, name, {n}, Init::kZero);
+  };
+  switch (layer.kind) {
+    case model::LayerKind::kHead:
+      add(kEmbedStream, "embed.token.weight", {V, h}, Init::kNormal);
+      if (!llama) add(kEmbedStream, "embed.position.weight", {c.seq_len, h}, Init::kNormal);
+      break;
+    case model::LayerKind::kTail:
+      norm(kTailStream, llama ? "head.norm" : "head.ln_f");
+      // Tied: a separate copy of the token embedding whose gradient the runtime sums
+      // with the head's, so first and last stage may live on different ranks.
+      add(kTailStream, "head.lm.weight", {V, h}, Init::kNormal);
+      break;
+    case model::LayerKind::kBlockPart: {
+      const std::string p = block_prefix(layer.block);
+      if (layer.pieces & kAttnIn) {
+        norm(kAttnIn, p + "ln1");
+        if (llama) {
+          add(kAttnIn, p + "attn.q.weight", {h, h}, Init::kNormal);
+          add(kAttnIn, p + "attn.k.weight", {kv, h}, Init::kNormal);
+          add(kAttnIn, p + "attn.v.weight", {kv, h}, Init::kNormal);
+        } else {
+          add(kAttnIn, p + "attn.qkv.weight", {3 * h, h}, Init::kNormal);
+          bias(kAttnIn, p + "attn.qkv.bias", 3 * h);
+        }
+      }
+      if (layer.pieces & kAttnOut) {
+        add(kAttnOut, p + "attn.proj.weight", {h, h}, Init::kResidual);
+        bias(kAttnOut, p + "attn.proj.bias", h);
+      }
+      if (layer.pieces & kMlpIn) {
+        norm(kMlpIn, p + "ln2");
+        if (llama) {
+          add(kMlpIn, p + "mlp.gate.weight", {f, h}, Init::kNormal);
+          add(kMlpIn, p + "mlp.up.weight", {f, h}, Init::kNormal);
+        } else {
+          add(kMlpIn, p + "mlp.fc1.weight", {f, h}, Init::kNormal);
+          bias(kMlpIn, p + "mlp.fc1.bias", f);
+        }
+      }
+      if (layer.pieces & kMlpOut) {
+        add(kMlpOut, p + (llama ? "mlp.down.weight" : "mlp.fc2.weight"), {h, f}, Init::kResidual);
+        bias(kMlpOut, p + "mlp.fc2.bias", h);
+      }
+      break;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 GptLayerImpl::GptLayerImpl(const model::GptConfig& config, const model::Layer& layer)
     : config_(config), layer_(layer) {
-  const std::int64_t h = config.hidden, f = config.ffn_hidden, V = config.vocab;
-  HARP_CHECK(f > 0) << "GptConfig.ffn_hidden must be resolved (use model::build_gpt)";
-  if (config.family == "llama") {
-    add_llama_params(config, layer);
-    return;
-  }
-  switch (layer.kind) {
-    case model::LayerKind::kHead:
-      add_param(*this, "embed.token.weight", {V, h});
-      add_param(*this, "embed.position.weight", {config.seq_len, h});
-      break;
-    case model::LayerKind::kTail:
-      add_param(*this, "head.ln_f.weight", {h});
-      add_param(*this, "head.ln_f.bias", {h});
-      // Tied: a separate copy of the token embedding whose gradient the runtime sums
-      // with the head's, so first and last stage may live on different ranks.
-      add_param(*this, "head.lm.weight", {V, h});
-      break;
-    case model::LayerKind::kBlockPart: {
-      const std::string p = block_prefix(layer.block);
-      if (layer.pieces & kAttnIn) {
-        add_param(*this, p + "ln1.weight", {h});
-        add_param(*this, p + "ln1.bias", {h});
-        add_param(*this, p + "attn.qkv.weight", {3 * h, h});
-        add_param(*this, p + "attn.qkv.bias", {3 * h});
-      }
-      if (layer.pieces & kAttnOut) {
-        add_param(*this, p + "attn.proj.weight", {h, h});
-        add_param(*this, p + "attn.proj.bias", {h});
-      }
-      if (layer.pieces & kMlpIn) {
-        add_param(*this, p + "ln2.weight", {h});
-        add_param(*this, p + "ln2.bias", {h});
-        add_param(*this, p + "mlp.fc1.weight", {f, h});
-        add_param(*this, p + "mlp.fc1.bias", {f});
-      }
-      if (layer.pieces & kMlpOut) {
-        add_param(*this, p + "mlp.fc2.weight", {h, f});
-        add_param(*this, p + "mlp.fc2.bias", {h});
-      }
-      break;
-    }
-  }
-}
-
-void GptLayerImpl::add_llama_params(const model::GptConfig& config, const model::Layer& layer) {
-  const std::int64_t h = config.hidden, f = config.ffn_hidden, V = config.vocab;
-  const std::int64_t kv = static_cast<std::int64_t>(config.kv_heads) * (h / config.heads);
-  switch (layer.kind) {
-    case model::LayerKind::kHead:
-      add_param(*this, "embed.token.weight", {V, h});
-      break;
-    case model::LayerKind::kTail:
-      add_param(*this, "head.norm.weight", {h});
-      add_param(*this, "head.lm.weight", {V, h});
-      break;
-    case model::LayerKind::kBlockPart: {
-      const std::string p = block_prefix(layer.block);
-      if (layer.pieces & kAttnIn) {
-        add_param(*this, p + "ln1.weight", {h});
-        add_param(*this, p + "attn.q.weight", {h, h});
-        add_param(*this, p + "attn.k.weight", {kv, h});
-        add_param(*this, p + "attn.v.weight", {kv, h});
-      }
-      if (layer.pieces & kAttnOut) add_param(*this, p + "attn.proj.weight", {h, h});
-      if (layer.pieces & kMlpIn) {
-        add_param(*this, p + "ln2.weight", {h});
-        add_param(*this, p + "mlp.gate.weight", {f, h});
-        add_param(*this, p + "mlp.up.weight", {f, h});
-      }
-      if (layer.pieces & kMlpOut) add_param(*this, p + "mlp.down.weight", {h, f});
-      break;
-    }
-  }
+  HARP_CHECK(config.ffn_hidden > 0) << "GptConfig.ffn_hidden must be resolved (use model::build_gpt)";
+  for (const ParamSpec& spec : param_specs(config, layer)) add_param(*this, spec.name, spec.shape);
 }
 
 torch::Tensor GptLayerImpl::tied_weight() const {
@@ -291,58 +297,27 @@ torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const
 namespace {
 
 // GPT-2 initialisation (LLaMA's pieces alike: normal 0.02, the residual projections
-// scaled, norms at 1), drawn in float64 on the CPU so float32 and float64 models and
+// scaled, norms at 1; param_specs), drawn in float64 on the CPU so float32 and float64 models and
 // CPU and CUDA ranks start from the same values (up to rounding).
 void init_layer(GptLayerImpl& layer, const model::GptConfig& c, std::uint64_t seed) {
   torch::NoGradGuard no_grad;
   auto params = layer.named_parameters(true);
-  auto normal = [&](const std::string& name, double std, at::Generator& gen) {
-    params[name].normal_(0.0, std, gen);
-  };
-  auto layer_norm = [&](const std::string& prefix) { params[prefix + ".weight"].fill_(1.0); };
   // Residual projections scaled by 1/sqrt(2R) (GPT-2), keeping the residual stream's
   // variance independent of depth.
   const double residual_std = kInitStd / std::sqrt(2.0 * c.num_blocks);
   const model::Layer& l = layer.layer();
-  const bool llama = c.family == "llama";
-  switch (l.kind) {
-    case model::LayerKind::kHead: {
-      auto gen = init_generator(seed, -1, kEmbedStream);
-      normal("embed.token.weight", kInitStd, gen);
-      if (!llama) normal("embed.position.weight", kInitStd, gen);
-      break;
+  std::map<int, at::Generator> generators;  // one per stream, created at its first draw
+  for (const ParamSpec& spec : param_specs(c, l)) {
+    if (spec.init == Init::kOne) params[spec.name].fill_(1.0);
+    if (spec.init != Init::kNormal && spec.init != Init::kResidual) continue;
+    auto it = generators.find(spec.stream);
+    if (it == generators.end()) {
+      // Tied: the tail replays the head's generator, whose first draw is the token embedding.
+      const int stream = spec.stream == kTailStream && c.tied_embeddings ? kEmbedStream : spec.stream;
+      const int block = l.kind == model::LayerKind::kBlockPart ? l.block : -1;
+      it = generators.emplace(spec.stream, init_generator(seed, block, stream)).first;
     }
-    case model::LayerKind::kTail: {
-      layer_norm(llama ? "head.norm" : "head.ln_f");
-      // Tied: replay the head's generator, whose first draw is the token embedding.
-      auto gen = c.tied_embeddings ? init_generator(seed, -1, kEmbedStream)
-                                   : init_generator(seed, -1, kTailStream);
-      normal("head.lm.weight", kInitStd, gen);
-      break;
-    }
-    case model::LayerKind::kBlockPart: {
-      const std::string p = block_prefix(l.block);
-      for (int piece : kPieces) {
-        if (!(l.pieces & piece)) continue;
-        auto gen = init_generator(seed, l.block, piece);
-        if (piece == kAttnIn) {
-          layer_norm(p + "ln1");
-          for (const char* w : llama ? std::vector<const char*>{"attn.q.weight", "attn.k.weight", "attn.v.weight"}
-                                     : std::vector<const char*>{"attn.qkv.weight"})
-            normal(p + w, kInitStd, gen);
-        } else if (piece == kAttnOut) {
-          normal(p + "attn.proj.weight", residual_std, gen);
-        } else if (piece == kMlpIn) {
-          layer_norm(p + "ln2");
-          for (const char* w : llama ? std::vector<const char*>{"mlp.gate.weight", "mlp.up.weight"}
-                                     : std::vector<const char*>{"mlp.fc1.weight"})
-            normal(p + w, kInitStd, gen);
-        } else {
-          normal(p + (llama ? "mlp.down.weight" : "mlp.fc2.weight"), residual_std, gen);
-        }
-      }
-      break;
-    }
+    params[spec.name].normal_(0.0, spec.init == Init::kResidual ? residual_std : kInitStd, it->second);
   }
 }
 

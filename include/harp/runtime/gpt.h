@@ -55,7 +55,6 @@ class GptLayerImpl : public torch::nn::Module {
   using Weights = std::function<torch::Tensor(const std::string&)>;
   torch::Tensor gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed, const Weights& w) const;
   torch::Tensor llama_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed, const Weights& w) const;
-  void add_llama_params(const model::GptConfig& config, const model::Layer& layer);
 
   model::GptConfig config_;
   model::Layer layer_;
