@@ -66,16 +66,6 @@ std::size_t run(std::string_view s, std::size_t i, Class cls) {
   return j - i;
 }
 
-std::size_t other_run(std::string_view s, std::size_t i) {
-  std::size_t j = i;
-  while (j < s.size()) {
-    const auto [c, n] = code_point(s, j);
-    if (c != Class::kOther) break;
-    j += n;
-  }
-  return j - i;
-}
-
 // The length of the piece starting at i (the pattern's alternatives in order).
 std::size_t next_piece(std::string_view s, std::size_t i) {
   if (s[i] == '\'' && i + 1 < s.size()) {
@@ -86,13 +76,8 @@ std::size_t next_piece(std::string_view s, std::size_t i) {
   }
   // " ?X+" for letters, numbers and other symbols: an optional literal space first.
   const std::size_t start = s[i] == ' ' && i + 1 < s.size() ? i + 1 : i;
-  const auto [cls, n] = code_point(s, start);
-  if (start == i || cls != Class::kSpace) {
-    std::size_t len = 0;
-    if (cls == Class::kLetter || cls == Class::kNumber) len = run(s, start, cls);
-    if (cls == Class::kOther) len = other_run(s, start);
-    if (len > 0) return start - i + len;
-  }
+  const Class cls = code_point(s, start).first;
+  if (cls != Class::kSpace) return start - i + run(s, start, cls);
   // White space: \s+(?!\S) keeps the last white-space character for the next piece
   // when a non-space follows; a single one before a non-space is \s+.
   const std::size_t spaces = run(s, i, Class::kSpace);
