@@ -40,12 +40,15 @@ int run_data_prepare(const Opts& o, Context& ctx) {
                                                      std::to_string(vocab) +
                                                      " does not fit raw uint16 tokens; pass --format llmc "
                                                      "(llm.c's uint32 file)"));
+  const std::string val_output = o.val_output.empty() ? default_val_output(o.output) : o.val_output;
+  if (o.val_fraction > 0 && std::filesystem::path(val_output) == std::filesystem::path(o.output))
+    return ctx.fail("data prepare", invalid_argument("--val-output " + val_output +
+                                                     " is the training output; name another file"));
   auto text = read_text_file(o.input, std::int64_t{1} << 30);
   if (!text.ok()) return ctx.fail("data prepare", text.status());
   if (text->empty())
     return ctx.fail("data prepare", invalid_argument(o.input + ": input is empty; nothing to tokenise"));
   std::vector<std::uint32_t> tokens = (*tokenizer)->encode(*text);
-  const std::string val_output = o.val_output.empty() ? default_val_output(o.output) : o.val_output;
   std::vector<std::uint32_t> val;
   if (o.val_fraction > 0) {
     const auto n = static_cast<std::int64_t>(static_cast<double>(tokens.size()) * o.val_fraction);
@@ -57,9 +60,6 @@ int run_data_prepare(const Opts& o, Context& ctx) {
                                        "; pass a fraction that keeps both parts non-empty"));
     val.assign(tokens.end() - n, tokens.end());
     tokens.resize(tokens.size() - static_cast<size_t>(n));
-    if (std::filesystem::path(val_output) == std::filesystem::path(o.output))
-      return ctx.fail("data prepare", invalid_argument("--val-output " + val_output +
-                                                       " is the training output; name another file"));
   }
   Status s = data::write_tokens(tokens, format, o.output);
   if (s.ok() && !val.empty()) s = data::write_tokens(val, format, val_output);

@@ -19,8 +19,6 @@ namespace {
 enum Piece { kAttnIn = 1, kAttnOut = 2, kMlpIn = 4, kMlpOut = 8 };
 constexpr int kPieces[] = {kAttnIn, kAttnOut, kMlpIn, kMlpOut};
 constexpr double kInitStd = 0.02;
-constexpr double kLayerNormEps = 1e-5;
-constexpr double kRmsNormEps = 1e-5;  // LLaMA-2 and LLaMA-3 (their config.json rms_norm_eps)
 // Generator streams for the head and tail (block pieces use their piece bit).
 constexpr int kEmbedStream = 16, kTailStream = 17;
 

@@ -8,6 +8,7 @@
 #include <regex>
 
 #include "harp/data/safetensors.h"
+#include "harp/runtime/gpt.h"
 #include "harp/runtime/trainer.h"
 
 namespace harp::runtime {
@@ -89,55 +90,78 @@ class HfFiles {
 
 }  // namespace
 
-HfName hf_llama_name(const std::string& ours, bool tied) {
-  static const std::map<std::string, std::string> fixed = {
-      {"embed.token.weight", "model.embed_tokens.weight"}, {"head.norm.weight", "model.norm.weight"}};
-  if (const auto it = fixed.find(ours); it != fixed.end()) return {it->second, false};
-  if (ours == "head.lm.weight") return {tied ? "model.embed_tokens.weight" : "lm_head.weight", false};
+namespace {
+
+// One family's names: those outside the blocks, the LM head's when tied, and those
+// below "blockN." with the Hugging Face prefix of a block.
+struct NameMap {
+  const char* family;
+  std::map<std::string, HfName> fixed;
+  std::string tied_lm;
+  std::string block_prefix;
+  std::map<std::string, HfName> parts;
+};
+
+HfName map_name(const NameMap& map, const std::string& ours, bool tied) {
+  if (ours == "head.lm.weight") return {tied ? map.tied_lm : "lm_head.weight", false};
+  if (const auto it = map.fixed.find(ours); it != map.fixed.end()) return it->second;
   static const std::regex block(R"(block(\d+)\.(.+))");
-  static const std::map<std::string, std::string> parts = {
-      {"ln1.weight", "input_layernorm.weight"},   {"attn.q.weight", "self_attn.q_proj.weight"},
-      {"attn.k.weight", "self_attn.k_proj.weight"}, {"attn.v.weight", "self_attn.v_proj.weight"},
-      {"attn.proj.weight", "self_attn.o_proj.weight"}, {"ln2.weight", "post_attention_layernorm.weight"},
-      {"mlp.gate.weight", "mlp.gate_proj.weight"}, {"mlp.up.weight", "mlp.up_proj.weight"},
-      {"mlp.down.weight", "mlp.down_proj.weight"}};
   std::smatch m;
   if (std::regex_match(ours, m, block)) {
-    const auto it = parts.find(m[2].str());
-    HARP_CHECK(it != parts.end()) << "not a LLaMA parameter: " << ours;
-    return {"model.layers." + m[1].str() + "." + it->second, false};
+    if (const auto it = map.parts.find(m[2].str()); it != map.parts.end())
+      return {map.block_prefix + m[1].str() + "." + it->second.name, it->second.transposed};
   }
-  HARP_CHECK(false) << "not a LLaMA parameter: " << ours;
+  HARP_CHECK(false) << "not a " << map.family << " parameter: " << ours;
   return {};
+}
+
+}  // namespace
+
+HfName hf_llama_name(const std::string& ours, bool tied) {
+  static const NameMap map = {
+      "LLaMA",
+      {{"embed.token.weight", {"model.embed_tokens.weight"}}, {"head.norm.weight", {"model.norm.weight"}}},
+      "model.embed_tokens.weight",
+      "model.layers.",
+      {{"ln1.weight", {"input_layernorm.weight"}},
+       {"attn.q.weight", {"self_attn.q_proj.weight"}},
+       {"attn.k.weight", {"self_attn.k_proj.weight"}},
+       {"attn.v.weight", {"self_attn.v_proj.weight"}},
+       {"attn.proj.weight", {"self_attn.o_proj.weight"}},
+       {"ln2.weight", {"post_attention_layernorm.weight"}},
+       {"mlp.gate.weight", {"mlp.gate_proj.weight"}},
+       {"mlp.up.weight", {"mlp.up_proj.weight"}},
+       {"mlp.down.weight", {"mlp.down_proj.weight"}}}};
+  return map_name(map, ours, tied);
+}
+
+HfName hf_gpt2_name(const std::string& ours, bool tied) {
+  static const NameMap map = {
+      "GPT",
+      {{"embed.token.weight", {"transformer.wte.weight"}},
+       {"embed.position.weight", {"transformer.wpe.weight"}},
+       {"head.ln_f.weight", {"transformer.ln_f.weight"}},
+       {"head.ln_f.bias", {"transformer.ln_f.bias"}}},
+      "transformer.wte.weight",
+      "transformer.h.",
+      {{"ln1.weight", {"ln_1.weight"}},
+       {"ln1.bias", {"ln_1.bias"}},
+       {"attn.qkv.weight", {"attn.c_attn.weight", true}},  // Conv1D: [in, out]
+       {"attn.qkv.bias", {"attn.c_attn.bias"}},
+       {"attn.proj.weight", {"attn.c_proj.weight", true}},
+       {"attn.proj.bias", {"attn.c_proj.bias"}},
+       {"ln2.weight", {"ln_2.weight"}},
+       {"ln2.bias", {"ln_2.bias"}},
+       {"mlp.fc1.weight", {"mlp.c_fc.weight", true}},
+       {"mlp.fc1.bias", {"mlp.c_fc.bias"}},
+       {"mlp.fc2.weight", {"mlp.c_proj.weight", true}},
+       {"mlp.fc2.bias", {"mlp.c_proj.bias"}}}};
+  return map_name(map, ours, tied);
 }
 
 HfName hf_name(const std::string& ours, const model::ModelSpec& model) {
   return model.family == "llama" ? hf_llama_name(ours, model.gpt.tied_embeddings)
                                  : hf_gpt2_name(ours, model.gpt.tied_embeddings);
-}
-
-HfName hf_gpt2_name(const std::string& ours, bool tied) {
-  static const std::map<std::string, std::string> fixed = {
-      {"embed.token.weight", "transformer.wte.weight"}, {"embed.position.weight", "transformer.wpe.weight"},
-      {"head.ln_f.weight", "transformer.ln_f.weight"},  {"head.ln_f.bias", "transformer.ln_f.bias"}};
-  if (const auto it = fixed.find(ours); it != fixed.end()) return {it->second, false};
-  if (ours == "head.lm.weight") return {tied ? "transformer.wte.weight" : "lm_head.weight", false};
-  static const std::regex block(R"(block(\d+)\.(.+))");
-  static const std::map<std::string, std::pair<std::string, bool>> parts = {
-      {"ln1.weight", {"ln_1.weight", false}},          {"ln1.bias", {"ln_1.bias", false}},
-      {"attn.qkv.weight", {"attn.c_attn.weight", true}}, {"attn.qkv.bias", {"attn.c_attn.bias", false}},
-      {"attn.proj.weight", {"attn.c_proj.weight", true}}, {"attn.proj.bias", {"attn.c_proj.bias", false}},
-      {"ln2.weight", {"ln_2.weight", false}},          {"ln2.bias", {"ln_2.bias", false}},
-      {"mlp.fc1.weight", {"mlp.c_fc.weight", true}},    {"mlp.fc1.bias", {"mlp.c_fc.bias", false}},
-      {"mlp.fc2.weight", {"mlp.c_proj.weight", true}},  {"mlp.fc2.bias", {"mlp.c_proj.bias", false}}};
-  std::smatch m;
-  if (std::regex_match(ours, m, block)) {
-    const auto it = parts.find(m[2].str());
-    HARP_CHECK(it != parts.end()) << "not a GPT parameter: " << ours;
-    return {"transformer.h." + m[1].str() + "." + it->second.first, it->second.second};
-  }
-  HARP_CHECK(false) << "not a GPT parameter: " << ours;
-  return {};
 }
 
 Json hf_config(const model::ModelSpec& model) {
@@ -154,7 +178,7 @@ Json hf_config(const model::ModelSpec& model) {
             {"max_position_embeddings", c.seq_len},
             {"vocab_size", c.vocab},
             {"hidden_act", "silu"},
-            {"rms_norm_eps", 1e-5},
+            {"rms_norm_eps", kRmsNormEps},
             {"rope_theta", c.rope_theta},
             {"rope_scaling", nullptr},
             {"attention_bias", false},
@@ -172,7 +196,7 @@ Json hf_config(const model::ModelSpec& model) {
           {"vocab_size", c.vocab},
           {"n_inner", c.ffn_hidden},
           {"activation_function", "gelu_new"},
-          {"layer_norm_epsilon", 1e-5},
+          {"layer_norm_epsilon", kLayerNormEps},
           {"resid_pdrop", 0.0},
           {"embd_pdrop", 0.0},
           {"attn_pdrop", 0.0},

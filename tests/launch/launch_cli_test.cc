@@ -67,6 +67,11 @@ TEST(LaunchCli, DataPrepareWithATokenizerAndAValidationSplit) {
   r = harp({"data", "prepare", "--input", dir.file("in.txt"), "--output", dir.file("o.bin"), "--val-fraction", "0.01"});
   EXPECT_EQ(r.rc, kExitInput);
   EXPECT_NE(r.err.find("leaves no validation token"), std::string::npos) << r.err;
+  r = harp({"data", "prepare", "--input", dir.file("in.txt"), "--output", dir.file("o.bin"), "--val-fraction", "0.2",
+            "--val-output", dir.file("o.bin")});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_NE(r.err.find("is the training output; name another file"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("o.bin")));
 }
 
 TEST(LaunchCli, DataPrepareBadInputIsExitOneNamingTheFile) {
