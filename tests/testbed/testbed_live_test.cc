@@ -181,7 +181,7 @@ links:
     std::ofstream(dir.file("job.yaml")) << R"(version: 1
 cluster: cluster.yaml
 model: {family: gpt, name: gpt-shaped, num_blocks: 2, hidden: 128, heads: 4, seq_len: 128, vocab: 256, granularity: 1}
-planner: {strategy: uniform, microbatches: 6, microbatch_size: 2}
+planner: {strategy: uniform, microbatches: 12, microbatch_size: 2}
 training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
 )";
     std::ofstream text(dir.file("corpus.txt"));
