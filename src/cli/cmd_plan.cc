@@ -29,13 +29,14 @@ struct Opts {
   bool allow_idle = false;
   bool fixed_order = true;
   std::string search_schedule = "harp-1f1b";
+  std::string recompute;  // none | selective | full | auto; "" = the job's
   bool compare = false;
   std::string output;
   bool json = false;
 };
 
 void print_plan_table(const plan::Plan& p, const planner::StageCosts& costs, std::ostream& out) {
-  Table t({"stage", "subcluster", "devices", "layers", "dp x tp", "N", "fwd", "bwd", "comm",
+  Table t({"stage", "subcluster", "devices", "layers", "dp x tp", "recompute", "N", "fwd", "bwd", "comm",
            "memory / usable", "costs"});
   for (int i = 0; i < p.num_stages(); ++i) {
     const auto& s = p.stages[i];
@@ -44,7 +45,7 @@ void print_plan_table(const plan::Plan& p, const planner::StageCosts& costs, std
                                              : fmt("%d-%d", s.devices.front(), s.devices.back());
     t.add({std::to_string(i), s.subcluster_name + " (" + dev.name + ")", devs,
            fmt("[%d, %d)", s.first_layer, s.last_layer), fmt("%d x %d", s.dp, s.tp),
-           std::to_string(s.launch_count), fmt_time(s.fwd_s), fmt_time(s.bwd_s),
+           recompute_name(s.recompute), std::to_string(s.launch_count), fmt_time(s.fwd_s), fmt_time(s.bwd_s),
            i + 1 < p.num_stages() ? fmt_time(s.comm_s) : "-",
            fmt("%.1f / %.1f GiB", bytes_to_gib(s.memory_bytes),
                bytes_to_gib(costs.usable_memory_bytes(s.subcluster))),
@@ -98,6 +99,7 @@ planner::PlanRequest request_of(const Opts& o, Context& ctx) {
   r.allow_idle_devices = o.allow_idle;
   r.fixed_order = o.fixed_order;
   r.schedule_in_search = o.search_schedule != "1f1b";
+  if (!o.recompute.empty()) r.recompute = o.recompute;
   r.compare = o.compare;
   r.profile_file = o.profile_file;
   r.calibrate_file = o.calibrate_file;
@@ -268,6 +270,10 @@ void add_plan_command(CLI::App& root, Context& ctx) {
                   "The schedule harp's search plans for: harp-1f1b (default), or 1f1b and then HARP's launch "
                   "counts (an ablation: the schedule out of the loop)")
       ->check(CLI::IsMember({"harp-1f1b", "1f1b"}));
+  cmd->add_option("--recompute", o->recompute,
+                  "Activation recomputation: none, selective or full on every stage, or auto (the search "
+                  "picks per stage, time against memory). Default: the job's planner.recompute, else none")
+      ->check(CLI::IsMember({"none", "selective", "full", "auto"}));
   cmd->add_option("--output", o->output, "Write the plan JSON here");
   cmd->add_flag("--json", o->json, "Print JSON instead of tables");
   cmd->callback([o, &ctx] { ctx.rc = run_plan(*o, ctx); });

@@ -243,6 +243,11 @@ void add_train_command(CLI::App& root, Context& ctx) {
   over(cmd->add_option("--grad-clip", f.grad_clip, "Max global gradient norm (0: off)")->capture_default_str(),
        &C::grad_clip);
   over(cmd->add_option("--dtype", f.dtype, "float32 or float64")->capture_default_str(), &C::dtype);
+  over(cmd->add_option("--recompute", f.recompute,
+                       "Activation recomputation: plan (each stage as the plan says), none, selective or full")
+           ->check(CLI::IsMember({"plan", "none", "selective", "full"}))
+           ->capture_default_str(),
+       &C::recompute);
   over(cmd->add_option("--out", f.out, "Output folder: metrics, traces, checkpoints")->capture_default_str(),
        &C::out);
   over(cmd->add_option("--checkpoint-every", f.checkpoint_every, "Checkpoint every K steps (0: never)"),

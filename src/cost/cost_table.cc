@@ -61,7 +61,20 @@ StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) 
     b.param_bytes = lr.non_negative("param_bytes");
     b.output_bytes = lr.non_negative("output_bytes");
     b.activation_bytes = lr.non_negative("activation_bytes");
+    // Optional, for recomputation (layer_costs.h); absent: the layer is not recomputed.
+    b.block = static_cast<int>(lr.integer("block", -1, -1));
+    b.input_bytes = lr.non_negative("input_bytes", 0.0);
+    b.attention_score_bytes = lr.non_negative("attention_score_bytes", 0.0);
+    b.attention_flop_fraction = lr.non_negative("attention_flop_fraction", 0.0);
     HARP_RETURN_IF_ERROR(lr.finish());
+    if (b.attention_score_bytes > b.activation_bytes)
+      return field_error(file, "layers[" + std::to_string(i) + "].attention_score_bytes",
+                         std::to_string(b.attention_score_bytes), "must not exceed the layer's activation_bytes",
+                         "give the part of activation_bytes that the attention scores take");
+    if (b.attention_flop_fraction > 1)
+      return field_error(file, "layers[" + std::to_string(i) + "].attention_flop_fraction",
+                         std::to_string(b.attention_flop_fraction), "must be at most 1",
+                         "give the attention core's share of the layer's forward time");
     t.layers.push_back(b);
   }
   if (devices == nullptr || !devices->is_object() || devices->empty())

@@ -23,8 +23,14 @@ const char* cost_source_name(CostSource source) {
 std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model) {
   std::vector<LayerBytes> out;
   out.reserve(model.layers.size());
-  for (const auto& l : model.layers)
-    out.push_back({l.param_bytes, l.activation_bytes, l.output_bytes, l.output_shape});
+  for (const auto& l : model.layers) {
+    LayerBytes b{l.param_bytes, l.activation_bytes, l.output_bytes, l.output_shape};
+    b.block = l.kind == model::LayerKind::kBlockPart ? l.block : -1;
+    b.input_bytes = l.input_bytes;
+    b.attention_score_bytes = l.attention_score_bytes;
+    b.attention_flop_fraction = l.fwd_flops > 0 ? l.attention_flops / l.fwd_flops : 0.0;
+    out.push_back(std::move(b));
+  }
   return out;
 }
 
@@ -169,17 +175,23 @@ StatusOr<Calibration> calibrate(const LayerCostSource& source, const cluster::Cl
     const MeasuredStage& st = stages[i];
     const std::string& dev = cluster.subclusters.at(st.subcluster).device;
     auto& s = sums[dev];
-    s[0] += st.fwd_s;
-    s[1] += st.bwd_s;
+    double fwd = 0, bwd = 0, repeated = 0;  // predicted forward, backward, recomputed forward
     for (int l = st.first_layer; l < st.last_layer; ++l) {
       auto t = source.time(cluster, st.subcluster, l, st.samples, 1);
       if (!t)
         return invalid_argument(shown_path(file) + ": stage " + std::to_string(i) + " has no predicted time for layer " +
                                 std::to_string(l) + " at " + std::to_string(st.samples) +
                                 " samples on " + dev + "; calibrate with a run of this job's model");
-      s[2] += t->fwd_s;
-      s[3] += t->bwd_s;
+      fwd += t->fwd_s;
+      bwd += t->bwd_s;
+      const LayerBytes& b = source.layers().at(l);
+      if (st.recompute == Recompute::kFull && b.block >= 0) repeated += t->fwd_s;
+      if (st.recompute == Recompute::kSelective) repeated += t->fwd_s * b.attention_flop_fraction;
     }
+    s[0] += st.fwd_s;
+    s[1] += st.bwd_s - (fwd > 0 ? st.fwd_s * repeated / fwd : 0.0);
+    s[2] += fwd;
+    s[3] += bwd;
   }
   Calibration c;
   c.file = file;

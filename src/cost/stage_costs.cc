@@ -31,7 +31,7 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
       for (int tp = 1; tp <= max_tp; tp *= 2) {
         auto key = std::make_tuple(dev, samples, tp);
         if (s.prefixes_.count(key)) continue;
-        std::vector<Seconds> f(L), b(L);
+        std::vector<Seconds> f(L), b(L), rs(L), rf(L);
         Prefix p;
         p.profiled.assign(L + 1, 0);
         bool complete = true;
@@ -43,6 +43,8 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
           }
           f[i] = t->fwd_s;
           b[i] = t->bwd_s;
+          rs[i] = t->fwd_s * s.layers_[i].attention_flop_fraction;
+          rf[i] = s.layers_[i].block >= 0 ? t->fwd_s : 0.0;
           const bool profiled = t->source == CostSource::kProfile;
           p.profiled[i + 1] = p.profiled[i] + (profiled ? 1 : 0);
           if (!profiled) p.base = t->source;
@@ -50,6 +52,8 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
         if (!complete) continue;
         p.fwd = prefix_of(f);
         p.bwd = prefix_of(b);
+        p.rec_selective = prefix_of(rs);
+        p.rec_full = prefix_of(rf);
         s.prefixes_[key] = std::move(p);
       }
     }
@@ -68,10 +72,42 @@ void StageCosts::build_byte_prefixes() {
   const size_t L = layers_.size();
   param_prefix_.assign(L + 1, 0);
   act_prefix_.assign(L + 1, 0);
+  act_selective_prefix_.assign(L + 1, 0);
+  act_full_prefix_.assign(L + 1, 0);
   for (size_t i = 0; i < L; ++i) {
-    param_prefix_[i + 1] = param_prefix_[i] + layers_[i].param_bytes;
-    act_prefix_[i + 1] = act_prefix_[i] + layers_[i].activation_bytes;
+    const LayerBytes& b = layers_[i];
+    param_prefix_[i + 1] = param_prefix_[i] + b.param_bytes;
+    act_prefix_[i + 1] = act_prefix_[i] + b.activation_bytes;
+    act_selective_prefix_[i + 1] = act_selective_prefix_[i] + (b.activation_bytes - b.attention_score_bytes);
+    const bool starts_unit = i == 0 || layers_[i - 1].block != b.block;
+    act_full_prefix_[i + 1] = act_full_prefix_[i] + (b.block < 0 ? b.activation_bytes : starts_unit ? b.input_bytes : 0.0);
   }
+}
+
+Bytes RangeView::kept_bytes(int first, int last, Recompute recompute) const {
+  const Bytes* k = kept_[static_cast<int>(recompute)];
+  Bytes kept = k[last] - k[first];
+  // Full: a stage starting inside a block keeps its own first input for that unit.
+  if (recompute == Recompute::kFull) {
+    const LayerBytes& b = layers_[first];
+    if (b.block >= 0 && first > 0 && layers_[first - 1].block == b.block) kept += b.input_bytes;
+  }
+  return kept;
+}
+
+Bytes StageCosts::kept_bytes(int first, int last, Recompute recompute) const {
+  RangeView v;
+  set_byte_views(&v);
+  return v.kept_bytes(first, last, recompute);
+}
+
+void StageCosts::set_byte_views(RangeView* v) const {
+  v->params_ = param_prefix_.data();
+  v->acts_ = act_prefix_.data();
+  v->kept_[static_cast<int>(Recompute::kNone)] = act_prefix_.data();
+  v->kept_[static_cast<int>(Recompute::kSelective)] = act_selective_prefix_.data();
+  v->kept_[static_cast<int>(Recompute::kFull)] = act_full_prefix_.data();
+  v->layers_ = layers_.data();
 }
 
 const StageCosts::Prefix* StageCosts::prefix(int sub, int samples, int tp) const {
@@ -95,8 +131,9 @@ RangeView StageCosts::view(int sub, int dp, int tp) const {
   RangeView v;
   v.fwd_ = p->fwd.data();
   v.bwd_ = p->bwd.data();
-  v.params_ = param_prefix_.data();
-  v.acts_ = act_prefix_.data();
+  set_byte_views(&v);
+  v.rec_[static_cast<int>(Recompute::kSelective)] = p->rec_selective.data();
+  v.rec_[static_cast<int>(Recompute::kFull)] = p->rec_full.data();
   v.sub_ = sub;
   v.dp_ = dp;
   v.tp_ = tp;
@@ -111,8 +148,8 @@ RangeView StageCosts::view(int sub, int dp, int tp) const {
   return v;
 }
 
-StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp) const {
-  return view(sub, dp, tp).at(first, last);
+StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Recompute recompute) const {
+  return view(sub, dp, tp).at(first, last, recompute);
 }
 
 std::string StageCosts::stage_source(int sub, int first, int last, int dp, int tp) const {
@@ -124,15 +161,19 @@ std::string StageCosts::stage_source(int sub, int first, int last, int dp, int t
   return std::string(cost_source_name(CostSource::kProfile)) + "+" + cost_source_name(p->base);
 }
 
-StageFigures RangeView::at(int first, int last) const {
+StageFigures RangeView::at(int first, int last, Recompute recompute) const {
   StageFigures f;
   f.fwd_s = fwd_[last] - fwd_[first];
   f.bwd_s = bwd_[last] - bwd_[first];
+  if (recompute != Recompute::kNone) {
+    f.recompute_s = recompute_s(first, last, recompute);
+    f.bwd_s = f.bwd_s + f.recompute_s;
+  }
   const Bytes params = params_[last] - params_[first];
   f.allreduce_s = allreduce_.at(params);
   f.optimizer_s = opt_per_param_byte_ * params;
   f.static_bytes = static_bytes(first, last);
-  f.activation_bytes = activation_bytes(first, last);
+  f.activation_bytes = activation_bytes(first, last, recompute);
   return f;
 }
 

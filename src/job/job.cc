@@ -60,6 +60,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     job.planner.microbatches = static_cast<int>(pr.integer("microbatches", 1, job.planner.microbatches, 1 << 16));
     job.planner.microbatch_size =
         static_cast<int>(pr.integer("microbatch_size", 1, job.planner.microbatch_size, 1 << 16));
+    job.planner.recompute = pr.choice("recompute", {"none", "selective", "full", "auto"}, job.planner.recompute);
     if (!pr.failed() && static_cast<std::int64_t>(job.planner.microbatches) * job.planner.microbatch_size > (1 << 24))
       pr.fail("microbatch_size", std::to_string(job.planner.microbatch_size),
               "makes a global batch of " +
@@ -88,7 +89,8 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
                   {"planner",
                    {{"strategy", plan::strategy_name(job.planner.strategy)},
                     {"microbatches", job.planner.microbatches},
-                    {"microbatch_size", job.planner.microbatch_size}}},
+                    {"microbatch_size", job.planner.microbatch_size},
+                    {"recompute", job.planner.recompute}}},
                   {"schedule", {{"kind", plan::schedule_kind_name(job.schedule)}}},
                   {"cost", cost::cost_config_to_json(job.cost)},
                   {"training", runtime::train_config_to_json(job.training)}};

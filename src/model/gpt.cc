@@ -217,12 +217,19 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
                                 : (piece == kAttnOut) ? piece_cost(kAttnIn, c).out_bytes : 2 * h;
         first = false;
         l.fwd_flops += pc.flops * s;
+        if (piece == kAttnOut) {
+          l.attention_flops = 4 * s * h * s;  // q kᵀ and the weighted sum of v
+          // GPT: scores, softmax and its dropout mask (5·a·s per token, Korthikanti);
+          // LLaMA's memory-efficient core keeps only its output and log-sum-exp.
+          l.attention_score_bytes = (llama ? 2 * h + 4 * c.heads : 5 * c.heads * s) * s;
+        }
         l.param_count += static_cast<std::int64_t>(pc.params);
         l.activation_bytes += pc.act_bytes * s;
         l.output_bytes = pc.out_bytes * s;
         l.output_shape = {c.seq_len, static_cast<std::int64_t>(pc.out_bytes / 2)};
       }
       l.mem_traffic_bytes = in_bytes * s + l.output_bytes;
+      l.input_bytes = in_bytes * s;
       m.layers.push_back(l);
     }
   }
@@ -234,6 +241,7 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
   tail.param_count = static_cast<std::int64_t>((llama ? h : 2 * h) + (c.tied_embeddings ? 0 : V * h));
   tail.activation_bytes = (4 * h + 4 * V) * s;  // LN and head inputs, fp32 logits for the loss
   tail.output_bytes = 4;                          // the loss
+  tail.input_bytes = 2 * s * h;
   tail.mem_traffic_bytes = 2 * s * h + 4 * V * s;
   m.layers.push_back(tail);
 

@@ -27,6 +27,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->subcluster = static_cast<int>(r.integer("subcluster", 0, -1));
   s->subcluster_name = r.string("subcluster_name", "");
   s->cost_source = r.string("cost_source", "");
+  parse_recompute(r.choice("recompute", {"none", "selective", "full"}, "none"), &s->recompute);
   if (const Json* shape = r.get("cut_shape")) {
     bool good = shape->is_array() && shape->size() <= 4;
     if (good)
@@ -190,6 +191,7 @@ Json plan_to_json(const Plan& p) {
     if (!s.devices.empty()) sj["devices"] = s.devices;
     sj["dp"] = s.dp;
     sj["tp"] = s.tp;
+    if (s.recompute != Recompute::kNone) sj["recompute"] = recompute_name(s.recompute);
     if (s.launch_count > 0) sj["launch_count"] = s.launch_count;
     sj["fwd_s"] = s.fwd_s;
     sj["bwd_s"] = s.bwd_s;

@@ -24,6 +24,7 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
   p.B = options.microbatches;
   p.allow_idle = options.allow_idle_devices;
   p.harp = options.schedule == plan::ScheduleKind::kHarp1F1B;
+  p.recompute = options.recompute.empty() ? std::vector<Recompute>{Recompute::kNone} : options.recompute;
   const int mbs = costs.microbatch_size();
   for (int pos = 0; pos < p.C; ++pos) {
     const int sub = order[pos];
@@ -91,7 +92,7 @@ std::vector<Seconds> candidate_caps(const DpProblem& p) {
       for (int l = 0; l < p.L; ++l)
         for (int l1 = l + 1; l1 <= p.L; ++l1) {
           if (m.view.static_bytes(l, l1) > p.usable[pos]) break;
-          caps.push_back(m.view.compute_s(l, l1));
+          for (Recompute r : p.recompute) caps.push_back(m.view.compute_s(l, l1, r));
         }
     for (int l = 0; l + 1 < p.L; ++l) {
       if (p.devices_per_node[pos] > 1) caps.push_back(p.cut_intra_s[pos][l]);
@@ -161,6 +162,10 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
   const int offset = D - u;
   const Bytes usable = p_.usable[pos];
   const auto& meshes = p_.meshes[pos];
+  const int modes = static_cast<int>(p_.recompute.size());
+  Seconds t[kRecomputeModes];
+  Bytes act[kRecomputeModes];
+  auto mode_of = [&](int r) { return static_cast<std::int8_t>(p_.recompute[r]); };
   for (int mi = 0; mi < static_cast<int>(meshes.size()); ++mi) {
     const DpMesh& m = meshes[mi];
     if (m.devices > u || !p_.fits(pos, m, offset)) continue;
@@ -168,23 +173,32 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
     const bool same_crosses_nodes = (D - u1) % p_.devices_per_node[pos] == 0;
     const std::vector<Seconds>& same_cut = same_crosses_nodes ? p_.cut_inter_s[pos] : p_.cut_intra_s[pos];
     for (int l1 = l + 1; l1 <= p_.L; ++l1) {
-      const Seconds t = m.view.compute_s(l, l1);
-      if (t > cap) break;
+      // The stage's time and kept activations under each allowed recomputation mode; the
+      // fastest mode's time bounds the range (every mode's time grows with l1).
+      Seconds t_min = std::numeric_limits<double>::infinity();
+      for (int r = 0; r < modes; ++r) {
+        t[r] = m.view.compute_s(l, l1, p_.recompute[r]);
+        t_min = std::min(t_min, t[r]);
+      }
+      if (t_min > cap) break;
       const Bytes stat = m.view.static_bytes(l, l1);
       if (stat > usable) break;
-      const Bytes act = m.view.activation_bytes(l, l1);
-      const bool t_att = t == cap;
-      // Extends every entry of a downstream front through a link of time c.
+      for (int r = 0; r < modes; ++r) act[r] = m.view.activation_bytes(l, l1, p_.recompute[r]);
+      // Extends every entry of a downstream front through a link of time c, once per mode
+      // that fits (the fronts keep what no other entry dominates: a slower mode survives
+      // only where it is the one that fits the memory or attains the cap).
       auto extend = [&](int first, int count, int att1, Seconds c, int delta) {
-        const int att = (att1 || t_att || c == cap) && !feasibility_only_ ? 1 : 0;
         const double e_head = m.view.end_s(l, l1);
         for (int k = first; k < first + count; ++k) {
           const Entry& x = entries_[k];
           const int n = std::min(x.n + delta, p_.B);
-          if (stat + n * act > usable) continue;
-          const double sum = x.sum + t + 2 * c, e = std::max(x.e, e_head);
-          if (sum + floor + e >= prune_at) continue;
-          offer(scratch_[att], Entry{sum, e, n, k, l, pos, u, mi});
+          for (int r = 0; r < modes; ++r) {
+            if (t[r] > cap || stat + n * act[r] > usable) continue;
+            const int att = (att1 || t[r] == cap || c == cap) && !feasibility_only_ ? 1 : 0;
+            const double sum = x.sum + t[r] + 2 * c, e = std::max(x.e, e_head);
+            if (sum + floor + e >= prune_at) continue;
+            offer(scratch_[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r)});
+          }
         }
       };
       if (u1 > 0) {
@@ -198,8 +212,11 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
         extend(off_[s1], cnt_[s1], 1, c, delta);
       } else if (l1 == p_.L) {
         if (!p_.allow_idle && pos != p_.C - 1) continue;  // later subclusters would be idle
-        if (stat + act > usable) continue;
-        offer(scratch_[t_att && !feasibility_only_ ? 1 : 0], Entry{t, m.view.end_s(l, l1), 1, -1, l, pos, u, mi});
+        for (int r = 0; r < modes; ++r) {
+          if (t[r] > cap || stat + act[r] > usable) continue;
+          offer(scratch_[t[r] == cap && !feasibility_only_ ? 1 : 0],
+                Entry{t[r], m.view.end_s(l, l1), 1, -1, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r)});
+        }
       } else {
         for (int pos1 = pos + 1; pos1 < p_.C; ++pos1) {
           if (p_.linked[pos][pos1]) {
@@ -308,6 +325,7 @@ std::vector<Placement> DpTable::placements(int entry) const {
     pl.dp = m.dp;
     pl.tp = m.tp;
     pl.first_layer = x.l;
+    pl.recompute = static_cast<Recompute>(x.recompute);
     pl.last_layer = x.prev >= 0 ? entries_[x.prev].l : p_.L;
     out.push_back(pl);
   }

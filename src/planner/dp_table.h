@@ -35,6 +35,7 @@ struct DpProblem {
   std::vector<int> order;  // position -> subcluster index
   int C = 0, L = 0, B = 1, max_devices = 0;
   bool allow_idle = false, harp = true;
+  std::vector<Recompute> recompute;            // the modes a stage may use (SearchOptions)
   std::vector<int> devices, devices_per_node;  // per position
   std::vector<Bytes> usable;                   // per position
   std::vector<std::vector<DpMesh>> meshes;     // per position
@@ -104,7 +105,9 @@ class DpTable {
   struct Entry {
     double sum, e;
     int n, prev;
-    int l, pos, u, mesh;
+    int l, pos, u;
+    std::int16_t mesh;
+    std::int8_t recompute;  // the head stage's Recompute
   };
   int state(int l, int pos, int u, int att) const {
     return ((l * p_.C + pos) * (p_.max_devices + 1) + u) * 2 + att;

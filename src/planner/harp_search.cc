@@ -56,7 +56,8 @@ std::string explain_infeasible(const StageCosts& costs, const SearchOptions& opt
       for (int tp = 1; tp <= dpn && (options.max_tp == 0 || tp <= options.max_tp); tp *= 2)
         for (int dp = 1; dp <= costs.microbatch_size(); ++dp) {
           if (!costs.has(sub, dp, tp)) continue;
-          const Bytes n = costs.stage(sub, i, i + 1, dp, tp).memory_bytes(1);
+          Bytes n = std::numeric_limits<double>::infinity();
+          for (Recompute r : options.recompute) n = std::min(n, costs.stage(sub, i, i + 1, dp, tp, r).memory_bytes(1));
           const Bytes u = costs.usable_memory_bytes(sub);
           if (n - u < best_excess) {
             best_excess = n - u;
@@ -93,6 +94,12 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   const auto start = std::chrono::steady_clock::now();
   if (options.microbatches < 1)
     return invalid_argument("microbatches must be at least 1; got " + std::to_string(options.microbatches));
+  if (options.recompute.empty()) return invalid_argument("SearchOptions.recompute lists no mode; give at least none");
+  for (size_t i = 0; i < options.recompute.size(); ++i)
+    for (size_t j = 0; j < i; ++j)
+      if (options.recompute[i] == options.recompute[j])
+        return invalid_argument(std::string("recomputation mode ") + recompute_name(options.recompute[i]) +
+                                " is listed twice");
   SearchResult result;
   // Subcluster orders are independent problems: search them on all cores.
   std::vector<DpProblem> problems;

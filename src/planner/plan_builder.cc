@@ -42,7 +42,8 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     const int base = cluster.first_device_id(pl.subcluster) + pl.first_node * sub.devices_per_node +
                      pl.first_local;
     for (int d = 0; d < pl.devices; ++d) s.devices.push_back(base + d);
-    StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);
+    s.recompute = pl.recompute;
+    StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp, pl.recompute);
     s.fwd_s = f.fwd_s;
     s.bwd_s = f.bwd_s;
     s.allreduce_s = f.allreduce_s;
@@ -119,7 +120,8 @@ Status check_memory(const StageCosts& costs, const plan::Plan& plan) {
     std::snprintf(buf, sizeof buf,
                   "stage %d (layers [%d, %d) on %s) needs %.1f GiB per device (%.1f GiB state + "
                   "%d in-flight x %.2f GiB activations) but %s has %.1f GiB usable; use more "
-                  "devices or stages, a smaller microbatch_size, or a finer granularity",
+                  "devices or stages, a smaller microbatch_size, a finer granularity, or "
+                  "activation recomputation (--recompute auto)",
                   i, s.first_layer, s.last_layer, s.subcluster_name.c_str(),
                   bytes_to_gib(s.memory_bytes), bytes_to_gib(s.memory_static_bytes), s.launch_count,
                   bytes_to_gib(s.activation_bytes), device.name.c_str(), bytes_to_gib(usable));

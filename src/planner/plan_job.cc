@@ -17,8 +17,10 @@ std::string label_of(int k, int b, int mbs) {
   return buf;
 }
 
-SearchOptions search_options(const PlanRequest& r) {
+SearchOptions search_options(const PlanRequest& r, const std::string& job_recompute = "none") {
   SearchOptions s;
+  HARP_CHECK(parse_recompute_policy(r.recompute.value_or(job_recompute), &s.recompute))
+      << "recomputation policy " << r.recompute.value_or(job_recompute);
   s.max_tp = r.max_tp;
   s.allow_idle_devices = r.allow_idle_devices;
   s.fixed_order = r.fixed_order;
@@ -38,9 +40,9 @@ void keep_best(std::optional<PlanOutcome>& best, PlanningProblem problem, Strate
   best = PlanOutcome{std::move(problem), std::move(result), std::move(label), {}};
 }
 
-void finish(PlanOutcome& o, const PlanRequest& r) {
+void finish(PlanOutcome& o, const PlanRequest& r, const std::string& job_recompute = "none") {
   if (!r.compare) return;
-  const SearchOptions search = search_options(r);
+  const SearchOptions search = search_options(r, job_recompute);
   for (Strategy s : plan::kAllStrategies)
     o.compared.push_back(s == o.result.strategy ? o.result : run_strategy(o.problem, s, search));
 }
@@ -68,7 +70,7 @@ StatusOr<cost::Calibration> calibration_of(const job::Job& job, const model::Mod
                               st.subcluster_name + "`, which the cluster of " + job.file +
                               " does not have; calibrate with a run on this cluster");
     stages.push_back({sub, st.first_layer, st.last_layer, measured.microbatch_size / std::max(1, st.dp), st.fwd_s,
-                      st.bwd_s});
+                      st.bwd_s, st.recompute});
   }
   auto source = layer_source(m, config, db);
   return cost::calibrate(*source, job.cluster, stages, file);
@@ -114,7 +116,7 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
   }
   const int max_tp = max_tp_for(job.cluster, request.max_tp);
   const bool sweep = ks.size() * bs.size() > 1;
-  const SearchOptions search = search_options(request);
+  const SearchOptions search = search_options(request, job.planner.recompute);
   std::optional<PlanOutcome> best;
   for (int k : ks) {
     model::GptConfig g = job.model.gpt;
@@ -135,7 +137,7 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
       keep_best(best, std::move(problem), std::move(r), label);
     }
   }
-  finish(*best, request);
+  finish(*best, request, job.planner.recompute);
   return std::move(*best);
 }
 

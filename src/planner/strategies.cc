@@ -125,6 +125,9 @@ StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
     BuildOptions build;
     build.microbatches = problem.microbatches;
     build.schedule = plan::ScheduleKind::k1F1B;
+    // A forced recomputation mode applies to the baseline too; a per-stage choice is
+    // the search's (the uniform baseline then recomputes nothing, Megatron's default).
+    if (options.recompute.size() == 1) build.uniform_recompute = options.recompute[0];
     auto p = plan_uniform(problem.costs, build);
     if (!p.ok()) {
       r.reason = p.status().message();

@@ -33,6 +33,7 @@ StatusOr<plan::Plan> plan_uniform(const StageCosts& costs, const BuildOptions& o
       const int count = L / nodes + (stage < L % nodes ? 1 : 0);
       pl.first_layer = layer;
       pl.last_layer = layer + count;
+      pl.recompute = options.uniform_recompute;
       layer += count;
       placements.push_back(pl);
     }

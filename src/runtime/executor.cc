@@ -36,6 +36,18 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
   sample_offset_ = layout_.dp_rank * samples_;
   global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
   layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, config.dtype, torch::kCPU);
+  const Recompute recompute = config.recompute.value_or(st.recompute);
+  if (recompute == Recompute::kSelective)
+    for (auto& layer : layers_) layer->set_recompute_attention(true);
+  if (recompute == Recompute::kFull)
+    for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
+      const model::Layer& l = layers_[i]->layer();
+      const bool block = l.kind == model::LayerKind::kBlockPart;
+      if (block && i > 0 && units_.back().recompute && layers_[i - 1]->layer().block == l.block)
+        units_.back().end = i + 1;
+      else
+        units_.push_back(Unit{i, i + 1, block});
+    }
   optimizer_ = std::make_unique<AdamW>(named_parameters(layers_), config.optim);
   HARP_CHECK(lowered.check.ok) << lowered.require_drains().message();
   actions_ = lowered.lowered.actions[layout_.stage];
@@ -109,13 +121,25 @@ void Executor::forward(int step, int mb) {
     tokens = sample_tokens(*data_, data_seed_, step, mb * plan_.microbatch_size + sample_offset_, samples_,
                            model_.gpt.seq_len);
   if (has_head(layers_)) x = tokens.slice(1, 0, model_.gpt.seq_len);
-  torch::Tensor y = x;
-  for (auto& layer : layers_) {
-    if (layer->layer().kind == model::LayerKind::kTail) {
-      s.targets = tokens.slice(1, 1, model_.gpt.seq_len + 1);
-      y = layer->forward(y, s.targets);
-    } else {
-      y = layer->forward(y);
+  if (has_tail(layers_)) s.targets = tokens.slice(1, 1, model_.gpt.seq_len + 1);
+  torch::Tensor y;
+  if (units_.empty() || !torch::GradMode::is_enabled()) {
+    y = run_layers(0, static_cast<int>(layers_.size()), x, s.targets);
+  } else {
+    // Full recomputation: a leaf between units, so that each unit's backward can run on
+    // its own; a recomputed unit runs without a graph now and again with one later.
+    for (size_t j = 0; j < units_.size(); ++j) {
+      const Unit& u = units_[j];
+      torch::Tensor in = j == 0 ? x : y.detach().requires_grad_(true);
+      s.unit_inputs.push_back(in);
+      if (u.recompute) {
+        torch::NoGradGuard no_grad;
+        y = run_layers(u.begin, u.end, in, s.targets);
+        s.unit_outputs.emplace_back();
+      } else {
+        y = run_layers(u.begin, u.end, in, s.targets);
+        s.unit_outputs.push_back(y);
+      }
     }
   }
   if (has_tail(layers_)) loss_sum_ += y.item<double>();
@@ -125,16 +149,38 @@ void Executor::forward(int step, int mb) {
   forward_s_ += secs;
 }
 
+torch::Tensor Executor::run_layers(int begin, int end, torch::Tensor x, const torch::Tensor& targets) {
+  for (int i = begin; i < end; ++i)
+    x = layers_[i]->layer().kind == model::LayerKind::kTail ? layers_[i]->forward(x, targets) : layers_[i]->forward(x);
+  return x;
+}
+
 void Executor::backward(int mb) {
   Stash& s = stash_[mb];
   torch::Tensor dy;
   if (!has_tail(layers_)) dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
   const auto begin = std::chrono::steady_clock::now();
-  if (has_tail(layers_)) {
-    torch::Tensor loss = s.output / global_tokens_;
-    loss.backward();
+  // The gradient pass from `out` (the stage's output, or a unit's): the loss scaled to
+  // the global batch at the tail, else the gradient received (or the next unit's).
+  auto from = [&](const torch::Tensor& out, const torch::Tensor& grad) {
+    if (grad.defined())
+      torch::autograd::backward({out}, {grad});
+    else
+      (out / global_tokens_).backward();
+  };
+  if (units_.empty()) {
+    from(s.output, dy);
   } else {
-    torch::autograd::backward({s.output}, {dy});
+    const int n = static_cast<int>(units_.size());
+    for (int j = n - 1; j >= 0; --j) {
+      const Unit& u = units_[j];
+      torch::Tensor out = u.recompute ? run_layers(u.begin, u.end, s.unit_inputs[j], s.targets)
+                                      : std::move(s.unit_outputs[j]);
+      from(out, j + 1 < n ? s.unit_inputs[j + 1].grad() : dy);
+      if (j + 1 < n) s.unit_inputs.pop_back();  // the next unit's input and its gradient
+    }
+    s.unit_inputs.clear();  // the first unit's input is s.input where the stage receives one
+    s.unit_outputs.clear();
   }
   s.output = torch::Tensor();
   const double secs = finish_compute(begin);

@@ -82,6 +82,26 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return torch::matmul(torch::softmax(scores, -1), v);
 }
 
+// causal_attention that keeps only its inputs: the backward reruns it under autograd and
+// differentiates that (the same operations on the same values: the gradients of the
+// kept version bit for bit on the CPU).
+struct RecomputedAttention : public torch::autograd::Function<RecomputedAttention> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
+                               const torch::Tensor& k, const torch::Tensor& v) {
+    ctx->save_for_backward({q, k, v});
+    return causal_attention(q, k, v);  // Function::apply runs this without a graph
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    torch::autograd::variable_list in;
+    for (const auto& t : saved) in.push_back(t.detach().requires_grad_(true));
+    torch::AutoGradMode enable(true);
+    const torch::Tensor out = causal_attention(in[0], in[1], in[2]);
+    return torch::autograd::grad({out}, in, {grad[0]});
+  }
+};
+
 // RMSNorm as LLaMA computes it: in float32 at least, then cast back and scaled.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) {
   const auto compute = x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
@@ -234,6 +254,11 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   return t;
 }
 
+torch::Tensor GptLayerImpl::attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const {
+  if (recompute_attention_ && torch::GradMode::is_enabled()) return RecomputedAttention::apply(q, k, v);
+  return causal_attention(q, k, v);
+}
+
 torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
                                       const Weights& w) const {
   const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
@@ -246,7 +271,7 @@ torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const t
       auto heads = [&](int i) {  // [b, a, s, d]
         return t.narrow(-1, i * h, h).reshape({b, s, a, d}).transpose(1, 2);
       };
-      auto context = causal_attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({b, s, h});
+      auto context = attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({b, s, h});
       return t.narrow(-1, 3 * h, h) + torch::linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
     }
     case kMlpIn:  // the residual travels with the hidden state
@@ -279,7 +304,7 @@ torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const
         k = k.repeat_interleave(a / g, 1);
         v = v.repeat_interleave(a / g, 1);
       }
-      auto context = causal_attention(q, k, v).transpose(1, 2).reshape({b, s, h});
+      auto context = attention(q, k, v).transpose(1, 2).reshape({b, s, h});
       return t.narrow(-1, h + 2 * kv, h) + torch::linear(context, w("attn.proj.weight"));
     }
     case kMlpIn:

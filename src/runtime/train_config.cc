@@ -29,6 +29,8 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
     return bad("grad_clip", grad_clip, "must be a finite number >= 0", "use 1.0, or 0 to disable clipping");
   if (dtype != "float32" && dtype != "float64")
     return bad("dtype", dtype, "must be float32 or float64", "write `dtype: float32`");
+  if (recompute != "plan" && recompute != "none" && recompute != "selective" && recompute != "full")
+    return bad("recompute", recompute, "must be plan, none, selective or full", "write `recompute: plan`");
   if (out.empty()) return bad("out", out, "must name a folder", "write `out: out/train`");
   if (checkpoint_every < 0) return bad("checkpoint_every", checkpoint_every, "must be >= 0", "use 0 for none");
   for (size_t i = 0; i < trace_steps.size(); ++i)
@@ -61,6 +63,7 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.weight_decay = r.non_negative("weight_decay", c.weight_decay);
   c.grad_clip = r.non_negative("grad_clip", c.grad_clip);
   c.dtype = r.choice("dtype", {"float32", "float64"}, c.dtype);
+  c.recompute = r.choice("recompute", {"plan", "none", "selective", "full"}, c.recompute);
   c.out = r.string("out", c.out);
   c.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 0, c.checkpoint_every));
   if (const Json* t = r.get("trace_steps")) {
@@ -98,6 +101,7 @@ Json train_config_to_json(const TrainConfig& c) {
           {"weight_decay", c.weight_decay},
           {"grad_clip", c.grad_clip},
           {"dtype", c.dtype},
+          {"recompute", c.recompute},
           {"out", c.out},
           {"checkpoint_every", c.checkpoint_every},
           {"trace_steps", c.trace_steps},

@@ -39,6 +39,8 @@ TrainOptions train_options(const TrainConfig& c) {
   TrainOptions t;
   t.exec.seed = c.seed;
   t.exec.dtype = torch_dtype(c.dtype);
+  Recompute r;
+  if (parse_recompute(c.recompute, &r)) t.exec.recompute = r;
   t.exec.optim.lr = c.lr;
   t.exec.optim.min_lr = c.min_lr > 0 ? c.min_lr : c.lr / 10;
   t.exec.optim.warmup_steps = c.warmup_steps;
@@ -124,9 +126,14 @@ Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& 
   return Status();
 }
 
-StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& plan, Transport& comm,
+StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& planned, Transport& comm,
                              const TokenSource& data, const TrainOptions& options, std::ostream& log) {
   const RankLayout& l = comm.layout();
+  // A recomputation override applies to every stage and is what measured_plan.json
+  // records; the predictions stay the plan's (plan with --recompute to predict it).
+  plan::Plan plan = planned;
+  if (options.exec.recompute)
+    for (plan::Stage& st : plan.stages) st.recompute = *options.exec.recompute;
   HARP_RETURN_IF_ERROR(check_plan_matches_model(plan, model));
   // The runtime runs only a schedule the strict validator proves drains.
   auto lowered = schedule::lower_plan(plan);

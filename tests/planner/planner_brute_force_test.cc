@@ -27,7 +27,9 @@ std::string describe_case(const RandomCase& rc) {
   s << "cluster:\n" << rc.cluster_yaml << "microbatch_size " << rc.microbatch_size << "\n";
   for (size_t i = 0; i < rc.layers.size(); ++i)
     s << "layer " << i << ": param " << rc.layers[i].param_bytes << " act "
-      << rc.layers[i].activation_bytes << " out " << rc.layers[i].output_bytes << "\n";
+      << rc.layers[i].activation_bytes << " out " << rc.layers[i].output_bytes << " block "
+      << rc.layers[i].block << " in " << rc.layers[i].input_bytes << " scores "
+      << rc.layers[i].attention_score_bytes << " attention " << rc.layers[i].attention_flop_fraction << "\n";
   for (const auto& [dev, by_samples] : rc.times)
     for (const auto& [samples, t] : by_samples) {
       s << "times " << dev << " samples " << samples << ":";
@@ -36,7 +38,10 @@ std::string describe_case(const RandomCase& rc) {
     }
   const SearchOptions& o = rc.options;
   s << "options: B " << o.microbatches << " allow_idle " << o.allow_idle_devices << " fixed_order "
-    << o.fixed_order << " schedule " << plan::schedule_kind_name(o.schedule) << " max_tp " << o.max_tp << "\n";
+    << o.fixed_order << " schedule " << plan::schedule_kind_name(o.schedule) << " max_tp " << o.max_tp
+    << " recompute";
+  for (Recompute r : o.recompute) s << " " << recompute_name(r);
+  s << "\n";
   return s.str();
 }
 
@@ -47,7 +52,11 @@ std::string describe_case(const RandomCase& rc) {
 // The memory of the user devices SmallA/SmallB is sized from the model itself (a
 // fraction of its state plus a few microbatches of activations), so that it binds for
 // some placements and not others.
-RandomCase make_random_case(std::uint32_t seed, bool interplay_only) {
+//
+// Recomputation groups (`recompute`) draw tight memory, give the layers blocks, kept
+// inputs, attention scores and attention shares, and let the search choose the stages'
+// modes (auto), or force one mode on every stage.
+RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recompute) {
   std::mt19937 rng(seed);
   auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -55,14 +64,17 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only) {
 
   RandomCase rc;
   // Regimes: roomy, tight memory, slow links, both (the interplay of δ and memory).
-  const int regime = interplay_only ? 3 : std::discrete_distribution<int>({2, 2, 2, 4})(rng);
+  const int regime = interplay_only ? 3
+                     : recompute    ? std::discrete_distribution<int>({0, 1, 0, 1})(rng)
+                                    : std::discrete_distribution<int>({2, 2, 2, 4})(rng);
   const bool tight_memory = regime == 1 || regime == 3;
   const bool slow_links = regime == 2 || regime == 3;
 
-  const int C = 1 + std::discrete_distribution<int>({interplay_only ? 0.0 : 1.0, 3.0, 3.0})(rng);
+  const int C = 1 + std::discrete_distribution<int>({interplay_only ? 0.0 : 1.0, 3.0, recompute ? 0.0 : 3.0})(rng);
   // Three subclusters in every order with idle devices make the most plans: one layer
-  // fewer keeps the brute force's worst case near a hundred thousand plans.
-  const int L = pick(2, C == 3 ? 6 : 7);
+  // fewer keeps the brute force's worst case near a hundred thousand plans. Every stage's
+  // recomputation mode multiplies them again: at most 2 subclusters and 5 layers then.
+  const int L = pick(2, recompute ? 5 : C == 3 ? 6 : 7);
   // dp must divide the microbatch: with 1 sample every mesh is one device, and with
   // every device used most clusters cannot be covered, so 1 is drawn less often.
   rc.microbatch_size = std::vector<int>{1, 2, 2, 4, 4}[pick(0, 4)];
@@ -165,6 +177,31 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only) {
   rc.options.allow_idle_devices = chance(0.6);
   rc.options.fixed_order = C == 1 || chance(0.5);
   rc.options.schedule = chance(0.8) ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
+  if (recompute) {
+    // Blocks of 1-3 consecutive layers; the first and last layer are sometimes outside
+    // any block (the embedding and the LM head).
+    int block = 0;
+    for (int i = 0; i < L;) {
+      const int run = pick(1, 3);
+      const bool outside = (i == 0 || i + run >= L) && chance(0.4);
+      for (int j = i; j < std::min(L, i + run); ++j) {
+        StageCosts::LayerBytes& b = rc.layers[j];
+        b.block = outside ? -1 : block;
+        b.input_bytes = uni(0.02, 0.4) * b.activation_bytes;
+        if (chance(0.6)) {
+          b.attention_score_bytes = uni(0.2, 0.8) * b.activation_bytes;
+          b.attention_flop_fraction = uni(0.05, 0.5);
+        }
+      }
+      block += outside ? 0 : 1;
+      i += run;
+    }
+    const int policy = pick(0, 5);
+    rc.options.recompute = policy == 0   ? std::vector<Recompute>{Recompute::kFull}
+                           : policy == 1 ? std::vector<Recompute>{Recompute::kSelective}
+                                         : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective,
+                                                                  Recompute::kFull};
+  }
   return rc;
 }
 
@@ -174,11 +211,12 @@ struct Coverage {
   int cases = 0, feasible = 0, infeasible = 0, memory_binds = 0, delta_above_one = 0;
   int memory_binds_with_delta = 0;
   int idle_devices = 0, permuted_order = 0, data_parallel = 0;
+  int recomputing = 0, mixed_modes = 0;  // plans with a recomputing stage; with two modes
   long long plans = 0;
 };
 
-void check_case(std::uint32_t seed, bool interplay_only, Coverage* cov) {
-  const RandomCase rc = make_random_case(seed, interplay_only);
+void check_case(std::uint32_t seed, bool interplay_only, bool recompute, Coverage* cov) {
+  const RandomCase rc = make_random_case(seed, interplay_only, recompute);
   const cluster::Cluster cluster = cluster_from_yaml(rc.cluster_yaml);
   const StageCosts costs =
       StageCosts::from_tables(cluster, rc.layers, rc.times, rc.microbatch_size, cost::CostConfig{});
@@ -240,21 +278,31 @@ void check_case(std::uint32_t seed, bool interplay_only, Coverage* cov) {
     if (i > 0 && want.placements[i].subcluster < want.placements[i - 1].subcluster) ascending = false;
   }
   if (used < cluster.num_devices()) ++cov->idle_devices;
+  bool recomputing = false, mixed = false;
+  for (const Placement& pl : got->placements) {
+    recomputing = recomputing || pl.recompute != Recompute::kNone;
+    mixed = mixed || pl.recompute != got->placements.front().recompute;
+  }
+  cov->recomputing += recomputing;
+  cov->mixed_modes += mixed;
   if (!ascending) ++cov->permuted_order;
   if (dp) ++cov->data_parallel;
 }
 
 // Groups 0-5 mix every regime; groups 6-7 draw only slow links with tight memory on 2-3
-// subclusters, where δ's extra launch counts meet the memory limit most often.
-constexpr int kGroups = 8;
+// subclusters, where δ's extra launch counts meet the memory limit most often; groups
+// 8-9 add recomputation (make_random_case).
+constexpr int kGroups = 10;
 constexpr int kMixedGroups = 6;
+constexpr int kRecomputeGroups = 8;
 constexpr int kCasesPerGroup = 100;
 
 class PlannerMatchesBruteForce : public ::testing::TestWithParam<int> {};
 
 TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
   const auto start = std::chrono::steady_clock::now();
-  const bool interplay_only = GetParam() >= kMixedGroups;
+  const bool recompute = GetParam() >= kRecomputeGroups;
+  const bool interplay_only = GetParam() >= kMixedGroups && !recompute;
   // HARP_PLANNER_SOAK=n runs n times as many cases (new seeds after the usual ones),
   // to hunt for disagreements beyond the suite's fixed sample.
   const char* soak_env = std::getenv("HARP_PLANNER_SOAK");
@@ -268,7 +316,7 @@ TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
         1000003u * static_cast<std::uint32_t>(GetParam()) + static_cast<std::uint32_t>(k);
     SCOPED_TRACE("case seed " + std::to_string(seed) + (interplay_only ? " (interplay)" : ""));
     const int parts_before = result->total_part_count();
-    check_case(seed, interplay_only, &cov);
+    check_case(seed, interplay_only, recompute, &cov);
     // A few failing cases say enough; hundreds would bury them.
     if (result->total_part_count() > parts_before && ++failing_cases == 3) {
       ADD_FAILURE() << "stopping this group after 3 failing cases";
@@ -277,11 +325,11 @@ TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
   }
   const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::printf("group %d: %d cases, %d feasible, %d infeasible, %d memory-bound, %d with delta > 1, "
-              "%d both, %d with idle devices, %d permuted, %d data-parallel; %lld plans "
-              "enumerated; %.2f s\n",
+              "%d both, %d with idle devices, %d permuted, %d data-parallel, %d recomputing, %d with "
+              "two modes; %lld plans enumerated; %.2f s\n",
               GetParam(), cov.cases, cov.feasible, cov.infeasible, cov.memory_binds,
               cov.delta_above_one, cov.memory_binds_with_delta, cov.idle_devices,
-              cov.permuted_order, cov.data_parallel, cov.plans, wall_s);
+              cov.permuted_order, cov.data_parallel, cov.recomputing, cov.mixed_modes, cov.plans, wall_s);
   // Every group exercises each feature. The floors sit well below the counts measured
   // with libstdc++ (a quarter or less), so another standard library's random streams
   // pass too; a zero means the generator stopped producing that kind of case.
@@ -295,6 +343,10 @@ TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
   EXPECT_GE(cov.data_parallel, 15 * soak);
   if (interplay_only) {
     EXPECT_GE(cov.memory_binds_with_delta, 1 * soak);
+  }
+  if (recompute) {
+    EXPECT_GE(cov.recomputing, 8 * soak);
+    EXPECT_GE(cov.mixed_modes, 1 * soak);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "testutil/status.h"
 
+#include "harp/cost/cost_table.h"
 #include "planner_test_util.h"
 
 namespace harp::planner {
@@ -51,6 +52,76 @@ links:
   const StageCosts fewer = StageCosts::from_tables(
       cluster, std::vector<StageCosts::LayerBytes>(L, {kMiB, kMiB, 1e6, {}}), times, mbs, cost::CostConfig{});
   EXPECT_EQ(reference::meshes_at(fewer, SearchOptions{}, 0, 0, 4).size(), 2u);
+}
+
+// ---------------------------------------------------------------------------------------
+// Recomputation on the documented table examples/costs/recompute_demo.json (planner.md):
+// an embedding and three blocks of 1, 1 and 0.5 GiB of activations per sample (0.1 GiB
+// kept under full), forward 0.1, 1, 1, 3 ms, backward twice that; selective frees nothing
+// there and costs time. Two devices of M GiB (no reserve, no workspace), B = 4 under
+// standard 1F1B (stage 0 holds 2 microbatches, stage 1 one). The fastest cut is
+// [0, 3) | [3, 4) (P = 9 ms), whose stage 0 needs 4.2 GiB without recomputation.
+//   M = 10: it fits; auto recomputes nothing and equals the search without recomputation.
+//   M = 3:  only [0, 2) | [2, 4) fits without (P = 12 ms); auto recomputes stage 0 fully
+//           (0.6 GiB, 8.3 ms <= 9 ms) and is faster: speed requires it.
+//   M = 1.5: nothing fits without; auto recomputes stage 0 only: memory requires it.
+TEST(PaperExamples, RecomputationWhenAndOnlyWhenMemoryOrSpeedRequiresIt) {
+  StatusOr<cost::CostTable> table = cost::load_cost_table(std::string(HARP_SOURCE_DIR) + "/examples/costs/recompute_demo.json");
+  ASSERT_TRUE(table.ok()) << table.status().to_string();
+  cost::CostConfig cfg;
+  cfg.memory_reserve_fraction = 0;
+  cfg.workspace_bytes = 0;
+  SearchOptions none;
+  none.microbatches = 4;
+  none.schedule = plan::ScheduleKind::k1F1B;
+  SearchOptions automatic = none;
+  automatic.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  for (double gib : {10.0, 3.0, 1.5}) {
+    SCOPED_TRACE("memory " + std::to_string(gib) + " GiB");
+    const cluster::Cluster cluster = cluster_from_yaml(R"(
+version: 1
+devices:
+  - {name: Dev, peak_tflops: 100, memory_gib: )" + std::to_string(gib) + R"(, memory_bandwidth_gbs: 1000}
+subclusters:
+  - {name: s, device: Dev, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 1000, latency_us: 0}}
+)");
+    const StageCosts costs = StageCosts::from_tables(cluster, table->layers, table->times, 1, cfg);
+    StatusOr<SearchResult> without = search_pipeline(costs, none);
+    StatusOr<SearchResult> with = search_pipeline(costs, automatic);
+    ASSERT_TRUE(without.ok() && with.ok());
+    ASSERT_TRUE(with->feasible);
+    // Both against the brute force over every combination of the stages' modes.
+    for (const auto& [options, got] : {std::pair{&none, &*without}, std::pair{&automatic, &*with}}) {
+      const BruteForceResult want = brute_force_search(costs, *options);
+      ASSERT_EQ(got->feasible, want.feasible);
+      if (want.feasible) {
+        EXPECT_TRUE(near_rel(got->iteration_s, want.iteration_s)) << got->iteration_s << " vs " << want.iteration_s;
+      }
+    }
+    std::vector<std::string> modes;
+    std::vector<int> cuts;
+    for (const plan::Stage& st : with->plan.stages) {
+      modes.push_back(recompute_name(st.recompute));
+      cuts.push_back(st.last_layer);
+    }
+    EXPECT_EQ(cuts, (std::vector<int>{3, 4}));
+    if (gib == 10.0) {
+      EXPECT_EQ(modes, (std::vector<std::string>{"none", "none"}));
+      EXPECT_EQ(with->iteration_s, without->iteration_s);
+    } else {
+      EXPECT_EQ(modes, (std::vector<std::string>{"full", "none"}));
+      EXPECT_NEAR(with->plan.predicted.period_s, 9e-3, 1e-12);
+      EXPECT_NEAR(with->plan.stages[0].bwd_s, 0.2e-3 + 2e-3 + 2e-3 + 1e-3 + 1e-3, 1e-12);  // + the blocks' forward
+      EXPECT_NEAR(with->plan.stages[0].activation_bytes, 0.3 * kGiB, 1);
+      if (gib == 3.0) {
+        ASSERT_TRUE(without->feasible);
+        EXPECT_NEAR(without->plan.predicted.period_s, 12e-3, 1e-12);
+        EXPECT_LT(with->iteration_s, without->iteration_s);
+      } else {
+        EXPECT_FALSE(without->feasible);
+      }
+    }
+  }
 }
 
 TEST(BruteForceReference, CountsPlansByHand) {

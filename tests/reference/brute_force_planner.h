@@ -32,7 +32,8 @@ struct BruteForceResult {
 };
 
 // Minimises T over the search space that harp_search.h defines, for `options`
-// (microbatches, max_tp, allow_idle_devices, fixed_order, schedule; progress is
+// (microbatches, max_tp, allow_idle_devices, fixed_order, schedule, recompute: every
+// combination of the stages' modes; progress is
 // never called). When `probe` is given, also reports whether that exact plan is enumerated.
 // REQUIRES: options.microbatches >= 1; a small problem (it is exponential).
 BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harp/cluster/cluster.h"
+#include "harp/common/recompute.h"
 #include "harp/cost/cost_config.h"
 #include "harp/model/model_spec.h"
 #include "harp/profile/profile_db.h"
@@ -28,6 +29,15 @@ struct LayerBytes {
   Bytes activation_bytes = 0;  // kept for backward per in-flight microbatch
   Bytes output_bytes = 0;      // crosses a cut placed after the layer
   std::vector<std::int64_t> output_shape;  // of that tensor per sample; empty when unknown
+  // Recomputation (common/recompute.h; model::Layer has the same figures). Layers with
+  // the same block >= 0 form one unit that full recomputation reruns, keeping the input
+  // of the unit's first layer in the stage (input_bytes); layers with block < 0 (the
+  // embedding, the LM head) keep their activations. Selective recomputation frees
+  // attention_score_bytes and repeats attention_flop_fraction of the layer's forward.
+  int block = -1;
+  Bytes input_bytes = 0;
+  Bytes attention_score_bytes = 0;
+  double attention_flop_fraction = 0;
 };
 
 struct LayerTime {
@@ -133,6 +143,9 @@ struct MeasuredStage {
   int first_layer = 0, last_layer = 0;
   int samples = 1;             // per replica
   Seconds fwd_s = 0, bwd_s = 0;  // measured per microbatch
+  // What the stage recomputed: its measured backward includes that forward, which is
+  // taken out (as the predicted share of the measured forward) before comparing.
+  Recompute recompute = Recompute::kNone;
 };
 struct Calibration {
   std::string file;

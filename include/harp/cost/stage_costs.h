@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "harp/cluster/cluster.h"
+#include "harp/common/recompute.h"
 #include "harp/common/status.h"
 #include "harp/cost/comm_cost.h"
 #include "harp/cost/cost_config.h"
@@ -24,7 +25,8 @@
 namespace harp::cost {
 
 struct StageFigures {
-  Seconds fwd_s = 0, bwd_s = 0;
+  // bwd_s includes recompute_s, the forward the backward repeats under recomputation.
+  Seconds fwd_s = 0, bwd_s = 0, recompute_s = 0;
   Seconds allreduce_s = 0, optimizer_s = 0;
   Bytes static_bytes = 0;      // per device: training state + workspace
   Bytes activation_bytes = 0;  // per device per in-flight microbatch
@@ -40,11 +42,20 @@ class StageCosts;
 // lookups, for search inner loops. Valid while its StageCosts lives.
 class RangeView {
  public:
-  StageFigures at(int first, int last) const;
+  StageFigures at(int first, int last, Recompute recompute = Recompute::kNone) const;
   // Rounded exactly as the plan builder's fwd_s + bwd_s, so a cap equals a plan's P bit
   // for bit (the δ thresholds and the attained test compare them).
   Seconds compute_s(int first, int last) const {
     return (fwd_[last] - fwd_[first]) + (bwd_[last] - bwd_[first]);
+  }
+  Seconds compute_s(int first, int last, Recompute recompute) const {
+    if (recompute == Recompute::kNone) return compute_s(first, last);
+    return (fwd_[last] - fwd_[first]) + ((bwd_[last] - bwd_[first]) + recompute_s(first, last, recompute));
+  }
+  // The forward that recomputation repeats in the backward (0 for kNone).
+  Seconds recompute_s(int first, int last, Recompute recompute) const {
+    const Seconds* r = rec_[static_cast<int>(recompute)];
+    return r == nullptr ? 0.0 : r[last] - r[first];
   }
   Bytes static_bytes(int first, int last) const {
     return static_memory_bytes(params_[last] - params_[first], tp_, *config_);
@@ -52,6 +63,11 @@ class RangeView {
   Bytes activation_bytes(int first, int last) const {
     return activation_memory_bytes(acts_[last] - acts_[first], samples_, tp_);
   }
+  Bytes activation_bytes(int first, int last, Recompute recompute) const {
+    return activation_memory_bytes(kept_bytes(first, last, recompute), samples_, tp_);
+  }
+  // Per sample before the tp split: StageCosts::kept_bytes.
+  Bytes kept_bytes(int first, int last, Recompute recompute) const;
   // All-reduce plus optimizer step of the range.
   Seconds end_s(int first, int last) const {
     const Bytes params = params_[last] - params_[first];
@@ -67,6 +83,9 @@ class RangeView {
   const Seconds* bwd_ = nullptr;
   const Bytes* params_ = nullptr;
   const Bytes* acts_ = nullptr;
+  const Seconds* rec_[kRecomputeModes] = {nullptr, nullptr, nullptr};  // by Recompute
+  const Bytes* kept_[kRecomputeModes] = {nullptr, nullptr, nullptr};   // by Recompute
+  const LayerBytes* layers_ = nullptr;
   int sub_ = 0, dp_ = 1, tp_ = 1, samples_ = 1;
 };
 
@@ -98,7 +117,11 @@ class StageCosts {
   // Which entry is missing for (sub, dp, tp), for error messages.
   std::string missing_entry(int sub, int dp, int tp) const;
   // REQUIRES: has(sub, dp, tp), 0 <= first < last <= num_layers().
-  StageFigures stage(int sub, int first, int last, int dp, int tp) const;
+  StageFigures stage(int sub, int first, int last, int dp, int tp,
+                     Recompute recompute = Recompute::kNone) const;
+  // Activation bytes per sample (before the tp split) that layers [first, last) keep
+  // per in-flight microbatch under `recompute` (layer_costs.h, LayerBytes).
+  Bytes kept_bytes(int first, int last, Recompute recompute) const;
   // REQUIRES: has(sub, dp, tp).
   RangeView view(int sub, int dp, int tp) const;
   // Bytes crossing a cut after layer `layer` for one microbatch.
@@ -121,11 +144,14 @@ class StageCosts {
   friend class RangeView;
   struct Prefix {
     std::vector<Seconds> fwd, bwd;  // size L + 1
+    // The forward repeated by selective and by full recomputation, size L + 1.
+    std::vector<Seconds> rec_selective, rec_full;
     std::vector<int> profiled;      // size L + 1: layers whose time came from a profile DB
     CostSource base = CostSource::kAnalytic;  // the source of the other layers
   };
   const Prefix* prefix(int sub, int samples, int tp) const;
   void build_byte_prefixes();
+  void set_byte_views(RangeView* v) const;
 
   cluster::Cluster cluster_;
   CostConfig config_;
@@ -134,6 +160,9 @@ class StageCosts {
   int max_tp_ = 1;
   std::vector<LayerBytes> layers_;
   std::vector<Bytes> param_prefix_, act_prefix_;  // size L + 1
+  // Kept under selective (without the attention scores) and full recomputation (block
+  // units' first inputs; other layers' activations), size L + 1.
+  std::vector<Bytes> act_selective_prefix_, act_full_prefix_;
   // key (device name, samples, tp)
   std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;
   // device name -> the source's measured optimizer seconds per parameter byte (tp = 1)

@@ -19,6 +19,8 @@ struct PlannerConfig {
   plan::Strategy strategy = plan::Strategy::kHarp;  // harp | uniform | homogeneous
   int microbatches = 8;           // B, microbatches per iteration
   int microbatch_size = 1;        // samples per microbatch (split over a stage's dp)
+  // Activation recomputation: none | selective | full | auto (per stage, by the search).
+  std::string recompute = "none";
 };
 
 struct Job {

@@ -59,6 +59,14 @@ struct Layer {
   // fp16/bf16 elements: output_bytes = 2 x the product for every layer but the tail.
   std::vector<std::int64_t> output_shape;
   Bytes mem_traffic_bytes = 0;       // forward memory traffic per sample (roofline)
+  // Recomputation (common/recompute.h). The tensor entering the layer, per sample (what
+  // full recomputation keeps where a block's run of layers starts in a stage); of
+  // activation_bytes, the attention core's scores and probabilities per sample (what
+  // selective recomputation frees); and the core's forward FLOPs per sample (what it
+  // repeats in the backward). The last two are 0 for layers without attention.
+  Bytes input_bytes = 0;
+  Bytes attention_score_bytes = 0;
+  Flops attention_flops = 0;
 };
 
 struct ModelSpec {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "harp/common/document.h"
+#include "harp/common/recompute.h"
 #include "harp/common/units.h"
 
 namespace harp::plan {
@@ -37,6 +38,9 @@ struct Stage {
   std::string subcluster_name;
   std::vector<int> devices;               // global device ids (dp x tp of them)
   int dp = 1, tp = 1;
+  // What the stage recomputes in the backward (common/recompute.h); bwd_s includes it
+  // and activation_bytes is what it keeps.
+  Recompute recompute = Recompute::kNone;
   int launch_count = 0;                   // N_i; 0 = derive from the schedule kind
   Seconds fwd_s = 0, bwd_s = 0;           // per microbatch on this stage's mesh
   Seconds comm_s = 0;                     // one-way transfer to the next stage (0 for the last)

@@ -11,7 +11,8 @@
 // devices consecutively from the highest id down (the tail-most stage gets the highest
 // ids; idle devices, when allowed, are the lowest ids); a stage's mesh is a power-of-two
 // group inside one node or whole nodes; its (dp, tp) shape has tp a power of two inside a
-// node, dp dividing the microbatch size, and times available from the cost source.
+// node, dp dividing the microbatch size, and times available from the cost source; each
+// stage's recomputation is one of SearchOptions::recompute.
 #pragma once
 
 #include <functional>
@@ -40,6 +41,10 @@ struct SearchOptions {
   // out of the loop), then give the placements found HARP's launch counts (the joint
   // planning ablation: the paper's Fig. 11b).
   bool schedule_in_search = true;
+  // The recomputation each stage may use (common/recompute.h). {kNone}: today's search;
+  // one mode: every stage uses it; several: the search picks one per stage, jointly with
+  // the cuts, meshes and launch counts (each stage's time against its memory).
+  std::vector<Recompute> recompute = {Recompute::kNone};
   ProgressFn progress;              // optional
 };
 

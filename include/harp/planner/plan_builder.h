@@ -29,6 +29,7 @@ struct Placement {
   int devices = 1;
   int dp = 1, tp = 1;
   int first_layer = 0, last_layer = 0;  // [first, last)
+  Recompute recompute = Recompute::kNone;
 
   int last_node(int devices_per_node) const {
     return first_node + (first_local + devices - 1) / devices_per_node;
@@ -40,6 +41,8 @@ struct BuildOptions {
   plan::ScheduleKind schedule = plan::ScheduleKind::k1F1B;
   std::string strategy;
   std::string model_name, model_fingerprint;
+  // The uniform baseline only: every stage's recomputation (the search sets its own).
+  Recompute uniform_recompute = Recompute::kNone;
 };
 
 // The link a transfer from placement `a` to the next placement `b` crosses.

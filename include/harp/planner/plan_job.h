@@ -27,6 +27,9 @@ struct PlanRequest {
   bool allow_idle_devices = false;
   bool fixed_order = true;
   bool schedule_in_search = true;    // SearchOptions::schedule_in_search
+  // none | selective | full | auto (common/recompute.h); unset: the job's
+  // planner.recompute (none for cost tables).
+  std::optional<std::string> recompute;
   bool compare = false;              // also run every strategy on the winning candidate
   std::string profile_file;          // overrides the job's cost.profile
   // A run's OUT/measured_plan.json: the cost source is scaled per device type so that

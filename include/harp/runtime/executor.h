@@ -5,6 +5,13 @@
 // stage split each microbatch's samples; when neighbouring stages have different dp,
 // each replica sends every replica of the next stage the samples they share.
 //
+// Recomputation (common/recompute.h): selective wraps each attention core in an autograd
+// function that keeps only q, k and v and recomputes the scores in the backward (gpt.h);
+// full splits the stage's layers into units, each block's layers one unit and the head
+// and the tail one each, keeps only each unit's input (a leaf between units) and reruns
+// a block's forward in the backward before its gradient pass. Both give the gradients
+// of no recomputation bit for bit on the CPU (the same operations on the same values).
+//
 // Loss scaling: the tail returns the sum of token cross-entropies; backward starts from
 // sum / (tokens of the global batch), so gradients add up over microbatches and replicas
 // exactly as in one process with gradient accumulation.
@@ -12,6 +19,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +40,8 @@ namespace harp::runtime {
 struct ExecConfig {
   std::uint64_t seed = 1234;   // weights and data
   torch::Dtype dtype = torch::kFloat32;
+  // Every stage's activation recomputation; unset: each stage's plan::Stage::recompute.
+  std::optional<Recompute> recompute;
   OptimConfig optim;
   bool emulate = false;        // apply the plan's emulated_slowdown (DESIGN.md, last section)
   // Trace times count from this steady_clock reading (ns) when > 0: ranks on one machine
@@ -89,10 +99,19 @@ class Executor {
   struct Stash {
     torch::Tensor input, output, targets;
     std::vector<Part> recv_f, recv_b;
+    // Full recomputation: each unit's input, and the output of the units kept whole.
+    std::vector<torch::Tensor> unit_inputs, unit_outputs;
+  };
+  // Full recomputation's units: layers_[begin, end), rerun in the backward or kept.
+  struct Unit {
+    int begin, end;
+    bool recompute;
   };
   // The replicas of `other_stage` that share samples with this replica.
   std::vector<Part> peers_of(int other_stage) const;
   void forward(int step, int mb);
+  // Layers [begin, end) of this rank on `x` (the tail takes `targets`).
+  torch::Tensor run_layers(int begin, int end, torch::Tensor x, const torch::Tensor& targets);
   void backward(int mb);
   void send(int mb, bool forward_direction);
   void post_recv(int mb, bool forward_direction, int step);
@@ -115,6 +134,7 @@ class Executor {
   int samples_ = 1, sample_offset_ = 0;  // this replica's share of a microbatch
   double global_tokens_ = 1;
   std::vector<GptLayer> layers_;
+  std::vector<Unit> units_;  // empty unless this stage recomputes fully
   std::unique_ptr<AdamW> optimizer_;
   std::vector<schedule::Action> actions_;
   std::vector<Stash> stash_;

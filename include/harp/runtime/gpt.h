@@ -53,6 +53,9 @@ class GptLayerImpl : public torch::nn::Module {
   // The token embedding (head) or LM head weight (tail) when embeddings are tied; the
   // tail's tied weight is a separate tensor kept equal to the head's by the runtime.
   torch::Tensor tied_weight() const;
+  // Selective recomputation (common/recompute.h): the attention core keeps only q, k and
+  // v, and the backward recomputes its scores and probabilities. Off by default.
+  void set_recompute_attention(bool on) { recompute_attention_ = on; }
 
  private:
   // A block piece's output from its input `t` and, for attn_in and mlp_in, the input's
@@ -61,8 +64,12 @@ class GptLayerImpl : public torch::nn::Module {
   torch::Tensor gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed, const Weights& w) const;
   torch::Tensor llama_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed, const Weights& w) const;
 
+  // softmax(q kᵀ / √d + causal mask) v, recomputed in the backward when selective.
+  torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
+
   model::GptConfig config_;
   model::Layer layer_;
+  bool recompute_attention_ = false;
   // submodules registered by name; see gpt.cc
 };
 TORCH_MODULE(GptLayer);

@@ -26,6 +26,9 @@ struct TrainConfig {
   double weight_decay = 0.1;       // AdamW, on 2+-dimensional parameters, >= 0
   double grad_clip = 1.0;          // max global gradient norm; 0 disables clipping
   std::string dtype = "float32";   // float32 | float64
+  // Activation recomputation (common/recompute.h): "plan" (each stage as its plan says),
+  // or none | selective | full for every stage.
+  std::string recompute = "plan";
   std::string out = "out/train";   // metrics, traces, checkpoints; relative to the cwd
   int checkpoint_every = 0;        // steps between checkpoints; 0: none
   std::vector<int> trace_steps;    // 0-based steps whose measured timeline is written

@@ -135,6 +135,36 @@ TEST(Cli, PlanUniformThenSimulate) {
   EXPECT_EQ((*j)["stages"].size(), 3u);
 }
 
+// GPT-6.7B on V100 x 8 | A100 x 2 | A100 x 2 (the paper's cluster, analytic costs):
+// the job's default recomputes nothing; --recompute auto shows each stage's choice in
+// the table and the plan file, and the plan it finds is predicted faster; the plan file
+// reads back with the same choices and prediction.
+TEST(Cli, PlanChoosesRecomputationPerStage) {
+  const std::string job = example("jobs/paper_gpt6.7b.yaml");
+  const std::string out = std::string(HARP_BINARY_DIR) + "/cli_test_recompute.json";
+  Result none = harp({"plan", "--job", job, "--json"});
+  ASSERT_EQ(none.rc, 0) << none.err;
+  auto without = parse_json_text(none.out, "stdout");
+  ASSERT_TRUE(without.ok());
+  for (const auto& st : (*without)["stages"]) EXPECT_FALSE(st.contains("recompute")) << st.dump();
+  Result r = harp({"plan", "--job", job, "--recompute", "auto", "--output", out});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("recompute"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("selective"), std::string::npos) << r.out;
+  auto with = load_document(out);
+  ASSERT_TRUE(with.ok());
+  int recomputing = 0;
+  for (const auto& st : (*with)["stages"]) recomputing += st.contains("recompute");
+  EXPECT_GT(recomputing, 0);
+  EXPECT_LT((*with)["predicted"]["iteration_s"].get<double>(), (*without)["predicted"]["iteration_s"].get<double>());
+  r = harp({"simulate", "--plan", out, "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // A bad value is one line and the usage exit code.
+  r = harp({"plan", "--job", job, "--recompute", "sometimes"});
+  EXPECT_EQ(r.rc, kExitUsage);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+}
+
 TEST(Cli, PlanFromMeasuredCostTableAndCompare) {
   const std::vector<std::string> base = {"plan", "--cluster", example("clusters/a100_v100_sailor.yaml"),
                                          "--costs", example("costs/opt350_sailor_mbs4.json"),
@@ -224,6 +254,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp plan --allow-idle-devices",
       "harp plan --fixed-order",
       "harp plan --search-schedule",
+      "harp plan --recompute",
       "harp plan --output",
       "harp plan --json",
       "harp launch --nproc",
@@ -258,7 +289,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds
   for (const char* f : {"--plan", "--model", "--schedule", "--granularity", "--job", "--data", "--steps", "--seed", "--lr",
-                        "--warmup-steps", "--grad-clip", "--dtype", "--out", "--checkpoint-every", "--resume",
+                        "--warmup-steps", "--grad-clip", "--dtype", "--recompute", "--out", "--checkpoint-every", "--resume",
                         "--trace-steps", "--timeout-s", "--threads", "--emulate", "--init-from", "--val-data",
                         "--eval-every", "--eval-batches", "--quiet"})
     expected.push_back(std::string("harp train ") + f);

@@ -131,6 +131,53 @@ TEST(StageCosts, AllreduceUsesTheNodeLinkInsideANode) {
   EXPECT_DOUBLE_EQ(sc.stage(1, 1, 2, 1, 1).allreduce_s, 0.0);
 }
 
+// Recomputation against closed forms: Korthikanti et al.'s 34·s·h per block under
+// selective (the 5·a·s² scores freed), a block's 2·s·h input under full, and the
+// repeated forward (the whole block's, or the attention core's 4·s²·h share).
+TEST(StageCosts, RecomputationByHand) {
+  auto c = test_cluster();
+  CostConfig cfg;
+  for (int k : {1, 4}) {
+    SCOPED_TRACE("k = " + std::to_string(k));
+    auto m = model::load_model("gpt-350m", k);
+    ASSERT_TRUE(m.ok());
+    const double h = m->gpt.hidden, s = m->gpt.seq_len, a = m->gpt.heads;
+    AnalyticCosts src(*m, cfg);
+    StageCosts sc = StageCosts::build(c, src, 2, 1, cfg);
+    const RangeView v = sc.view(0, 1, 1);
+    // Two whole blocks.
+    const int first = 1 + 3 * k, last = 1 + 5 * k;
+    EXPECT_DOUBLE_EQ(sc.kept_bytes(first, last, Recompute::kNone), 2 * s * (34 * h + 5 * a * s));
+    EXPECT_DOUBLE_EQ(sc.kept_bytes(first, last, Recompute::kSelective), 2 * s * 34 * h);
+    EXPECT_DOUBLE_EQ(sc.kept_bytes(first, last, Recompute::kFull), 2 * 2 * s * h);
+    // The embedding and the LM head keep their activations under full.
+    const int L = m->num_layers();
+    EXPECT_DOUBLE_EQ(sc.kept_bytes(0, L, Recompute::kFull),
+                     m->layers[0].activation_bytes + m->layers[L - 1].activation_bytes + m->gpt.num_blocks * 2 * s * h);
+    double fwd = 0, attention = 0;
+    for (int i = first; i < last; ++i) {
+      const double t = src.time(c, 0, i, 2, 1)->fwd_s;
+      fwd += t;
+      if (m->layers[i].pieces & 2) attention += t * (4 * s * s * h) / m->layers[i].fwd_flops;
+    }
+    EXPECT_NEAR(v.recompute_s(first, last, Recompute::kFull), fwd, 1e-15);
+    EXPECT_NEAR(v.recompute_s(first, last, Recompute::kSelective), attention, 1e-15);
+    EXPECT_GT(attention, 0);
+    EXPECT_EQ(v.recompute_s(first, last, Recompute::kNone), 0.0);
+    // The stage figures: backward includes the repeated forward, memory what is kept.
+    const StageFigures none = v.at(first, last), full = v.at(first, last, Recompute::kFull);
+    EXPECT_EQ(full.fwd_s, none.fwd_s);
+    EXPECT_DOUBLE_EQ(full.bwd_s, none.bwd_s + fwd);
+    EXPECT_EQ(v.compute_s(first, last, Recompute::kFull), full.fwd_s + full.bwd_s);  // bit for bit
+    EXPECT_DOUBLE_EQ(full.activation_bytes, 2 * 2 * 2 * s * h);  // 2 samples
+    if (k == 4) {
+      // A stage starting inside block 3 (at attn_out) keeps that layer's input,
+      // [q, k, v, residual], then block 4's input.
+      EXPECT_DOUBLE_EQ(sc.kept_bytes(first + 1, last, Recompute::kFull), 2 * 4 * h * s + 2 * h * s);
+    }
+  }
+}
+
 // The property the planner relies on: for every source, the O(1) range figures equal a
 // direct per-layer sum of that source's numbers (times, bytes, all-reduce, optimizer,
 // memory), over random ranges and shapes.
