@@ -242,7 +242,9 @@ void add_train_command(CLI::App& root, Context& ctx) {
        &C::warmup_steps);
   over(cmd->add_option("--grad-clip", f.grad_clip, "Max global gradient norm (0: off)")->capture_default_str(),
        &C::grad_clip);
-  over(cmd->add_option("--dtype", f.dtype, "float32 or float64")->capture_default_str(), &C::dtype);
+  over(cmd->add_option("--dtype", f.dtype, "float32, float64 or bfloat16 (float32 master weights, bf16 compute)")
+           ->capture_default_str(),
+       &C::dtype);
   over(cmd->add_option("--recompute", f.recompute,
                        "Activation recomputation: plan (each stage as the plan says), none, selective or full")
            ->check(CLI::IsMember({"plan", "none", "selective", "full"}))

@@ -154,6 +154,7 @@ void DpTable::offer(std::vector<Entry>& front, const Entry& c) {
   front.push_back(c);
 }
 
+template <bool kMulti>
 void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
   const double floor = p_.upstream_floor[l];
   scratch_[0].clear();
@@ -162,7 +163,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
   const int offset = D - u;
   const Bytes usable = p_.usable[pos];
   const auto& meshes = p_.meshes[pos];
-  const int modes = static_cast<int>(p_.recompute.size());
+  const int modes = kMulti ? static_cast<int>(p_.recompute.size()) : 1;
   Seconds t[kRecomputeModes];
   Bytes act[kRecomputeModes];
   auto mode_of = [&](int r) { return static_cast<std::int8_t>(p_.recompute[r]); };
@@ -183,21 +184,28 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
       if (t_min > cap) break;
       const Bytes stat = m.view.static_bytes(l, l1);
       if (stat > usable) break;
-      for (int r = 0; r < modes; ++r) act[r] = m.view.activation_bytes(l, l1, p_.recompute[r]);
+      for (int r = 0; r < modes; ++r)
+        act[r] = p_.recompute[r] == Recompute::kNone ? m.view.activation_bytes(l, l1)
+                                                     : m.view.activation_bytes(l, l1, p_.recompute[r]);
       // Extends every entry of a downstream front through a link of time c, once per mode
       // that fits (the fronts keep what no other entry dominates: a slower mode survives
       // only where it is the one that fits the memory or attains the cap).
       auto extend = [&](int first, int count, int att1, Seconds c, int delta) {
         const double e_head = m.view.end_s(l, l1);
-        for (int k = first; k < first + count; ++k) {
-          const Entry& x = entries_[k];
-          const int n = std::min(x.n + delta, p_.B);
-          for (int r = 0; r < modes; ++r) {
-            if (t[r] > cap || stat + n * act[r] > usable) continue;
-            const int att = (att1 || t[r] == cap || c == cap) && !feasibility_only_ ? 1 : 0;
-            const double sum = x.sum + t[r] + 2 * c, e = std::max(x.e, e_head);
+        for (int r = 0; r < modes; ++r) {
+          // Copies, not the arrays: the compiler keeps them in registers across offer().
+          const Seconds tr = t[r];
+          const Bytes ar = act[r];
+          if (tr > cap) continue;
+          const int att = (att1 || tr == cap || c == cap) && !feasibility_only_ ? 1 : 0;
+          const std::int8_t mode = mode_of(r);
+          for (int k = first; k < first + count; ++k) {
+            const Entry& x = entries_[k];
+            const int n = std::min(x.n + delta, p_.B);
+            if (stat + n * ar > usable) continue;
+            const double sum = x.sum + tr + 2 * c, e = std::max(x.e, e_head);
             if (sum + floor + e >= prune_at) continue;
-            offer(scratch_[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r)});
+            offer(scratch_[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode});
           }
         }
       };
@@ -273,7 +281,12 @@ DpOutcome DpTable::run(Seconds cap, double prune_at) {
   std::fill(mcnt_.begin(), mcnt_.end(), 0);
   for (int l = p_.L - 1; l >= 0; --l) {
     for (int pos = 0; pos < p_.C; ++pos)
-      for (int u = 1; u <= p_.devices[pos]; ++u) fill_state(l, pos, u, cap, prune_at);
+      for (int u = 1; u <= p_.devices[pos]; ++u) {
+        if (p_.recompute.size() > 1)
+          fill_state<true>(l, pos, u, cap, prune_at);
+        else
+          fill_state<false>(l, pos, u, cap, prune_at);
+      }
     for (int pos = 0; pos < p_.C; ++pos) fill_merged(l, pos);
   }
   DpOutcome out;

@@ -114,6 +114,9 @@ class DpTable {
   }
   int merged(int l, int pos, int att) const { return (l * p_.C + pos) * 2 + att; }
   void offer(std::vector<Entry>& front, const Entry& candidate);
+  // kMulti: several recomputation modes; false: the one mode of the problem, with the
+  // mode loop gone at compile time (the search's hot path stays as fast as before).
+  template <bool kMulti>
   void fill_state(int l, int pos, int u, Seconds cap, double prune_at);
   void fill_merged(int l, int pos);
 

@@ -1,5 +1,6 @@
 // The measurement side of the Zero-Redundant Profiler (see profiler.h).
 #include "harp/profiler/profiler.h"
+#include "harp/runtime/precision.h"
 
 #include <unistd.h>
 
@@ -94,7 +95,8 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
   HARP_CHECK(0 <= first && first < last && last <= model.num_layers()) << first << ".." << last;
   HARP_CHECK(samples >= 1);
   runtime::install_counting_allocator();
-  std::vector<runtime::GptLayer> layers = runtime::build_gpt_layers(model, first, last, 1234, dtype, torch::kCPU);
+  std::vector<runtime::GptLayer> layers =
+      runtime::build_gpt_layers(model, first, last, 1234, runtime::param_dtype(dtype), torch::kCPU);
   const bool tail = layers.back()->layer().kind == model::LayerKind::kTail;
   const auto& g = model.gpt;
   torch::Tensor input = range_input(model, first, samples, dtype);
@@ -115,8 +117,11 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     runtime::reset_peak_tensor_bytes();
     auto t0 = Clock::now();
     torch::Tensor y = input;
-    for (auto& layer : layers)
-      y = layer->layer().kind == model::LayerKind::kTail ? layer->forward(y, targets) : layer->forward(y);
+    {
+      runtime::AutocastGuard autocast(dtype == torch::kBFloat16);  // as the executor's forward
+      for (auto& layer : layers)
+        y = layer->layer().kind == model::LayerKind::kTail ? layer->forward(y, targets) : layer->forward(y);
+    }
     if (tail) (void)y.item<double>();  // the runtime reads the loss sum here
     emulate(options.emulated_slowdown, t0);
     const double f = seconds_since(t0);
@@ -124,7 +129,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
       m.activation_bytes = runtime::live_tensor_bytes() - base;
       m.output_bytes = tail ? 0.0 : tensor_bytes(y);
     }
-    if (!tail && !dy.defined()) dy = torch::randn_like(y);
+    if (!tail && !dy.defined()) dy = torch::randn_like(y);  // y's dtype: what the executor's wire casts to
     if (options.evict_caches) evict_private_caches();
     t0 = Clock::now();
     if (tail)
@@ -157,7 +162,7 @@ double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::
   double spec_bytes = 0;
   for (const auto& group : profile::unique_layers(model)) {
     const int i = group.representative;
-    auto layers = runtime::build_gpt_layers(model, i, i + 1, 1234, dtype, torch::kCPU);
+    auto layers = runtime::build_gpt_layers(model, i, i + 1, 1234, runtime::param_dtype(dtype), torch::kCPU);
     for (auto& [name, p] : runtime::named_parameters(layers)) {
       p.mutable_grad() = torch::randn_like(p) * 1e-3;
       params.emplace_back(name, p);
@@ -200,7 +205,9 @@ std::string utc_now() {
   return buf;
 }
 
-std::string dtype_name(torch::Dtype d) { return d == torch::kFloat64 ? "float64" : "float32"; }
+std::string dtype_name(torch::Dtype d) {
+  return d == torch::kFloat64 ? "float64" : d == torch::kBFloat16 ? "bfloat16" : "float32";
+}
 
 std::string ms(double s) {
   char buf[32];

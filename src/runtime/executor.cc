@@ -35,7 +35,9 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
   samples_ = plan.microbatch_size / st.dp;
   sample_offset_ = layout_.dp_rank * samples_;
   global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
-  layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, config.dtype, torch::kCPU);
+  bf16_ = config.dtype == torch::kBFloat16;
+  wire_ = config.dtype;
+  layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, param_dtype(config.dtype), torch::kCPU);
   const Recompute recompute = config.recompute.value_or(st.recompute);
   if (recompute == Recompute::kSelective)
     for (auto& layer : layers_) layer->set_recompute_attention(true);
@@ -77,7 +79,7 @@ void Executor::post_recv(int mb, bool forward_direction, int step) {
   for (Part& p : parts) {
     std::vector<std::int64_t> sizes = {p.count};
     sizes.insert(sizes.end(), shape.begin(), shape.end());
-    p.buffer = torch::empty(sizes, torch::TensorOptions().dtype(config_.dtype));
+    p.buffer = torch::empty(sizes, torch::TensorOptions().dtype(wire_));
     p.transfer = comm_.irecv(p.buffer, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
                              where(layout_, step) + " waiting for " + schedule::to_string(a) + " from rank");
   }
@@ -123,6 +125,7 @@ void Executor::forward(int step, int mb) {
   if (has_head(layers_)) x = tokens.slice(1, 0, model_.gpt.seq_len);
   if (has_tail(layers_)) s.targets = tokens.slice(1, 1, model_.gpt.seq_len + 1);
   torch::Tensor y;
+  AutocastGuard autocast(bf16_);
   if (units_.empty() || !torch::GradMode::is_enabled()) {
     y = run_layers(0, static_cast<int>(layers_.size()), x, s.targets);
   } else {
@@ -164,7 +167,7 @@ void Executor::backward(int mb) {
   // the global batch at the tail, else the gradient received (or the next unit's).
   auto from = [&](const torch::Tensor& out, const torch::Tensor& grad) {
     if (grad.defined())
-      torch::autograd::backward({out}, {grad});
+      torch::autograd::backward({out}, {grad.to(out.scalar_type())});  // a bf16 wire into a float32 output
     else
       (out / global_tokens_).backward();
   };
@@ -174,8 +177,13 @@ void Executor::backward(int mb) {
     const int n = static_cast<int>(units_.size());
     for (int j = n - 1; j >= 0; --j) {
       const Unit& u = units_[j];
-      torch::Tensor out = u.recompute ? run_layers(u.begin, u.end, s.unit_inputs[j], s.targets)
-                                      : std::move(s.unit_outputs[j]);
+      torch::Tensor out;
+      if (u.recompute) {
+        AutocastGuard autocast(bf16_);  // the forward's precision again
+        out = run_layers(u.begin, u.end, s.unit_inputs[j], s.targets);
+      } else {
+        out = std::move(s.unit_outputs[j]);
+      }
       from(out, j + 1 < n ? s.unit_inputs[j + 1].grad() : dy);
       if (j + 1 < n) s.unit_inputs.pop_back();  // the next unit's input and its gradient
     }
@@ -191,7 +199,7 @@ void Executor::backward(int mb) {
 void Executor::send(int mb, bool forward_direction) {
   Stash& s = stash_[mb];
   const int other = layout_.stage + (forward_direction ? 1 : -1);
-  torch::Tensor payload = forward_direction ? s.output.detach() : s.input.grad();
+  torch::Tensor payload = (forward_direction ? s.output.detach() : s.input.grad()).to(wire_);
   const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kSendF : schedule::ActionKind::kSendB, mb};
   for (const Part& p : peers_of(other)) {
     torch::Tensor slice = payload.slice(0, p.first, p.first + p.count).contiguous();

@@ -12,6 +12,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "harp/common/check.h"
+#include "harp/runtime/precision.h"
 
 namespace harp::runtime {
 namespace {
@@ -79,7 +80,10 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   const auto mask_options = torch::TensorOptions().dtype(torch::kBool).device(q.device());
   auto future = torch::ones({s, s}, mask_options).triu(1);
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
-  return torch::matmul(torch::softmax(scores, -1), v);
+  // Under bf16 autocast the scores come out of a bf16 product: the softmax runs in
+  // float32 (its sums lose too much in bf16), and the product with v casts back.
+  const bool low = scores.scalar_type() == torch::kBFloat16 || scores.scalar_type() == torch::kHalf;
+  return torch::matmul(low ? torch::softmax(scores, -1, torch::kFloat) : torch::softmax(scores, -1), v);
 }
 
 // causal_attention that keeps only its inputs: the backward reruns it under autograd and
@@ -89,6 +93,7 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v) {
     ctx->save_for_backward({q, k, v});
+    ctx->saved_data["bf16"] = AutocastGuard::active();  // rerun in the forward's precision
     return causal_attention(q, k, v);  // Function::apply runs this without a graph
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -97,7 +102,11 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
     torch::autograd::variable_list in;
     for (const auto& t : saved) in.push_back(t.detach().requires_grad_(true));
     torch::AutoGradMode enable(true);
-    const torch::Tensor out = causal_attention(in[0], in[1], in[2]);
+    torch::Tensor out;
+    {
+      AutocastGuard autocast(ctx->saved_data["bf16"].toBool());
+      out = causal_attention(in[0], in[1], in[2]);
+    }
     return torch::autograd::grad({out}, in, {grad[0]});
   }
 };
@@ -221,8 +230,12 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   const bool llama = config_.family == "llama";
   const auto params = named_parameters(true);
   auto norm = [&](const torch::Tensor& t, const std::string& prefix) {
-    return llama ? rms_norm(t, params[prefix + ".weight"])
-                 : torch::layer_norm(t, {h}, params[prefix + ".weight"], params[prefix + ".bias"], kLayerNormEps);
+    if (llama) return rms_norm(t, params[prefix + ".weight"]);
+    // A bf16 input (a cut tensor under bf16 autocast) is normalised in float32, as the
+    // float32 weights are: libtorch 1.13's CPU LayerNorm has no mixed-dtype backward.
+    const bool low = t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+    return torch::layer_norm(low ? t.to(torch::kFloat) : t, {h}, params[prefix + ".weight"],
+                             params[prefix + ".bias"], kLayerNormEps);
   };
 
   if (layer_.kind == model::LayerKind::kHead) {

@@ -27,8 +27,8 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
     return bad("weight_decay", weight_decay, "must be a finite number >= 0", "use e.g. 0.1");
   if (!std::isfinite(grad_clip) || grad_clip < 0)
     return bad("grad_clip", grad_clip, "must be a finite number >= 0", "use 1.0, or 0 to disable clipping");
-  if (dtype != "float32" && dtype != "float64")
-    return bad("dtype", dtype, "must be float32 or float64", "write `dtype: float32`");
+  if (dtype != "float32" && dtype != "float64" && dtype != "bfloat16")
+    return bad("dtype", dtype, "must be float32, float64 or bfloat16", "write `dtype: float32`");
   if (recompute != "plan" && recompute != "none" && recompute != "selective" && recompute != "full")
     return bad("recompute", recompute, "must be plan, none, selective or full", "write `recompute: plan`");
   if (out.empty()) return bad("out", out, "must name a folder", "write `out: out/train`");
@@ -62,7 +62,7 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.decay_steps = static_cast<int>(r.integer("decay_steps", 0, c.decay_steps));
   c.weight_decay = r.non_negative("weight_decay", c.weight_decay);
   c.grad_clip = r.non_negative("grad_clip", c.grad_clip);
-  c.dtype = r.choice("dtype", {"float32", "float64"}, c.dtype);
+  c.dtype = r.choice("dtype", {"float32", "float64", "bfloat16"}, c.dtype);
   c.recompute = r.choice("recompute", {"plan", "none", "selective", "full"}, c.recompute);
   c.out = r.string("out", c.out);
   c.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 0, c.checkpoint_every));

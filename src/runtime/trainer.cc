@@ -33,7 +33,9 @@ std::string trace_file(const std::string& dir, int rank) {
 
 }  // namespace
 
-torch::Dtype torch_dtype(const std::string& name) { return name == "float64" ? torch::kFloat64 : torch::kFloat32; }
+torch::Dtype torch_dtype(const std::string& name) {
+  return name == "float64" ? torch::kFloat64 : name == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+}
 
 TrainOptions train_options(const TrainConfig& c) {
   TrainOptions t;

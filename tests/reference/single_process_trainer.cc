@@ -15,7 +15,7 @@ ReferenceRun train_reference(const model::ModelSpec& model, const runtime::Token
                              const runtime::OptimConfig& optim, torch::Dtype dtype) {
   const int num_layers = model.num_layers();
   const int seq_len = model.gpt.seq_len;
-  auto layers = runtime::build_gpt_layers(model, 0, num_layers, seed, dtype, torch::kCPU);
+  auto layers = runtime::build_gpt_layers(model, 0, num_layers, seed, runtime::param_dtype(dtype), torch::kCPU);
   const auto params = runtime::named_parameters(layers);
   runtime::AdamW adamw(params, optim);
 
@@ -38,9 +38,13 @@ ReferenceRun train_reference(const model::ModelSpec& model, const runtime::Token
                                            microbatch_size, seq_len);
       auto inputs = tokens.narrow(1, 0, seq_len);
       auto targets = tokens.narrow(1, 1, seq_len);
-      torch::Tensor x = layers[0]->forward(inputs);
-      for (int i = 1; i + 1 < num_layers; ++i) x = layers[i]->forward(x);
-      auto loss = layers.back()->forward(x, targets);
+      torch::Tensor loss;
+      {
+        runtime::AutocastGuard autocast(dtype == torch::kBFloat16);  // bf16: fp32 weights, bf16 compute
+        torch::Tensor x = layers[0]->forward(inputs);
+        for (int i = 1; i + 1 < num_layers; ++i) x = layers[i]->forward(x);
+        loss = layers.back()->forward(x, targets);
+      }
       (loss / global_tokens).backward();
       loss_sum += loss.item<double>();
     }

@@ -12,6 +12,7 @@
 #include "harp/model/model_spec.h"
 #include "harp/runtime/data.h"
 #include "harp/runtime/optimizer.h"
+#include "harp/runtime/precision.h"
 
 namespace harp::testing {
 
@@ -24,7 +25,8 @@ struct ReferenceRun {
 };
 
 // Trains steps 0 .. steps-1 on batches of
-// `microbatches` x `microbatch_size` samples drawn with runtime::sample_tokens.
+// `microbatches` x `microbatch_size` samples drawn with runtime::sample_tokens. dtype
+// kBFloat16: float32 weights and AdamW, the forward under bf16 autocast (precision.h).
 ReferenceRun train_reference(const model::ModelSpec& model, const runtime::TokenSource& data,
                              std::uint64_t seed, int steps, int microbatches, int microbatch_size,
                              const runtime::OptimConfig& optim, torch::Dtype dtype);

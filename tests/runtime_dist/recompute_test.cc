@@ -1,6 +1,6 @@
 // Activation recomputation (common/recompute.h, executor.h): with each mode, on every
 // stage or mixed per stage, a pipelined run's losses, gradients and parameters equal
-// those of the same run without recomputation bit for bit (float32, CPU); and the memory
+// those of the same run without recomputation bit for bit (float32 and bf16, CPU); and the memory
 // a step keeps shrinks as the cost model says it should: selective frees the attention
 // probabilities, full keeps only each block's input.
 #include <gtest/gtest.h>
@@ -73,11 +73,15 @@ TEST_P(RecomputeBitIdentical, ForEveryModeAndLayout) {
       expect_identical(run_plan_threads(m, base, *data, steps, cfg), want,
                        family + " " + l.name + " " + recompute_name(r));
     }
-    if (base.num_stages() == 3) {  // per stage, from the plan
+    if (base.num_stages() == 3) {  // per stage, from the plan; and under bf16 autocast
       plan::Plan mixed = base;
       mixed.stages[0].recompute = Recompute::kFull;
       mixed.stages[1].recompute = Recompute::kSelective;
       expect_identical(run_plan_threads(m, mixed, *data, steps, config()), want, family + " " + l.name + " mixed");
+      runtime::ExecConfig bf16 = config();
+      bf16.dtype = torch::kBFloat16;
+      expect_identical(run_plan_threads(m, mixed, *data, steps, bf16), run_plan_threads(m, base, *data, steps, bf16),
+                       family + " " + l.name + " mixed, bf16");
     }
   }
 }

@@ -31,6 +31,7 @@
 #include "harp/runtime/data.h"
 #include "harp/runtime/gpt.h"
 #include "harp/runtime/optimizer.h"
+#include "harp/runtime/precision.h"
 #include "harp/schedule/action.h"
 #include "harp/schedule/lower_plan.h"
 #include "harp/schedule/timeline.h"
@@ -39,6 +40,8 @@ namespace harp::runtime {
 
 struct ExecConfig {
   std::uint64_t seed = 1234;   // weights and data
+  // The compute dtype: kFloat32, kFloat64, or kBFloat16 (float32 master weights and
+  // state, bf16 autocast, bf16 cut tensors: runtime/precision.h).
   torch::Dtype dtype = torch::kFloat32;
   // Every stage's activation recomputation; unset: each stage's plan::Stage::recompute.
   std::optional<Recompute> recompute;
@@ -130,6 +133,8 @@ class Executor {
   std::uint64_t data_seed_ = 0;
   ExecConfig config_;
   RankLayout layout_;
+  bool bf16_ = false;                     // autocast the forward (precision.h)
+  torch::Dtype wire_ = torch::kFloat32;   // of the tensors crossing cuts
   int first_layer_ = 0, last_layer_ = 0;
   int samples_ = 1, sample_offset_ = 0;  // this replica's share of a microbatch
   double global_tokens_ = 1;

@@ -25,7 +25,9 @@ struct TrainConfig {
   int decay_steps = 0;             // cosine decay ends here; 0: max(steps, warmup_steps + 1)
   double weight_decay = 0.1;       // AdamW, on 2+-dimensional parameters, >= 0
   double grad_clip = 1.0;          // max global gradient norm; 0 disables clipping
-  std::string dtype = "float32";   // float32 | float64
+  // float32 | float64 | bfloat16 (float32 master weights and state, bf16 autocast
+  // compute and cut tensors: runtime/precision.h)
+  std::string dtype = "float32";
   // Activation recomputation (common/recompute.h): "plan" (each stage as its plan says),
   // or none | selective | full for every stage.
   std::string recompute = "plan";

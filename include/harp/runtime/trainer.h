@@ -39,7 +39,8 @@ struct TrainOptions {
   int eval_batches = 2;
 };
 
-// The libtorch dtype of a TrainConfig dtype name ("float32" | "float64").
+// The compute dtype of a TrainConfig dtype name ("float32" | "float64" | "bfloat16";
+// ExecConfig::dtype).
 torch::Dtype torch_dtype(const std::string& name);
 
 // The options of a run from its validated configuration (the resolved config included).
