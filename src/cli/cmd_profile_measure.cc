@@ -16,6 +16,7 @@
 #include "harp/plan/plan_io.h"
 #include "harp/profile/unique_layers.h"
 #include "harp/profiler/profiler.h"
+#include "harp/runtime/memory.h"
 #include "harp/runtime/trainer.h"
 #include "table.h"
 
@@ -154,6 +155,7 @@ int run_check(const ProfileOpts& o, Context& ctx) {
   if (!m.ok()) return ctx.fail("profile check", m.status());
   Status fits = runtime::check_plan_matches_model(*p, *m);
   if (!fits.ok()) return ctx.fail("profile check", fits);
+  runtime::retain_freed_memory();
   runtime::set_compute_threads(o.threads > 0 ? o.threads : 1);
   ctx.err << "harp profile check: " << p->num_stages() << " stage(s) of " << o.plan_file << " on this CPU ("
           << (o.threads > 0 ? o.threads : 1) << " thread(s), float32)\n";
@@ -204,6 +206,7 @@ int run_links(const ProfileOpts& o, Context& ctx) {
     }
     std::sort(sizes.begin(), sizes.end());
   }
+  runtime::retain_freed_memory();
   runtime::set_compute_threads(1);
   ctx.err << "harp profile links: 2 ranks (threads) over Gloo on 127.0.0.1, " << sizes.size() << " sizes\n";
   profiler::LinkReport r;

@@ -106,6 +106,7 @@ int run_train(const Opts& o, Context& ctx) {
   std::unique_ptr<runtime::TokenSource> val_data;
   if (!c.val_data.empty() && open_tokens(c.val_data, &val_data) != kExitOk) return ctx.rc;
 
+  runtime::retain_freed_memory();
   runtime::set_compute_threads(c.threads);
   // One rank per process: its tensor memory is the process's (summary.json "memory").
   runtime::install_counting_allocator();

@@ -81,6 +81,14 @@ void StageCosts::build_byte_prefixes() {
     act_selective_prefix_[i + 1] = act_selective_prefix_[i] + (b.activation_bytes - b.attention_score_bytes);
     const bool starts_unit = i == 0 || layers_[i - 1].block != b.block;
     act_full_prefix_[i + 1] = act_full_prefix_[i] + (b.block < 0 ? b.activation_bytes : starts_unit ? b.input_bytes : 0.0);
+    working_selective_ = std::max(working_selective_, b.attention_score_bytes);
+  }
+  for (size_t i = 0; i < L;) {  // the largest block unit's activations
+    size_t j = i;
+    Bytes unit = 0;
+    for (; j < L && layers_[j].block == layers_[i].block; ++j) unit += layers_[j].activation_bytes;
+    if (layers_[i].block >= 0) working_full_ = std::max(working_full_, unit);
+    i = j;
   }
 }
 
@@ -108,6 +116,8 @@ void StageCosts::set_byte_views(RangeView* v) const {
   v->kept_[static_cast<int>(Recompute::kSelective)] = act_selective_prefix_.data();
   v->kept_[static_cast<int>(Recompute::kFull)] = act_full_prefix_.data();
   v->layers_ = layers_.data();
+  v->working_[static_cast<int>(Recompute::kSelective)] = working_selective_;
+  v->working_[static_cast<int>(Recompute::kFull)] = working_full_;
 }
 
 const StageCosts::Prefix* StageCosts::prefix(int sub, int samples, int tp) const {
@@ -172,7 +182,7 @@ StageFigures RangeView::at(int first, int last, Recompute recompute) const {
   const Bytes params = params_[last] - params_[first];
   f.allreduce_s = allreduce_.at(params);
   f.optimizer_s = opt_per_param_byte_ * params;
-  f.static_bytes = static_bytes(first, last);
+  f.static_bytes = static_bytes(first, last) + working_set_bytes(recompute);
   f.activation_bytes = activation_bytes(first, last, recompute);
   return f;
 }

@@ -165,7 +165,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
   const auto& meshes = p_.meshes[pos];
   const int modes = kMulti ? static_cast<int>(p_.recompute.size()) : 1;
   Seconds t[kRecomputeModes];
-  Bytes act[kRecomputeModes];
+  Bytes act[kRecomputeModes], work[kRecomputeModes];
   auto mode_of = [&](int r) { return static_cast<std::int8_t>(p_.recompute[r]); };
   for (int mi = 0; mi < static_cast<int>(meshes.size()); ++mi) {
     const DpMesh& m = meshes[mi];
@@ -184,9 +184,11 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
       if (t_min > cap) break;
       const Bytes stat = m.view.static_bytes(l, l1);
       if (stat > usable) break;
-      for (int r = 0; r < modes; ++r)
-        act[r] = p_.recompute[r] == Recompute::kNone ? m.view.activation_bytes(l, l1)
-                                                     : m.view.activation_bytes(l, l1, p_.recompute[r]);
+      for (int r = 0; r < modes; ++r) {
+        const bool none = p_.recompute[r] == Recompute::kNone;
+        act[r] = none ? m.view.activation_bytes(l, l1) : m.view.activation_bytes(l, l1, p_.recompute[r]);
+        work[r] = none ? stat : stat + m.view.working_set_bytes(p_.recompute[r]);  // the static part
+      }
       // Extends every entry of a downstream front through a link of time c, once per mode
       // that fits (the fronts keep what no other entry dominates: a slower mode survives
       // only where it is the one that fits the memory or attains the cap).
@@ -195,14 +197,14 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
         for (int r = 0; r < modes; ++r) {
           // Copies, not the arrays: the compiler keeps them in registers across offer().
           const Seconds tr = t[r];
-          const Bytes ar = act[r];
+          const Bytes ar = act[r], sr = work[r];
           if (tr > cap) continue;
           const int att = (att1 || tr == cap || c == cap) && !feasibility_only_ ? 1 : 0;
           const std::int8_t mode = mode_of(r);
           for (int k = first; k < first + count; ++k) {
             const Entry& x = entries_[k];
             const int n = std::min(x.n + delta, p_.B);
-            if (stat + n * ar > usable) continue;
+            if (sr + n * ar > usable) continue;
             const double sum = x.sum + tr + 2 * c, e = std::max(x.e, e_head);
             if (sum + floor + e >= prune_at) continue;
             offer(scratch_[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode});
@@ -221,7 +223,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
       } else if (l1 == p_.L) {
         if (!p_.allow_idle && pos != p_.C - 1) continue;  // later subclusters would be idle
         for (int r = 0; r < modes; ++r) {
-          if (t[r] > cap || stat + act[r] > usable) continue;
+          if (t[r] > cap || work[r] + act[r] > usable) continue;
           offer(scratch_[t[r] == cap && !feasibility_only_ ? 1 : 0],
                 Entry{t[r], m.view.end_s(l, l1), 1, -1, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r)});
         }

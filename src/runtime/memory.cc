@@ -4,6 +4,10 @@
 #include <atomic>
 #include <cstddef>
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 #include <torch/version.h>
@@ -67,5 +71,14 @@ void install_counting_allocator() {
 double live_tensor_bytes() { return static_cast<double>(g_live.load()); }
 double peak_tensor_bytes() { return static_cast<double>(g_peak.load()); }
 void reset_peak_tensor_bytes() { g_peak = g_live.load(); }
+
+void retain_freed_memory() {
+#ifdef __GLIBC__
+  // Fixed thresholds also switch off glibc's dynamic adjustment of them.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
+#endif
+}
 
 }  // namespace harp::runtime

@@ -28,7 +28,7 @@ struct StageFigures {
   // bwd_s includes recompute_s, the forward the backward repeats under recomputation.
   Seconds fwd_s = 0, bwd_s = 0, recompute_s = 0;
   Seconds allreduce_s = 0, optimizer_s = 0;
-  Bytes static_bytes = 0;      // per device: training state + workspace
+  Bytes static_bytes = 0;      // per device: training state + workspace (+ recomputation's working set)
   Bytes activation_bytes = 0;  // per device per in-flight microbatch
 
   Seconds compute_s() const { return fwd_s + bwd_s; }
@@ -68,6 +68,12 @@ class RangeView {
   }
   // Per sample before the tp split: StageCosts::kept_bytes.
   Bytes kept_bytes(int first, int last, Recompute recompute) const;
+  // What a backward's recomputation holds at once on top of what is kept, per device:
+  // the largest block's activations (full) or attention scores (selective) of one
+  // microbatch; 0 for kNone. The model's largest, not the range's: an upper bound in O(1).
+  Bytes working_set_bytes(Recompute recompute) const {
+    return activation_memory_bytes(working_[static_cast<int>(recompute)], samples_, tp_);
+  }
   // All-reduce plus optimizer step of the range.
   Seconds end_s(int first, int last) const {
     const Bytes params = params_[last] - params_[first];
@@ -86,6 +92,7 @@ class RangeView {
   const Seconds* rec_[kRecomputeModes] = {nullptr, nullptr, nullptr};  // by Recompute
   const Bytes* kept_[kRecomputeModes] = {nullptr, nullptr, nullptr};   // by Recompute
   const LayerBytes* layers_ = nullptr;
+  Bytes working_[kRecomputeModes] = {0, 0, 0};  // per sample, by Recompute
   int sub_ = 0, dp_ = 1, tp_ = 1, samples_ = 1;
 };
 
@@ -163,6 +170,7 @@ class StageCosts {
   // Kept under selective (without the attention scores) and full recomputation (block
   // units' first inputs; other layers' activations), size L + 1.
   std::vector<Bytes> act_selective_prefix_, act_full_prefix_;
+  Bytes working_selective_ = 0, working_full_ = 0;  // RangeView::working_set_bytes, per sample
   // key (device name, samples, tp)
   std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;
   // device name -> the source's measured optimizer seconds per parameter byte (tp = 1)
