@@ -1,7 +1,8 @@
-// The GPT layer sequence in libtorch (see gpt.h for the cut tensors). Each block piece is
-// a function from one cut tensor to the next, and a layer simply chains its pieces, so a
-// layer holding two pieces computes exactly what two one-piece layers compute: any cut
-// reproduces the unpartitioned forward bit for bit. Omits dropout, fused kernels and SDPA
+// The GPT layer sequence in libtorch (see gpt.h for the cut tensors). Each block piece maps
+// (its input, the residual) to the next; a layer chains its pieces and joins the residual
+// to the output only at its end, where a cut may be. So a layer holding two pieces
+// computes exactly what two one-piece layers compute, without the copies of the joined
+// tensor between them: any cut reproduces the unpartitioned forward bit for bit. Omits dropout, fused kernels and SDPA
 // (not in libtorch 1.13); attention is written with plain matmuls and a masked softmax.
 #include "harp/runtime/gpt.h"
 
@@ -254,17 +255,32 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
 
   const std::string p = block_prefix(layer_.block);
   auto w = [&](const std::string& name) { return params[p + name]; };
-  torch::Tensor t = x;
+  // Between pieces the residual is kept apart (`res`, after attn_in and mlp_in) and
+  // joined to the piece's output only where a cut needs one tensor: at the end of the
+  // layer. A layer starting at attn_out or mlp_out splits its input the same way.
+  torch::Tensor t = x, res;
+  const int first_piece = layer_.pieces & -layer_.pieces;
+  if (first_piece == kAttnOut || first_piece == kMlpOut) {
+    const std::int64_t width = x.size(-1) - h;
+    HARP_CHECK_GT(width, 0) << (first_piece == kAttnOut ? "attn_out" : "mlp_out") << " takes a cut tensor";
+    t = x.narrow(-1, 0, width);
+    res = x.narrow(-1, width, h);
+  }
   for (int piece : kPieces) {
     if (!(layer_.pieces & piece)) continue;
     torch::Tensor normed;  // the pre-norm of the pieces that start a sub-block
     if (piece == kAttnIn || piece == kMlpIn) {
       HARP_CHECK_EQ(t.size(-1), h) << (piece == kAttnIn ? "attn_in" : "mlp_in") << " takes the hidden state";
       normed = norm(t, p + (piece == kAttnIn ? "ln1" : "ln2"));
+      res = t;
     }
     t = llama ? llama_piece(piece, t, normed, w) : gpt_piece(piece, t, normed, w);
+    if (piece == kAttnOut || piece == kMlpOut) {  // the residual add ends a sub-block
+      t = res + t;
+      res = torch::Tensor();
+    }
   }
-  return t;
+  return res.defined() ? torch::cat({t, res}, -1) : t;
 }
 
 torch::Tensor GptLayerImpl::attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const {
@@ -276,22 +292,22 @@ torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const t
                                       const Weights& w) const {
   const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
   switch (piece) {
-    case kAttnIn:  // the residual travels with q, k, v so that a cut here needs one tensor
-      return torch::cat({torch::linear(normed, w("attn.qkv.weight"), w("attn.qkv.bias")), t}, -1);
-    case kAttnOut: {
-      HARP_CHECK_EQ(t.size(-1), 4 * h) << "attn_out takes [q, k, v, residual]";
+    case kAttnIn:  // q, k, v (forward() keeps the residual beside them)
+      return torch::linear(normed, w("attn.qkv.weight"), w("attn.qkv.bias"));
+    case kAttnOut: {  // the projected attention (forward() adds the residual)
+      HARP_CHECK_EQ(t.size(-1), 3 * h) << "attn_out takes [q, k, v] and the residual";
       const std::int64_t b = t.size(0), s = t.size(1), d = h / a;
       auto heads = [&](int i) {  // [b, a, s, d]
         return t.narrow(-1, i * h, h).reshape({b, s, a, d}).transpose(1, 2);
       };
       auto context = attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({b, s, h});
-      return t.narrow(-1, 3 * h, h) + torch::linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
+      return torch::linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
     }
-    case kMlpIn:  // the residual travels with the hidden state
-      return torch::cat({torch::gelu(torch::linear(normed, w("mlp.fc1.weight"), w("mlp.fc1.bias")), "tanh"), t}, -1);
+    case kMlpIn:
+      return torch::gelu(torch::linear(normed, w("mlp.fc1.weight"), w("mlp.fc1.bias")), "tanh");
     default:
-      HARP_CHECK_EQ(t.size(-1), f + h) << "mlp_out takes [gelu(fc1), residual]";
-      return t.narrow(-1, f, h) + torch::linear(t.narrow(-1, 0, f), w("mlp.fc2.weight"), w("mlp.fc2.bias"));
+      HARP_CHECK_EQ(t.size(-1), f) << "mlp_out takes gelu(fc1) and the residual";
+      return torch::linear(t, w("mlp.fc2.weight"), w("mlp.fc2.bias"));
   }
 }
 
@@ -300,12 +316,12 @@ torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const
   const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
   const std::int64_t d = h / a, g = config_.kv_heads, kv = g * d;
   switch (piece) {
-    case kAttnIn:  // q, k, v (rotary not yet applied) and the residual: one tensor at a cut here
+    case kAttnIn:  // q, k, v (rotary not yet applied; forward() keeps the residual beside them)
       return torch::cat({torch::linear(normed, w("attn.q.weight")), torch::linear(normed, w("attn.k.weight")),
-                         torch::linear(normed, w("attn.v.weight")), t},
+                         torch::linear(normed, w("attn.v.weight"))},
                         -1);
-    case kAttnOut: {
-      HARP_CHECK_EQ(t.size(-1), 2 * h + 2 * kv) << "attn_out takes [q, k, v, residual]";
+    case kAttnOut: {  // the projected attention (forward() adds the residual)
+      HARP_CHECK_EQ(t.size(-1), h + 2 * kv) << "attn_out takes [q, k, v] and the residual";
       const std::int64_t b = t.size(0), s = t.size(1);
       auto heads = [&](std::int64_t offset, std::int64_t n) {  // [b, n, s, d]
         return t.narrow(-1, offset, n * d).reshape({b, s, n, d}).transpose(1, 2);
@@ -318,15 +334,13 @@ torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const
         v = v.repeat_interleave(a / g, 1);
       }
       auto context = attention(q, k, v).transpose(1, 2).reshape({b, s, h});
-      return t.narrow(-1, h + 2 * kv, h) + torch::linear(context, w("attn.proj.weight"));
+      return torch::linear(context, w("attn.proj.weight"));
     }
     case kMlpIn:
-      return torch::cat(
-          {torch::silu(torch::linear(normed, w("mlp.gate.weight"))) * torch::linear(normed, w("mlp.up.weight")), t},
-          -1);
+      return torch::silu(torch::linear(normed, w("mlp.gate.weight"))) * torch::linear(normed, w("mlp.up.weight"));
     default:
-      HARP_CHECK_EQ(t.size(-1), f + h) << "mlp_out takes [silu(gate) * up, residual]";
-      return t.narrow(-1, f, h) + torch::linear(t.narrow(-1, 0, f), w("mlp.down.weight"));
+      HARP_CHECK_EQ(t.size(-1), f) << "mlp_out takes silu(gate) * up and the residual";
+      return torch::linear(t, w("mlp.down.weight"));
   }
 }
 

@@ -58,8 +58,10 @@ class GptLayerImpl : public torch::nn::Module {
   void set_recompute_attention(bool on) { recompute_attention_ = on; }
 
  private:
-  // A block piece's output from its input `t` and, for attn_in and mlp_in, the input's
-  // pre-norm; `w` looks up this block's weights by their name below "blockN.".
+  // A block piece's output without the residual (forward() keeps it apart and adds it)
+  // from its input `t` (q, k, v for attn_out; the activation for mlp_out) and, for
+  // attn_in and mlp_in, the input's pre-norm; `w` looks up this block's weights by their
+  // name below "blockN.".
   using Weights = std::function<torch::Tensor(const std::string&)>;
   torch::Tensor gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed, const Weights& w) const;
   torch::Tensor llama_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed, const Weights& w) const;

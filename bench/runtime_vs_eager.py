@@ -1,0 +1,141 @@
+"""The runtime against PyTorch eager on one process (not a test): the same GPT
+(examples/models/gpt_small_cpu.json: pre-LayerNorm blocks, fused QKV, GELU tanh, learned
+positions, tied embeddings), the same global batch (M microbatches of MBS sequences,
+gradient accumulation), AdamW, float32, 1 and 2 intra-op threads. `harp train` runs a
+one-stage plan; the eager side is this file's own PyTorch model run by Debian's
+python3-torch (/usr/bin/python3). Median step time over the steps after the first two.
+
+Writes out/bench_eager/runtime_vs_eager.csv and .svg; prints tokens/s and the ratios
+(runtime / eager at the same threads; 2 threads / 1 thread for each). Run on an
+otherwise idle machine:  python3 bench/runtime_vs_eager.py [--harp build/src/cli/harp]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+from bench_util import DEFAULT_HARP, ROOT, run, write, write_csv
+
+MODEL = os.path.join(ROOT, "examples", "models", "gpt_small_cpu.json")
+M, MBS = 8, 4
+
+EAGER = r'''
+import json, statistics, sys, time
+import torch
+import torch.nn.functional as F
+cfg = json.load(open(sys.argv[1])); threads, steps, M, MBS = map(int, sys.argv[2:6])
+torch.set_num_threads(threads)
+torch.manual_seed(0)
+h, a, s, V, L = cfg["hidden"], cfg["heads"], cfg["seq_len"], cfg["vocab"], cfg["num_blocks"]
+f = 4 * h
+def p(*shape, std=0.02):
+    return torch.nn.Parameter(torch.randn(*shape) * std)
+params = {"wte": p(V, h), "wpe": p(s, h), "lnf_w": torch.nn.Parameter(torch.ones(h)),
+          "lnf_b": torch.nn.Parameter(torch.zeros(h))}
+for i in range(L):
+    params.update({"b%d.%s" % (i, k): v for k, v in {
+        "ln1_w": torch.nn.Parameter(torch.ones(h)), "ln1_b": torch.nn.Parameter(torch.zeros(h)),
+        "qkv_w": p(3 * h, h), "qkv_b": torch.nn.Parameter(torch.zeros(3 * h)),
+        "proj_w": p(h, h), "proj_b": torch.nn.Parameter(torch.zeros(h)),
+        "ln2_w": torch.nn.Parameter(torch.ones(h)), "ln2_b": torch.nn.Parameter(torch.zeros(h)),
+        "fc1_w": p(f, h), "fc1_b": torch.nn.Parameter(torch.zeros(f)),
+        "fc2_w": p(h, f), "fc2_b": torch.nn.Parameter(torch.zeros(h))}.items()})
+mask = torch.ones(s, s, dtype=torch.bool).triu(1)
+def forward(tokens, targets):
+    b = tokens.shape[0]
+    x = F.embedding(tokens, params["wte"]) + params["wpe"][:s]
+    for i in range(L):
+        g = lambda k: params["b%d.%s" % (i, k)]
+        y = F.layer_norm(x, (h,), g("ln1_w"), g("ln1_b"), 1e-5)
+        q, k, v = F.linear(y, g("qkv_w"), g("qkv_b")).split(h, -1)
+        q, k, v = [t.reshape(b, s, a, h // a).transpose(1, 2) for t in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) / (h // a) ** 0.5
+        att = torch.softmax(att.masked_fill(mask, float("-inf")), -1)
+        x = x + F.linear((att @ v).transpose(1, 2).reshape(b, s, h), g("proj_w"), g("proj_b"))
+        y = F.layer_norm(x, (h,), g("ln2_w"), g("ln2_b"), 1e-5)
+        x = x + F.linear(F.gelu(F.linear(y, g("fc1_w"), g("fc1_b")), approximate="tanh"), g("fc2_w"), g("fc2_b"))
+    y = F.layer_norm(x, (h,), params["lnf_w"], params["lnf_b"], 1e-5)
+    return F.cross_entropy(F.linear(y, params["wte"]).reshape(-1, V), targets.reshape(-1), reduction="sum")
+opt = torch.optim.AdamW(params.values(), lr=3e-4, weight_decay=0.1)
+times = []
+for step in range(steps):
+    data = torch.randint(0, V, (M * MBS, s + 1))
+    t0 = time.perf_counter()
+    opt.zero_grad()
+    for m in range(M):
+        chunk = data[m * MBS:(m + 1) * MBS]
+        loss = forward(chunk[:, :-1], chunk[:, 1:])
+        (loss / (M * MBS * s)).backward()
+    torch.nn.utils.clip_grad_norm_(params.values(), 1.0)
+    opt.step()
+    times.append(time.perf_counter() - t0)
+print(json.dumps({"median_s": statistics.median(times[2:])}))
+'''
+
+
+def harp_step_s(harp, out, threads, steps):
+    plan = write(os.path.join(out, "one_stage.json"),
+                 '{"version": 1, "microbatches": %d, "microbatch_size": %d, "schedule": "1f1b", '
+                 '"stages": [{"layers": [0, 6], "fwd_s": 1, "bwd_s": 2}]}\n' % (M, MBS))
+    run_dir = os.path.join(out, "harp_t%d" % threads)
+    env = dict(os.environ, MASTER_PORT=str(20000 + os.getpid() % 20000))
+    run([harp, "train", "--plan", plan, "--model", MODEL, "--steps", str(steps), "--data", "synthetic",
+         "--threads", str(threads), "--out", run_dir, "--quiet"], env=env)
+    return json.load(open(os.path.join(run_dir, "summary.json")))["measured_median_s"]
+
+
+def eager_step_s(threads, steps):
+    r = subprocess.run(["/usr/bin/python3", "-c", EAGER, MODEL, str(threads), str(steps), str(M), str(MBS)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        sys.exit("PyTorch eager failed: " + r.stderr[-2000:])
+    return json.loads(r.stdout.strip().splitlines()[-1])["median_s"]
+
+
+def chart(rows, path):
+    width, left, bar_h, gap = 720, 220, 22, 8
+    height = 50 + len(rows) * (bar_h + gap)
+    top = max(r["tokens_per_s"] for r in rows) * 1.25
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">'
+           % (width, height),
+           '<text x="10" y="20" font-size="14">Training tokens/s on one process (median step; higher is better)</text>']
+    for i, r in enumerate(rows):
+        y = 40 + i * (bar_h + gap)
+        w = (width - left - 90) * r["tokens_per_s"] / top
+        color = "#4c72b0" if r["system"] == "harp" else "#dd8452"
+        out.append('<text x="10" y="%d">%s, %d thread(s)</text>' % (y + 15, r["system"], r["threads"]))
+        out.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>' % (left, y, w, bar_h, color))
+        out.append('<text x="%.1f" y="%d">%.0f</text>' % (left + w + 6, y + 15, r["tokens_per_s"]))
+    out.append("</svg>")
+    write(path, "\n".join(out) + "\n")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--harp", default=DEFAULT_HARP)
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench_eager"))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    cfg = json.load(open(MODEL))
+    tokens = M * MBS * cfg["seq_len"]
+    rows = []
+    for threads in (1, 2):  # side by side: each pair runs back to back
+        for system, step in (("harp", lambda: harp_step_s(a.harp, a.out, threads, a.steps)),
+                             ("pytorch-eager", lambda: eager_step_s(threads, a.steps))):
+            s = step()
+            rows.append({"system": system, "threads": threads, "median_step_s": s, "tokens_per_s": tokens / s})
+            print("%-14s %d thread(s): %.3f s/step, %.0f tokens/s" % (system, threads, s, tokens / s), flush=True)
+    by = {(r["system"], r["threads"]): r["tokens_per_s"] for r in rows}
+    for t in (1, 2):
+        print("harp / eager at %d thread(s): %.2fx" % (t, by[("harp", t)] / by[("pytorch-eager", t)]))
+    for system in ("harp", "pytorch-eager"):
+        print("%s 2 threads / 1 thread: %.2fx" % (system, by[(system, 2)] / by[(system, 1)]))
+    write_csv(os.path.join(a.out, "runtime_vs_eager.csv"), rows)
+    chart(rows, os.path.join(a.out, "runtime_vs_eager.svg"))
+    print("wrote %s/runtime_vs_eager.csv and .svg" % a.out)
+
+
+if __name__ == "__main__":
+    main()
