@@ -36,7 +36,6 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
   sample_offset_ = layout_.dp_rank * samples_;
   global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
   bf16_ = config.dtype == torch::kBFloat16;
-  wire_ = config.dtype;
   layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, param_dtype(config.dtype), torch::kCPU);
   const Recompute recompute = config.recompute.value_or(st.recompute);
   if (recompute == Recompute::kSelective)
@@ -79,7 +78,7 @@ void Executor::post_recv(int mb, bool forward_direction, int step) {
   for (Part& p : parts) {
     std::vector<std::int64_t> sizes = {p.count};
     sizes.insert(sizes.end(), shape.begin(), shape.end());
-    p.buffer = torch::empty(sizes, torch::TensorOptions().dtype(wire_));
+    p.buffer = torch::empty(sizes, torch::TensorOptions().dtype(config_.dtype));
     p.transfer = comm_.irecv(p.buffer, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
                              where(layout_, step) + " waiting for " + schedule::to_string(a) + " from rank");
   }
@@ -199,7 +198,7 @@ void Executor::backward(int mb) {
 void Executor::send(int mb, bool forward_direction) {
   Stash& s = stash_[mb];
   const int other = layout_.stage + (forward_direction ? 1 : -1);
-  torch::Tensor payload = (forward_direction ? s.output.detach() : s.input.grad()).to(wire_);
+  torch::Tensor payload = (forward_direction ? s.output.detach() : s.input.grad()).to(config_.dtype);
   const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kSendF : schedule::ActionKind::kSendB, mb};
   for (const Part& p : peers_of(other)) {
     torch::Tensor slice = payload.slice(0, p.first, p.first + p.count).contiguous();

@@ -133,8 +133,7 @@ class Executor {
   std::uint64_t data_seed_ = 0;
   ExecConfig config_;
   RankLayout layout_;
-  bool bf16_ = false;                     // autocast the forward (precision.h)
-  torch::Dtype wire_ = torch::kFloat32;   // of the tensors crossing cuts
+  bool bf16_ = false;  // autocast the forward (precision.h); cut tensors travel in config_.dtype
   int first_layer_ = 0, last_layer_ = 0;
   int samples_ = 1, sample_offset_ = 0;  // this replica's share of a microbatch
   double global_tokens_ = 1;
