@@ -111,7 +111,6 @@ Bytes StageCosts::kept_bytes(int first, int last, Recompute recompute) const {
 
 void StageCosts::set_byte_views(RangeView* v) const {
   v->params_ = param_prefix_.data();
-  v->acts_ = act_prefix_.data();
   v->kept_[static_cast<int>(Recompute::kNone)] = act_prefix_.data();
   v->kept_[static_cast<int>(Recompute::kSelective)] = act_selective_prefix_.data();
   v->kept_[static_cast<int>(Recompute::kFull)] = act_full_prefix_.data();
@@ -175,10 +174,7 @@ StageFigures RangeView::at(int first, int last, Recompute recompute) const {
   StageFigures f;
   f.fwd_s = fwd_[last] - fwd_[first];
   f.bwd_s = bwd_[last] - bwd_[first];
-  if (recompute != Recompute::kNone) {
-    f.recompute_s = recompute_s(first, last, recompute);
-    f.bwd_s = f.bwd_s + f.recompute_s;
-  }
+  if (recompute != Recompute::kNone) f.bwd_s = f.bwd_s + recompute_s(first, last, recompute);
   const Bytes params = params_[last] - params_[first];
   f.allreduce_s = allreduce_.at(params);
   f.optimizer_s = opt_per_param_byte_ * params;

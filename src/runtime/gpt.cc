@@ -74,6 +74,12 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets,
                           F::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
+// A bf16 or fp16 tensor (a product under bf16 autocast, or a cut tensor on a bf16 wire),
+// whose softmax and LayerNorm run in float32.
+bool low_precision(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
+}
+
 // softmax(q k^T / sqrt(d) + causal mask) v for q, k, v of [b, heads, s, d].
 torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const std::int64_t s = q.size(-2);
@@ -83,8 +89,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
   // Under bf16 autocast the scores come out of a bf16 product: the softmax runs in
   // float32 (its sums lose too much in bf16), and the product with v casts back.
-  const bool low = scores.scalar_type() == torch::kBFloat16 || scores.scalar_type() == torch::kHalf;
-  return torch::matmul(low ? torch::softmax(scores, -1, torch::kFloat) : torch::softmax(scores, -1), v);
+  return torch::matmul(low_precision(scores) ? torch::softmax(scores, -1, torch::kFloat) : torch::softmax(scores, -1), v);
 }
 
 // causal_attention that keeps only its inputs: the backward reruns it under autograd and
@@ -234,8 +239,7 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
     if (llama) return rms_norm(t, params[prefix + ".weight"]);
     // A bf16 input (a cut tensor under bf16 autocast) is normalised in float32, as the
     // float32 weights are: libtorch 1.13's CPU LayerNorm has no mixed-dtype backward.
-    const bool low = t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
-    return torch::layer_norm(low ? t.to(torch::kFloat) : t, {h}, params[prefix + ".weight"],
+    return torch::layer_norm(low_precision(t) ? t.to(torch::kFloat) : t, {h}, params[prefix + ".weight"],
                              params[prefix + ".bias"], kLayerNormEps);
   };
 

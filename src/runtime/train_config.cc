@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "harp/common/fields.h"
+#include "harp/common/recompute.h"
 
 namespace harp::runtime {
 
@@ -29,7 +30,8 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
     return bad("grad_clip", grad_clip, "must be a finite number >= 0", "use 1.0, or 0 to disable clipping");
   if (dtype != "float32" && dtype != "float64" && dtype != "bfloat16")
     return bad("dtype", dtype, "must be float32, float64 or bfloat16", "write `dtype: float32`");
-  if (recompute != "plan" && recompute != "none" && recompute != "selective" && recompute != "full")
+  Recompute mode;
+  if (recompute != "plan" && !parse_recompute(recompute, &mode))
     return bad("recompute", recompute, "must be plan, none, selective or full", "write `recompute: plan`");
   if (out.empty()) return bad("out", out, "must name a folder", "write `out: out/train`");
   if (checkpoint_every < 0) return bad("checkpoint_every", checkpoint_every, "must be >= 0", "use 0 for none");

@@ -25,8 +25,8 @@
 namespace harp::cost {
 
 struct StageFigures {
-  // bwd_s includes recompute_s, the forward the backward repeats under recomputation.
-  Seconds fwd_s = 0, bwd_s = 0, recompute_s = 0;
+  // bwd_s includes the forward the backward repeats under recomputation.
+  Seconds fwd_s = 0, bwd_s = 0;
   Seconds allreduce_s = 0, optimizer_s = 0;
   Bytes static_bytes = 0;      // per device: training state + workspace (+ recomputation's working set)
   Bytes activation_bytes = 0;  // per device per in-flight microbatch
@@ -61,7 +61,8 @@ class RangeView {
     return static_memory_bytes(params_[last] - params_[first], tp_, *config_);
   }
   Bytes activation_bytes(int first, int last) const {
-    return activation_memory_bytes(acts_[last] - acts_[first], samples_, tp_);
+    const Bytes* acts = kept_[static_cast<int>(Recompute::kNone)];
+    return activation_memory_bytes(acts[last] - acts[first], samples_, tp_);
   }
   Bytes activation_bytes(int first, int last, Recompute recompute) const {
     return activation_memory_bytes(kept_bytes(first, last, recompute), samples_, tp_);
@@ -88,9 +89,8 @@ class RangeView {
   const Seconds* fwd_ = nullptr;
   const Seconds* bwd_ = nullptr;
   const Bytes* params_ = nullptr;
-  const Bytes* acts_ = nullptr;
   const Seconds* rec_[kRecomputeModes] = {nullptr, nullptr, nullptr};  // by Recompute
-  const Bytes* kept_[kRecomputeModes] = {nullptr, nullptr, nullptr};   // by Recompute
+  const Bytes* kept_[kRecomputeModes] = {nullptr, nullptr, nullptr};   // activations kept, by Recompute
   const LayerBytes* layers_ = nullptr;
   Bytes working_[kRecomputeModes] = {0, 0, 0};  // per sample, by Recompute
   int sub_ = 0, dp_ = 1, tp_ = 1, samples_ = 1;
