@@ -170,23 +170,28 @@ Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, in
   std::filesystem::create_directories(sd, ec);
   if (ec) return io_error(sd + ": cannot create the checkpoint folder: " + ec.message());
   if (l.dp_rank == 0) {
+    // Full tensors (tp shards gathered): the files do not depend on the tp degree.
     NamedTensors tensors = ex.optimizer().params();
     for (auto& s : ex.optimizer().state()) tensors.push_back(s);
-    HARP_RETURN_IF_ERROR(write_tensor_file(sd + "/stage_" + std::to_string(l.stage) + ".bin", tensors,
-                                           ex.optimizer().steps_taken()));
+    if (l.tp() > 1) tensors = ex.full_tensors(tensors);
+    if (l.tp_rank == 0)
+      HARP_RETURN_IF_ERROR(write_tensor_file(sd + "/stage_" + std::to_string(l.stage) + ".bin", tensors,
+                                             ex.optimizer().steps_taken()));
   }
   comm.barrier("checkpoint of step " + std::to_string(steps_done));
   if (l.rank == 0) {
-    Json manifest = {{"version", 2}, {"step", steps_done}, {"layout", checkpoint_layout(plan, l.world_size)}};
+    Json manifest = {{"version", 2}, {"step", steps_done}, {"world_size", l.world_size},
+                     {"layout", checkpoint_layout(plan)}};
     HARP_RETURN_IF_ERROR(mark_checkpoint_complete(dir, steps_done, manifest.dump(2) + "\n"));
   }
   return Status();
 }
 
-Json checkpoint_layout(const plan::Plan& plan, int world_size) {
+Json checkpoint_layout(const plan::Plan& plan) {
+  // Not the tp degrees (nor so the world size): files hold full tensors.
   Json stages = Json::array();
   for (const auto& s : plan.stages) stages.push_back({s.first_layer, s.last_layer, s.dp});
-  return {{"model_fingerprint", plan.model_fingerprint}, {"world_size", world_size},
+  return {{"model_fingerprint", plan.model_fingerprint},
           {"microbatches", plan.microbatches},           {"microbatch_size", plan.microbatch_size},
           {"schedule", plan::schedule_kind_name(plan.schedule)}, {"stages", stages}};
 }
@@ -202,8 +207,8 @@ Status check_checkpoint_layout(const std::string& dir, int step, const Json& lay
     if (was.contains(key) && was[key] == value) continue;
     return failed_precondition(file + ": the checkpoint was written with " + key + " = " +
                                (was.contains(key) ? was[key].dump() : std::string("(missing)")) + ", this run has " +
-                               value.dump() + "; resume with the plan and world size it was made with (resuming on "
-                               "another plan is not supported yet)");
+                               value.dump() + "; resume with the plan's stages and dp it was made with (tp may differ; "
+                               "resuming on other stages is not supported yet)");
   }
   return Status();
 }
@@ -220,12 +225,16 @@ Status load_checkpoint(Executor& ex, const std::string& dir, int step, const Jso
     if (it == by_name.end())
       return not_found(checkpoint_step_dir(dir, step) + ": has no parameter `" + name +
                        "`; the checkpoint is of another model");
-    if (!it->second.sizes().equals(p.sizes()))
+    const Shard& shard = ex.shard_of(name);  // the files hold full tensors: keep this rank's part
+    if (!it->second.sizes().equals(shard.full_shape))
       return invalid_argument(checkpoint_step_dir(dir, step) + ": parameter `" + name + "` has another shape");
-    p.copy_(it->second);
+    p.copy_(shard.take(it->second));
     for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
       auto s = by_name.find(name + suffix);
-      if (s != by_name.end()) state.emplace_back(s->first, s->second);
+      if (s != by_name.end() && s->second.sizes().equals(shard.full_shape))
+        state.emplace_back(s->first, shard.take(s->second));
+      else if (s != by_name.end())
+        return invalid_argument(checkpoint_step_dir(dir, step) + ": `" + s->first + "` has another shape");
     }
   }
   std::string error;

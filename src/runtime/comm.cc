@@ -74,7 +74,7 @@ class C10dOp : public Transfer::Op {
 }  // namespace
 
 struct C10dTransport::Groups {
-  c10::intrusive_ptr<Gloo> world, dp, tied;
+  c10::intrusive_ptr<Gloo> world, dp, tp, tied;
 };
 
 C10dTransport::C10dTransport(RankLayout layout, std::chrono::milliseconds timeout)
@@ -87,10 +87,14 @@ std::unique_ptr<C10dTransport> C10dTransport::create(c10::intrusive_ptr<c10d::St
                                                      std::chrono::milliseconds timeout, bool tied_group) {
   std::unique_ptr<C10dTransport> c(new C10dTransport(layout, timeout));
   c->groups_->world = make_group(store, "world", layout.rank, layout.world_size, timeout);
-  const auto& mine = layout.stage_ranks[layout.stage];
-  if (mine.size() > 1)
-    c->groups_->dp = make_group(store, "dp" + std::to_string(layout.stage), layout.dp_rank,
-                                static_cast<int>(mine.size()), timeout);
+  // Each group on its own store prefix: only its members take part in making it.
+  const std::string stage = std::to_string(layout.stage);
+  if (layout.dp() > 1)
+    c->groups_->dp = make_group(store, "dp" + stage + "." + std::to_string(layout.tp_rank), layout.dp_rank,
+                                layout.dp(), timeout);
+  if (layout.tp() > 1)
+    c->groups_->tp = make_group(store, "tp" + stage + "." + std::to_string(layout.dp_rank), layout.tp_rank,
+                                layout.tp(), timeout);
   if (tied_group) {
     const std::vector<int> members = tied_group_members(layout);
     for (int i = 0; i < static_cast<int>(members.size()); ++i)
@@ -125,6 +129,14 @@ void C10dTransport::allreduce_dp(torch::Tensor& t, const std::string& what) {
   if (!groups_->dp) return;
   std::vector<at::Tensor> v{t};
   wait_or_throw(groups_->dp->allreduce(v), timeout(), what + " (data-parallel group of stage " +
+                                                          std::to_string(layout().stage) + ")");
+}
+
+void C10dTransport::allreduce_tp(torch::Tensor& t, const std::string& what) {
+  check_open();
+  if (!groups_->tp) return;
+  std::vector<at::Tensor> v{t};
+  wait_or_throw(groups_->tp->allreduce(v), timeout(), what + " (tensor-parallel group of stage " +
                                                           std::to_string(layout().stage) + ")");
 }
 

@@ -36,7 +36,16 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
   sample_offset_ = layout_.dp_rank * samples_;
   global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
   bf16_ = config.dtype == torch::kBFloat16;
-  layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, param_dtype(config.dtype), torch::kCPU);
+  if (layout_.tp() > 1) {
+    tp_ = std::make_shared<TensorParallel>();
+    tp_->size = layout_.tp();
+    tp_->rank = layout_.tp_rank;
+    tp_->allreduce = [this](torch::Tensor& t) {
+      comm_.allreduce_tp(t, where(layout_, step_) + " in a tensor-parallel all-reduce");
+    };
+  }
+  layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, param_dtype(config.dtype), torch::kCPU, tp_);
+  for (const auto& layer : layers_) shards_.insert(layer->shards().begin(), layer->shards().end());
   const Recompute recompute = config.recompute.value_or(st.recompute);
   if (recompute == Recompute::kSelective)
     for (auto& layer : layers_) layer->set_recompute_attention(true);
@@ -55,14 +64,22 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
   stash_.resize(plan.microbatches);
 }
 
-std::vector<Executor::Part> Executor::peers_of(int other_stage) const {
-  // Replica d of a stage owns samples [d * n, (d + 1) * n) of every microbatch.
+std::vector<Executor::Part> Executor::peers_of(int other_stage, bool sending) const {
+  // Replica d of a stage owns samples [d * n, (d + 1) * n) of every microbatch. Every tp
+  // rank of a replica holds the whole cut tensor: tp rank u of the receiving replica
+  // takes it from tp rank u mod (the sender's tp).
   std::vector<Part> parts;
-  const auto& ranks = layout_.stage_ranks[other_stage];
-  const int n = plan_.microbatch_size / static_cast<int>(ranks.size());
-  for (int d = 0; d < static_cast<int>(ranks.size()); ++d) {
+  const int replicas = layout_.dp_of(other_stage), other_tp = layout_.tp_of(other_stage);
+  const int n = plan_.microbatch_size / replicas;
+  for (int d = 0; d < replicas; ++d) {
     const int lo = std::max(d * n, sample_offset_), hi = std::min((d + 1) * n, sample_offset_ + samples_);
-    if (lo < hi) parts.push_back(Part{ranks[d], lo - sample_offset_, hi - lo, {}, {}});
+    if (lo >= hi) continue;
+    if (!sending) {
+      parts.push_back(Part{layout_.rank_of(other_stage, d, layout_.tp_rank % other_tp), lo - sample_offset_, hi - lo, {}, {}});
+      continue;
+    }
+    for (int u = layout_.tp_rank; u < other_tp; u += layout_.tp())
+      parts.push_back(Part{layout_.rank_of(other_stage, d, u), lo - sample_offset_, hi - lo, {}, {}});
   }
   return parts;
 }
@@ -73,7 +90,7 @@ void Executor::post_recv(int mb, bool forward_direction, int step) {
   // The tensor crossing the cut: the model's output shape of the layer before it (the
   // plan's cut_shape was checked against it).
   std::vector<std::int64_t> shape = model_.layers[cut_layer].output_shape;
-  std::vector<Part> parts = peers_of(other);
+  std::vector<Part> parts = peers_of(other, false);
   const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kRecvF : schedule::ActionKind::kRecvB, mb};
   for (Part& p : parts) {
     std::vector<std::int64_t> sizes = {p.count};
@@ -144,7 +161,7 @@ void Executor::forward(int step, int mb) {
       }
     }
   }
-  if (has_tail(layers_)) loss_sum_ += y.item<double>();
+  if (has_tail(layers_) && layout_.tp_rank == 0) loss_sum_ += y.item<double>();  // tp ranks hold the same loss
   s.output = y;
   const double secs = finish_compute(begin);
   compute_s_ += secs;
@@ -152,8 +169,12 @@ void Executor::forward(int step, int mb) {
 }
 
 torch::Tensor Executor::run_layers(int begin, int end, torch::Tensor x, const torch::Tensor& targets) {
-  for (int i = begin; i < end; ++i)
+  const int last = static_cast<int>(layers_.size()) - 1;
+  for (int i = begin; i < end; ++i) {
+    if (i == 0 && !has_head(layers_)) x = layers_[0]->local_cut(x);  // this tp rank's part of the cut tensor
     x = layers_[i]->layer().kind == model::LayerKind::kTail ? layers_[i]->forward(x, targets) : layers_[i]->forward(x);
+    if (i == last && !has_tail(layers_)) x = layers_[i]->full_cut(x);  // the whole cut tensor, to send
+  }
   return x;
 }
 
@@ -200,7 +221,7 @@ void Executor::send(int mb, bool forward_direction) {
   const int other = layout_.stage + (forward_direction ? 1 : -1);
   torch::Tensor payload = (forward_direction ? s.output.detach() : s.input.grad()).to(config_.dtype);
   const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kSendF : schedule::ActionKind::kSendB, mb};
-  for (const Part& p : peers_of(other)) {
+  for (const Part& p : peers_of(other, true)) {
     torch::Tensor slice = payload.slice(0, p.first, p.first + p.count).contiguous();
     Transfer t = comm_.isend(slice, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
                              where(layout_, step_) + " sending " + schedule::to_string(a) + " to rank");
@@ -231,12 +252,27 @@ void Executor::reduce_grads(int step) {
   torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
   const bool tied = model_.gpt.tied_embeddings;
   if (tied && (tied_head.defined() || tied_tail.defined())) {
-    torch::Tensor g = tied_head.defined() ? tied_head.grad() : tied_tail.grad();
-    if (tied_head.defined() && tied_tail.defined()) g = g + tied_tail.grad();
-    g = g.contiguous();
-    comm_.allreduce_tied(g, what);
-    if (tied_head.defined()) tied_head.grad().copy_(g);
-    if (tied_tail.defined()) tied_tail.grad().copy_(g);
+    const int last = layout_.num_stages() - 1;
+    if (layout_.tp_of(0) == 1 && layout_.tp_of(last) == 1) {
+      torch::Tensor g = tied_head.defined() ? tied_head.grad() : tied_tail.grad();
+      if (tied_head.defined() && tied_tail.defined()) g = g + tied_tail.grad();
+      g = g.contiguous();
+      comm_.allreduce_tied(g, what);
+      if (tied_head.defined()) tied_head.grad().copy_(g);
+      if (tied_tail.defined()) tied_tail.grad().copy_(g);
+    } else {
+      // Vocabulary shards, maybe of different tp on the two stages: every member adds
+      // its rows into a full-size zero tensor, the sum is the whole gradient, and each
+      // keeps its rows.
+      const Shard* head = tied_head.defined() ? &shards_.at("embed.token.weight") : nullptr;
+      const Shard* tail = tied_tail.defined() ? &shards_.at("head.lm.weight") : nullptr;
+      torch::Tensor g = torch::zeros((head ? head : tail)->full_shape, (head ? tied_head : tied_tail).options());
+      if (head) head->add_to(tied_head.grad(), g);
+      if (tail) tail->add_to(tied_tail.grad(), g);
+      comm_.allreduce_tied(g, what);
+      if (head) tied_head.grad().copy_(head->take(g));
+      if (tail) tied_tail.grad().copy_(tail->take(g));
+    }
   }
   if (layout_.dp() == 1) return;
   // One flat buffer: Gloo pays per call, and the sum is elementwise either way.
@@ -268,7 +304,7 @@ void Executor::apply_step(int step, StepResult* result) {
   std::vector<bool> count;
   torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
   for (auto& [name, p] : optimizer_->params())
-    count.push_back(layout_.dp_rank == 0 &&
+    count.push_back(layout_.dp_rank == 0 && (layout_.tp_rank == 0 || shards_.at(name).split()) &&
                     !(model_.gpt.tied_embeddings && tied_tail.defined() && p.is_same(tied_tail)));
   // Every last-stage replica holds the loss of its own samples: the sum is the total.
   torch::Tensor shared = torch::tensor({optimizer_->grad_squared_norm(count), loss_sum_}, torch::kFloat64);
@@ -351,6 +387,34 @@ double Executor::evaluate(const TokenSource& source, int batch) {
   torch::Tensor shared = torch::tensor({loss_sum_}, torch::kFloat64);
   comm_.allreduce_world(shared, where(layout_, batch) + " in evaluation");
   return shared[0].item<double>() / global_tokens_;
+}
+
+const Shard& Executor::shard_of(const std::string& name) const {
+  auto it = shards_.find(name);
+  for (const char* suffix : {".exp_avg_sq", ".exp_avg"}) {  // optimizer state: its parameter's
+    const std::string s = suffix;
+    if (it == shards_.end() && name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
+      it = shards_.find(name.substr(0, name.size() - s.size()));
+  }
+  HARP_CHECK(it != shards_.end()) << "no parameter `" << name << "` on rank " << layout_.rank;
+  return it->second;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Executor::full_tensors(
+    const std::vector<std::pair<std::string, torch::Tensor>>& local) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& [name, t] : local) {
+    const Shard& shard = shard_of(name);
+    if (!shard.split()) {
+      out.emplace_back(name, t);
+      continue;
+    }
+    torch::Tensor full = torch::zeros(shard.full_shape, t.options());
+    shard.add_to(t.detach(), full);
+    comm_.allreduce_tp(full, where(layout_, step_) + " gathering `" + name + "`");
+    out.emplace_back(name, full);
+  }
+  return out;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> Executor::named_grads() const {

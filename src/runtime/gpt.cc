@@ -142,11 +142,17 @@ torch::Tensor rotary(const torch::Tensor& x, double theta) {
 // biases stay 0.
 enum class Init { kNormal, kResidual, kOne, kZero };
 
+// How tensor parallelism splits a parameter (gpt.h): not at all, by output features (dim
+// 0, evenly), by input features (dim 1, evenly), GPT's fused q, k, v (each third of dim 0
+// by heads), or by vocabulary rows (dim 0, ceil(V / tp) per rank).
+enum class Split { kNone, kRows, kColumns, kQkvRows, kVocab };
+
 struct ParamSpec {
   int stream;  // its generator: a piece bit, kEmbedStream (head) or kTailStream (tail)
   std::string name;
-  std::vector<std::int64_t> shape;
+  std::vector<std::int64_t> shape;  // the full shape
   Init init;
+  Split split;
 };
 
 // The parameters of one layer, in the order they are registered and drawn (each stream's
@@ -156,57 +162,58 @@ std::vector<ParamSpec> param_specs(const model::GptConfig& c, const model::Layer
   const bool llama = c.family == "llama";
   const std::int64_t kv = llama ? static_cast<std::int64_t>(c.kv_heads) * (h / c.heads) : h;
   std::vector<ParamSpec> out;
-  auto add = [&](int stream, const std::string& name, std::vector<std::int64_t> shape, Init init) {
-    out.push_back({stream, name, std::move(shape), init});
+  auto add = [&](int stream, const std::string& name, std::vector<std::int64_t> shape, Init init,
+                 Split split = Split::kNone) {
+    out.push_back({stream, name, std::move(shape), init, split});
   };
   // A norm: LayerNorm's weight and bias, RMSNorm's weight.
   auto norm = [&](int stream, const std::string& prefix) {
     add(stream, prefix + ".weight", {h}, Init::kOne);
     if (!llama) add(stream, prefix + ".bias", {h}, Init::kZero);
   };
-  auto bias = [&](int stream, const std::string& name, std::int64_t n) {
-    if (!llama) add(stream, name, {n}, Init::kZero);
+  auto bias = [&](int stream, const std::string& name, std::int64_t n, Split split = Split::kNone) {
+    if (!llama) add(stream, name, {n}, Init::kZero, split);
   };
   switch (layer.kind) {
     case model::LayerKind::kHead:
-      add(kEmbedStream, "embed.token.weight", {V, h}, Init::kNormal);
+      add(kEmbedStream, "embed.token.weight", {V, h}, Init::kNormal, Split::kVocab);
       if (!llama) add(kEmbedStream, "embed.position.weight", {c.seq_len, h}, Init::kNormal);
       break;
     case model::LayerKind::kTail:
       norm(kTailStream, llama ? "head.norm" : "head.ln_f");
       // Tied: a separate copy of the token embedding whose gradient the runtime sums
       // with the head's, so first and last stage may live on different ranks.
-      add(kTailStream, "head.lm.weight", {V, h}, Init::kNormal);
+      add(kTailStream, "head.lm.weight", {V, h}, Init::kNormal, Split::kVocab);
       break;
     case model::LayerKind::kBlockPart: {
       const std::string p = block_prefix(layer.block);
       if (layer.pieces & kAttnIn) {
         norm(kAttnIn, p + "ln1");
         if (llama) {
-          add(kAttnIn, p + "attn.q.weight", {h, h}, Init::kNormal);
-          add(kAttnIn, p + "attn.k.weight", {kv, h}, Init::kNormal);
-          add(kAttnIn, p + "attn.v.weight", {kv, h}, Init::kNormal);
+          add(kAttnIn, p + "attn.q.weight", {h, h}, Init::kNormal, Split::kRows);
+          add(kAttnIn, p + "attn.k.weight", {kv, h}, Init::kNormal, Split::kRows);
+          add(kAttnIn, p + "attn.v.weight", {kv, h}, Init::kNormal, Split::kRows);
         } else {
-          add(kAttnIn, p + "attn.qkv.weight", {3 * h, h}, Init::kNormal);
-          bias(kAttnIn, p + "attn.qkv.bias", 3 * h);
+          add(kAttnIn, p + "attn.qkv.weight", {3 * h, h}, Init::kNormal, Split::kQkvRows);
+          bias(kAttnIn, p + "attn.qkv.bias", 3 * h, Split::kQkvRows);
         }
       }
       if (layer.pieces & kAttnOut) {
-        add(kAttnOut, p + "attn.proj.weight", {h, h}, Init::kResidual);
+        add(kAttnOut, p + "attn.proj.weight", {h, h}, Init::kResidual, Split::kColumns);
         bias(kAttnOut, p + "attn.proj.bias", h);
       }
       if (layer.pieces & kMlpIn) {
         norm(kMlpIn, p + "ln2");
         if (llama) {
-          add(kMlpIn, p + "mlp.gate.weight", {f, h}, Init::kNormal);
-          add(kMlpIn, p + "mlp.up.weight", {f, h}, Init::kNormal);
+          add(kMlpIn, p + "mlp.gate.weight", {f, h}, Init::kNormal, Split::kRows);
+          add(kMlpIn, p + "mlp.up.weight", {f, h}, Init::kNormal, Split::kRows);
         } else {
-          add(kMlpIn, p + "mlp.fc1.weight", {f, h}, Init::kNormal);
-          bias(kMlpIn, p + "mlp.fc1.bias", f);
+          add(kMlpIn, p + "mlp.fc1.weight", {f, h}, Init::kNormal, Split::kRows);
+          bias(kMlpIn, p + "mlp.fc1.bias", f, Split::kRows);
         }
       }
       if (layer.pieces & kMlpOut) {
-        add(kMlpOut, p + (llama ? "mlp.down.weight" : "mlp.fc2.weight"), {h, f}, Init::kResidual);
+        add(kMlpOut, p + (llama ? "mlp.down.weight" : "mlp.fc2.weight"), {h, f}, Init::kResidual, Split::kColumns);
         bias(kMlpOut, p + "mlp.fc2.bias", h);
       }
       break;
@@ -215,12 +222,198 @@ std::vector<ParamSpec> param_specs(const model::GptConfig& c, const model::Layer
   return out;
 }
 
+// Where tp rank `rank` of `size` finds its part of a parameter.
+Shard shard_for(const ParamSpec& spec, const model::GptConfig& c, int size, int rank) {
+  Shard shard;
+  shard.full_shape = spec.shape;
+  if (size == 1 || spec.split == Split::kNone) return shard;
+  shard.dim = spec.split == Split::kColumns ? 1 : 0;
+  const std::int64_t n = spec.shape[shard.dim];
+  switch (spec.split) {
+    case Split::kRows:
+    case Split::kColumns:
+      shard.slices.emplace_back(rank * (n / size), n / size);
+      break;
+    case Split::kQkvRows:  // [q; k; v], each of h rows split by heads
+      for (int part = 0; part < 3; ++part) shard.slices.emplace_back(part * c.hidden + rank * (c.hidden / size), c.hidden / size);
+      break;
+    default: {
+      const auto [begin, end] = vocab_rows(n, size, rank);
+      shard.slices.emplace_back(begin, end - begin);
+      break;
+    }
+  }
+  return shard;
+}
+
+const TensorParallel& tp_at(torch::autograd::AutogradContext* ctx) {
+  return *reinterpret_cast<const TensorParallel*>(ctx->saved_data["tp"].toInt());
+}
+
+// Sums `x` over the tp group, in float32 at least (a bf16 partial product is summed in
+// float32 and rounded once).
+torch::Tensor summed(const TensorParallel& tp, const torch::Tensor& x) {
+  torch::Tensor y = low_precision(x) ? x.to(torch::kFloat) : x.contiguous().clone();
+  tp.allreduce(y);
+  return y.to(x.scalar_type());
+}
+
+// Megatron's f: identity forward, the gradient summed over the tp group backward. The
+// group travels as its address: AutogradContext keeps IValues only, and the layer that
+// owns the group outlives every graph it builds.
+struct CopyToTp : public torch::autograd::Function<CopyToTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    return {summed(tp_at(ctx), grad[0]), torch::Tensor()};
+  }
+};
+
+// Megatron's g: the sum over the tp group forward, identity backward.
+struct ReduceFromTp : public torch::autograd::Function<ReduceFromTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t tp) {
+    (void)ctx;
+    return summed(*reinterpret_cast<const TensorParallel*>(tp), x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    (void)ctx;
+    return {grad[0], torch::Tensor()};
+  }
+};
+
+std::int64_t address(const std::shared_ptr<const TensorParallel>& tp) { return reinterpret_cast<std::int64_t>(tp.get()); }
+
 }  // namespace
 
-GptLayerImpl::GptLayerImpl(const model::GptConfig& config, const model::Layer& layer)
-    : config_(config), layer_(layer) {
+std::pair<std::int64_t, std::int64_t> vocab_rows(std::int64_t vocab, int size, int rank) {
+  const std::int64_t per = (vocab + size - 1) / size;
+  const std::int64_t begin = std::min(vocab, rank * per);
+  return {begin, std::min(vocab, begin + per)};
+}
+
+torch::Tensor Shard::take(const torch::Tensor& full) const {
+  if (!split()) return full;
+  std::vector<torch::Tensor> parts;
+  for (const auto& [offset, length] : slices) parts.push_back(full.narrow(dim, offset, length));
+  return parts.size() == 1 ? parts[0] : torch::cat(parts, dim);
+}
+
+void Shard::add_to(const torch::Tensor& local, torch::Tensor& full) const {
+  if (!split()) {
+    full.add_(local);
+    return;
+  }
+  std::int64_t at = 0;
+  for (const auto& [offset, length] : slices) {
+    full.narrow(dim, offset, length).add_(local.narrow(dim, at, length));
+    at += length;
+  }
+}
+
+GptLayerImpl::GptLayerImpl(const model::GptConfig& config, const model::Layer& layer,
+                           std::shared_ptr<const TensorParallel> tp)
+    : config_(config), layer_(layer), tp_(tp && tp->size > 1 ? std::move(tp) : nullptr) {
   HARP_CHECK(config.ffn_hidden > 0) << "GptConfig.ffn_hidden must be resolved (use model::build_gpt)";
-  for (const ParamSpec& spec : param_specs(config, layer)) add_param(*this, spec.name, spec.shape);
+  const int size = tp_size(), rank = tp_ ? tp_->rank : 0;
+  if (size > 1) {
+    const int kv_heads = config.family == "llama" ? config.kv_heads : config.heads;
+    HARP_CHECK(config.heads % size == 0 && kv_heads % size == 0 && config.ffn_hidden % size == 0)
+        << "tp " << size << " must divide heads, kv_heads and ffn_hidden";
+  }
+  std::tie(vocab_begin_, vocab_end_) = vocab_rows(config.vocab, size, rank);
+  HARP_CHECK_LT(vocab_begin_, vocab_end_) << "tp " << size << " leaves rank " << rank << " no vocabulary rows";
+  for (const ParamSpec& spec : param_specs(config, layer)) {
+    Shard shard = shard_for(spec, config, size, rank);
+    std::vector<std::int64_t> shape = spec.shape;
+    if (shard.split()) {
+      shape[shard.dim] = 0;
+      for (const auto& slice : shard.slices) shape[shard.dim] += slice.second;
+    }
+    add_param(*this, spec.name, shape);
+    shards_.emplace(spec.name, std::move(shard));
+  }
+}
+
+torch::Tensor GptLayerImpl::column_input(const torch::Tensor& x) const {
+  return tp_ ? CopyToTp::apply(x, address(tp_)) : x;
+}
+
+torch::Tensor GptLayerImpl::row_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const {
+  if (!tp_) return torch::linear(x, w, b);
+  torch::Tensor y = ReduceFromTp::apply(torch::linear(x, w), address(tp_));
+  return b.defined() ? y + b : y;
+}
+
+torch::Tensor GptLayerImpl::vocab_parallel_loss(const torch::Tensor& logits, const torch::Tensor& targets) const {
+  torch::Tensor z = logits.reshape({-1, logits.size(-1)});
+  if (low_precision(z)) z = z.to(torch::kFloat);
+  const torch::Tensor target = targets.reshape({-1});
+  const std::int64_t n = z.size(0);
+  torch::Tensor shift;  // each token's largest logit over the whole vocabulary
+  {
+    torch::NoGradGuard no_grad;
+    torch::Tensor all = torch::zeros({tp_->size, n}, z.options());
+    all[tp_->rank].copy_(std::get<0>(z.max(-1)));
+    tp_->allreduce(all);
+    shift = std::get<0>(all.max(0));
+  }
+  z = z - shift.unsqueeze(1);
+  torch::Tensor sum_exp = ReduceFromTp::apply(z.exp().sum(-1), address(tp_));
+  const torch::Tensor mine = (target >= vocab_begin_) & (target < vocab_end_);
+  const torch::Tensor index = (target - vocab_begin_).clamp(0, vocab_end_ - vocab_begin_ - 1).unsqueeze(1);
+  torch::Tensor picked = z.gather(1, index).squeeze(1).masked_fill(mine.logical_not(), 0.0);
+  torch::Tensor target_logit = ReduceFromTp::apply(picked, address(tp_));
+  return (sum_exp.log() - target_logit).sum();
+}
+
+std::vector<std::int64_t> GptLayerImpl::sharded_widths(bool input) const {
+  if (!tp_ || layer_.kind != model::LayerKind::kBlockPart) return {};
+  // The piece whose output crosses the cut: the layer's last (output) or the one before
+  // its first (input: attn_out reads attn_in's output, mlp_out mlp_in's).
+  const int last = input ? (layer_.pieces & -layer_.pieces) >> 1 : 1 << (31 - __builtin_clz(layer_.pieces));
+  const std::int64_t h = config_.hidden;
+  const std::int64_t kv = config_.family == "llama" ? static_cast<std::int64_t>(config_.kv_heads) * (h / config_.heads) : h;
+  if (last == kAttnIn) return {h, kv, kv};
+  if (last == kMlpIn) return {config_.ffn_hidden};
+  return {};
+}
+
+torch::Tensor GptLayerImpl::full_cut(const torch::Tensor& local) const {
+  const std::vector<std::int64_t> widths = sharded_widths(false);
+  if (widths.empty()) return local;
+  const std::int64_t size = tp_->size, rank = tp_->rank;
+  std::vector<torch::Tensor> parts;
+  std::int64_t at = 0;
+  for (std::int64_t w : widths) {  // this rank's columns in place, zeros elsewhere: the sum gathers
+    const std::int64_t n = w / size;
+    parts.push_back(torch::constant_pad_nd(local.narrow(-1, at, n), {rank * n, (size - 1 - rank) * n}));
+    at += n;
+  }
+  torch::Tensor gathered = ReduceFromTp::apply(torch::cat(parts, -1), address(tp_));
+  return torch::cat({gathered, local.narrow(-1, at, local.size(-1) - at)}, -1);
+}
+
+torch::Tensor GptLayerImpl::local_cut(const torch::Tensor& full) const {
+  const std::vector<std::int64_t> widths = sharded_widths(true);
+  if (widths.empty()) return full;
+  const std::int64_t size = tp_->size, rank = tp_->rank;
+  std::int64_t total = 0;
+  for (std::int64_t w : widths) total += w;
+  // f on the sharded columns: their gradient is summed over the group (each rank fills
+  // its own columns); the residual is replicated and keeps its own gradient.
+  torch::Tensor shared = CopyToTp::apply(full.narrow(-1, 0, total), address(tp_));
+  std::vector<torch::Tensor> parts;
+  std::int64_t at = 0;
+  for (std::int64_t w : widths) {
+    parts.push_back(shared.narrow(-1, at + rank * (w / size), w / size));
+    at += w;
+  }
+  parts.push_back(full.narrow(-1, total, full.size(-1) - total));
+  return torch::cat(parts, -1);
 }
 
 torch::Tensor GptLayerImpl::tied_weight() const {
@@ -246,7 +439,15 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   if (layer_.kind == model::LayerKind::kHead) {
     HARP_CHECK_EQ(x.dim(), 2) << "the head takes token ids [b, s]";
     HARP_CHECK_LE(x.size(1), config_.seq_len);
-    auto embedded = torch::embedding(params["embed.token.weight"], x);
+    torch::Tensor embedded;
+    if (!tp_) {
+      embedded = torch::embedding(params["embed.token.weight"], x);
+    } else {  // this rank's vocabulary rows; the other ids look up zeros, and g sums
+      const torch::Tensor outside = (x < vocab_begin_) | (x >= vocab_end_);
+      const torch::Tensor rows = (x - vocab_begin_).masked_fill(outside, 0);
+      embedded = torch::embedding(params["embed.token.weight"], rows).masked_fill(outside.unsqueeze(-1), 0.0);
+      embedded = ReduceFromTp::apply(embedded, address(tp_));
+    }
     if (llama) return embedded;  // rotary positions, applied in attention
     return embedded + params["embed.position.weight"].narrow(0, 0, x.size(1));
   }
@@ -254,7 +455,11 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   if (layer_.kind == model::LayerKind::kTail) {
     HARP_CHECK_EQ(x.size(-1), h);
     auto y = norm(x, llama ? "head.norm" : "head.ln_f");
-    return lm_loss(torch::linear(y, params["head.lm.weight"]), targets, config_.vocab);
+    if (!tp_) return lm_loss(torch::linear(y, params["head.lm.weight"]), targets, config_.vocab);
+    torch::Tensor logits = torch::linear(column_input(y), params["head.lm.weight"]);  // [b, s, this rank's rows]
+    if (targets.defined()) return vocab_parallel_loss(logits, targets);
+    const auto [begin, end] = std::make_pair(vocab_begin_, vocab_end_);
+    return ReduceFromTp::apply(torch::constant_pad_nd(logits, {begin, config_.vocab - end}), address(tp_));
   }
 
   const std::string p = block_prefix(layer_.block);
@@ -294,10 +499,11 @@ torch::Tensor GptLayerImpl::attention(const torch::Tensor& q, const torch::Tenso
 
 torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
                                       const Weights& w) const {
-  const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
+  // This rank's share: h / tp of q, k and v (heads / tp heads), ffn / tp activations.
+  const std::int64_t h = config_.hidden / tp_size(), f = config_.ffn_hidden / tp_size(), a = config_.heads / tp_size();
   switch (piece) {
     case kAttnIn:  // q, k, v (forward() keeps the residual beside them)
-      return torch::linear(normed, w("attn.qkv.weight"), w("attn.qkv.bias"));
+      return torch::linear(column_input(normed), w("attn.qkv.weight"), w("attn.qkv.bias"));
     case kAttnOut: {  // the projected attention (forward() adds the residual)
       HARP_CHECK_EQ(t.size(-1), 3 * h) << "attn_out takes [q, k, v] and the residual";
       const std::int64_t b = t.size(0), s = t.size(1), d = h / a;
@@ -305,25 +511,30 @@ torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const t
         return t.narrow(-1, i * h, h).reshape({b, s, a, d}).transpose(1, 2);
       };
       auto context = attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({b, s, h});
-      return torch::linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
+      return row_linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
     }
     case kMlpIn:
-      return torch::gelu(torch::linear(normed, w("mlp.fc1.weight"), w("mlp.fc1.bias")), "tanh");
+      return torch::gelu(torch::linear(column_input(normed), w("mlp.fc1.weight"), w("mlp.fc1.bias")), "tanh");
     default:
       HARP_CHECK_EQ(t.size(-1), f) << "mlp_out takes gelu(fc1) and the residual";
-      return torch::linear(t, w("mlp.fc2.weight"), w("mlp.fc2.bias"));
+      return row_linear(t, w("mlp.fc2.weight"), w("mlp.fc2.bias"));
   }
 }
 
 torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
                                         const Weights& w) const {
-  const std::int64_t h = config_.hidden, f = config_.ffn_hidden, a = config_.heads;
-  const std::int64_t d = h / a, g = config_.kv_heads, kv = g * d;
+  // This rank's share (see gpt_piece): heads / tp query and kv_heads / tp key/value heads.
+  const int n = tp_size();
+  const std::int64_t d = config_.hidden / config_.heads;
+  const std::int64_t h = config_.hidden / n, f = config_.ffn_hidden / n, a = config_.heads / n;
+  const std::int64_t g = config_.kv_heads / n, kv = g * d;
   switch (piece) {
-    case kAttnIn:  // q, k, v (rotary not yet applied; forward() keeps the residual beside them)
-      return torch::cat({torch::linear(normed, w("attn.q.weight")), torch::linear(normed, w("attn.k.weight")),
-                         torch::linear(normed, w("attn.v.weight"))},
+    case kAttnIn: {  // q, k, v (rotary not yet applied; forward() keeps the residual beside them)
+      const torch::Tensor x = column_input(normed);
+      return torch::cat({torch::linear(x, w("attn.q.weight")), torch::linear(x, w("attn.k.weight")),
+                         torch::linear(x, w("attn.v.weight"))},
                         -1);
+    }
     case kAttnOut: {  // the projected attention (forward() adds the residual)
       HARP_CHECK_EQ(t.size(-1), h + 2 * kv) << "attn_out takes [q, k, v] and the residual";
       const std::int64_t b = t.size(0), s = t.size(1);
@@ -338,13 +549,15 @@ torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const
         v = v.repeat_interleave(a / g, 1);
       }
       auto context = attention(q, k, v).transpose(1, 2).reshape({b, s, h});
-      return torch::linear(context, w("attn.proj.weight"));
+      return row_linear(context, w("attn.proj.weight"), torch::Tensor());
     }
-    case kMlpIn:
-      return torch::silu(torch::linear(normed, w("mlp.gate.weight"))) * torch::linear(normed, w("mlp.up.weight"));
+    case kMlpIn: {
+      const torch::Tensor x = column_input(normed);
+      return torch::silu(torch::linear(x, w("mlp.gate.weight"))) * torch::linear(x, w("mlp.up.weight"));
+    }
     default:
       HARP_CHECK_EQ(t.size(-1), f) << "mlp_out takes silu(gate) * up and the residual";
-      return torch::linear(t, w("mlp.down.weight"));
+      return row_linear(t, w("mlp.down.weight"), torch::Tensor());
   }
 }
 
@@ -364,6 +577,10 @@ void init_layer(GptLayerImpl& layer, const model::GptConfig& c, std::uint64_t se
   for (const ParamSpec& spec : param_specs(c, l)) {
     if (spec.init == Init::kOne) params[spec.name].fill_(1.0);
     if (spec.init != Init::kNormal && spec.init != Init::kResidual) continue;
+    // Drawn in full and sharded (a tp rank keeps its part), so every tp degree starts
+    // from the same weights.
+    const Shard& shard = layer.shards().at(spec.name);
+    torch::Tensor full = shard.split() ? torch::zeros(spec.shape, torch::kFloat64) : params[spec.name];
     auto it = generators.find(spec.stream);
     if (it == generators.end()) {
       // Tied: the tail replays the head's generator, whose first draw is the token embedding.
@@ -371,7 +588,8 @@ void init_layer(GptLayerImpl& layer, const model::GptConfig& c, std::uint64_t se
       const int block = l.kind == model::LayerKind::kBlockPart ? l.block : -1;
       it = generators.emplace(spec.stream, init_generator(seed, block, stream)).first;
     }
-    params[spec.name].normal_(0.0, spec.init == Init::kResidual ? residual_std : kInitStd, it->second);
+    full.normal_(0.0, spec.init == Init::kResidual ? residual_std : kInitStd, it->second);
+    if (shard.split()) params[spec.name].copy_(shard.take(full));
   }
 }
 
@@ -379,13 +597,14 @@ void init_layer(GptLayerImpl& layer, const model::GptConfig& c, std::uint64_t se
 
 std::vector<GptLayer> build_gpt_layers(const model::ModelSpec& model, int first, int last,
                                        std::uint64_t seed, torch::Dtype dtype,
-                                       const torch::Device& device) {
+                                       const torch::Device& device,
+                                       std::shared_ptr<const TensorParallel> tp) {
   HARP_CHECK(0 <= first && first <= last && last <= model.num_layers())
       << "layer range [" << first << ", " << last << ") of " << model.num_layers();
   HARP_CHECK(dtype == torch::kFloat32 || dtype == torch::kFloat64) << "dtype " << dtype;
   std::vector<GptLayer> layers;
   for (int i = first; i < last; ++i) {
-    GptLayer layer(model.gpt, model.layers[i]);
+    GptLayer layer(model.gpt, model.layers[i], tp);
     init_layer(*layer, model.gpt, seed);
     layer->to(device, dtype);
     layers.push_back(std::move(layer));

@@ -237,6 +237,8 @@ Status load_hf(Executor& ex, const model::ModelSpec& model, const std::string& p
   torch::NoGradGuard no_grad;
   for (auto& [ours, p] : ex.optimizer().params()) {
     const HfName hf = hf_name(ours, model);
+    const Shard& shard = ex.shard_of(ours);  // the file holds the full tensor: keep this rank's part
+    const std::vector<std::int64_t>& full = shard.full_shape;
     HARP_ASSIGN_OR_RETURN(auto found, files.find(hf.name));
     const auto& [file, entry] = found;
     const std::string what = shown_path(file->path) + ": tensor " + hf.name;
@@ -248,21 +250,21 @@ Status load_hf(Executor& ex, const model::ModelSpec& model, const std::string& p
       if (t.dim() != 2) return invalid_argument(what + " has shape " + shape_text(t.sizes()) + "; a Conv1D weight is 2-D");
       t = t.t();
     }
-    if (ours == "embed.position.weight" && t.dim() == 2 && t.size(0) > p.size(0) && t.size(1) == p.size(1))
-      t = t.narrow(0, 0, p.size(0));  // GPT-2 has 1024 positions; a shorter seq_len uses the first
-    if (!t.sizes().equals(p.sizes())) {
+    if (ours == "embed.position.weight" && t.dim() == 2 && t.size(0) > full[0] && t.size(1) == full[1])
+      t = t.narrow(0, 0, full[0]);  // GPT-2 has 1024 positions; a shorter seq_len uses the first
+    if (!t.sizes().equals(full)) {
       std::string fix = llama ? "describe the checkpoint's model (its config.json: hidden_size, num_hidden_layers, "
                                 "num_attention_heads, num_key_value_heads, intermediate_size, vocab_size)"
                               : "describe the checkpoint's model (its config.json: n_embd, n_layer, n_head, n_inner, "
                                 "vocab_size, n_positions)";
-      if (ours == "embed.token.weight" && t.dim() == 2 && t.size(1) == p.size(1))
+      if (ours == "embed.token.weight" && t.dim() == 2 && t.size(1) == full[1])
         fix = "set the model's vocab to " + std::to_string(t.size(0));
-      if (ours == "embed.position.weight" && t.dim() == 2 && t.size(1) == p.size(1))
+      if (ours == "embed.position.weight" && t.dim() == 2 && t.size(1) == full[1])
         fix = "use a seq_len of at most " + std::to_string(t.size(0)) + " (the checkpoint's positions)";
       return invalid_argument(what + " is " + shape_text(t.sizes()) + (hf.transposed ? " (transposed back)" : "") +
-                              " but the model's " + ours + " is " + shape_text(p.sizes()) + "; " + fix);
+                              " but the model's " + ours + " is " + shape_text(full) + "; " + fix);
     }
-    p.copy_(t.to(p.dtype()));
+    p.copy_(shard.take(t).to(p.dtype()));
   }
   return Status();
 }

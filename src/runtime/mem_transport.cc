@@ -33,8 +33,13 @@ class MemTransport : public Transport {
 
   void allreduce_dp(torch::Tensor& t, const std::string& what) override {
     if (layout().dp() == 1) return check_open();
-    allreduce("dp" + std::to_string(layout().stage), layout().stage_ranks[layout().stage], t,
+    allreduce("dp" + std::to_string(layout().stage) + "." + std::to_string(layout().tp_rank), layout().dp_group(), t,
               what + " (data-parallel group of stage " + std::to_string(layout().stage) + ")");
+  }
+  void allreduce_tp(torch::Tensor& t, const std::string& what) override {
+    if (layout().tp() == 1) return check_open();
+    allreduce("tp" + std::to_string(layout().stage) + "." + std::to_string(layout().dp_rank), layout().tp_group(), t,
+              what + " (tensor-parallel group of stage " + std::to_string(layout().stage) + ")");
   }
   void allreduce_tied(torch::Tensor& t, const std::string& what) override {
     allreduce("tied", tied_group_members(layout()), t, what + " (tied-embedding group)");

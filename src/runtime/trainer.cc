@@ -122,6 +122,21 @@ Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& 
                                  std::to_string(plan.stages[i].last_layer - 1) + " outputs " + Json(want).dump() +
                                  "; re-plan for this model");
   }
+  const auto& g = model.gpt;
+  const int kv_heads = g.family == "llama" ? g.kv_heads : g.heads;
+  for (int i = 0; i < plan.num_stages(); ++i) {
+    const int tp = plan.stages[i].tp;
+    if (tp <= 1) continue;
+    // The heads, key/value heads and ffn columns split evenly; every rank keeps some
+    // vocabulary rows.
+    const bool fits = g.heads % tp == 0 && kv_heads % tp == 0 && g.ffn_hidden % tp == 0 &&
+                      vocab_rows(g.vocab, tp, tp - 1).second > vocab_rows(g.vocab, tp, tp - 1).first;
+    if (!fits)
+      return failed_precondition("stage " + std::to_string(i) + " has tp = " + std::to_string(tp) +
+                                 ", which must divide the model's heads (" + std::to_string(g.heads) +
+                                 "), key/value heads (" + std::to_string(kv_heads) + ") and ffn_hidden (" +
+                                 std::to_string(g.ffn_hidden) + "); re-plan with a --max-tp that does");
+  }
   if (!plan.model_fingerprint.empty() && plan.model_fingerprint != model.fingerprint())
     return failed_precondition("the plan was made for another model (fingerprint " + plan.model_fingerprint +
                                ", this model " + model.fingerprint() + "); re-plan or pass the plan's model");
@@ -149,7 +164,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   TrainSummary summary;
   if (options.resume) {
     HARP_ASSIGN_OR_RETURN(summary.first_step, latest_checkpoint_step(ckpt_dir));
-    HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step, checkpoint_layout(plan, l.world_size)));
+    HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step, checkpoint_layout(plan)));
     if (l.rank == 0 && options.progress) log << "resumed from step " << summary.first_step << "\n";
   } else if (!options.init_from.empty()) {
     HARP_RETURN_IF_ERROR(load_hf(ex, model, options.init_from));
@@ -195,7 +210,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     // replica), and its tensor memory, gathered in one reduction.
     const int S = l.num_stages();
     stats.zero_();
-    if (l.dp_rank == 0) {
+    if (l.dp_rank == 0 && l.tp_rank == 0) {
       stats[l.stage] = r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0;
       stats[S + l.stage] = r.forward_seconds / plan.microbatches;
       stats[2 * S + l.stage] = r.backward_seconds / plan.microbatches;

@@ -15,22 +15,23 @@ StatusOr<RankLayout> layout_for(const plan::Plan& plan, int world_size, int rank
   int needed = 0;
   for (int s = 0; s < plan.num_stages(); ++s) {
     const auto& st = plan.stages[s];
-    if (st.tp != 1)
-      return failed_precondition("stage " + std::to_string(s) + " uses tensor parallelism (tp = " +
-                                 std::to_string(st.tp) +
-                                 "); this runtime runs dp x pipeline plans only; plan with --max-tp 1");
+    if (st.dp < 1 || st.tp < 1)
+      return failed_precondition("stage " + std::to_string(s) + " has dp = " + std::to_string(st.dp) +
+                                 " and tp = " + std::to_string(st.tp) + "; both must be at least 1");
     if (plan.microbatch_size % st.dp != 0)
       return failed_precondition("stage " + std::to_string(s) + " has dp = " + std::to_string(st.dp) +
                                  " which does not divide microbatch_size " +
                                  std::to_string(plan.microbatch_size));
-    all_devices = all_devices && static_cast<int>(st.devices.size()) == st.dp;
-    needed += st.dp;
-    shape += (s ? " + " : "") + std::to_string(st.dp);
+    const int ranks = st.dp * st.tp;
+    all_devices = all_devices && static_cast<int>(st.devices.size()) == ranks;
+    needed += ranks;
+    shape += (s ? " + " : "") + std::to_string(st.dp) + (st.tp > 1 ? "x" + std::to_string(st.tp) : "");
+    l.stage_tp.push_back(st.tp);
   }
   if (needed != world_size)
     return failed_precondition("the plan needs " + std::to_string(needed) + " ranks (" + shape +
-                               " data-parallel replicas per stage) but WORLD_SIZE is " +
-                               std::to_string(world_size) + "; launch with --nproc " + std::to_string(needed));
+                               " replicas (x tp) per stage) but WORLD_SIZE is " + std::to_string(world_size) +
+                               "; launch with --nproc " + std::to_string(needed));
   if (rank < 0 || rank >= world_size)
     return failed_precondition("RANK " + std::to_string(rank) + " is outside [0, " + std::to_string(world_size) + ")");
   l.stage_ranks.resize(plan.num_stages());
@@ -38,31 +39,43 @@ StatusOr<RankLayout> layout_for(const plan::Plan& plan, int world_size, int rank
   if (all_devices) {
     // Rank r runs the r-th smallest device id of the plan: the plan's device map, read
     // back rather than re-derived (devices the plan leaves idle get no rank).
-    std::map<int, std::pair<int, int>> owner;  // device -> (stage, replica)
+    std::map<int, std::pair<int, int>> owner;  // device -> (stage, index in its devices)
     for (int s = 0; s < plan.num_stages(); ++s)
-      for (int d = 0; d < plan.stages[s].dp; ++d)
-        if (!owner.emplace(plan.stages[s].devices[d], std::make_pair(s, d)).second)
-          return failed_precondition("device " + std::to_string(plan.stages[s].devices[d]) +
-                                     " appears in two stages of the plan; each device runs one replica");
+      for (int i = 0; i < static_cast<int>(plan.stages[s].devices.size()); ++i)
+        if (!owner.emplace(plan.stages[s].devices[i], std::make_pair(s, i)).second)
+          return failed_precondition("device " + std::to_string(plan.stages[s].devices[i]) +
+                                     " appears twice in the plan; each device runs one rank");
+    for (int s = 0; s < plan.num_stages(); ++s) l.stage_ranks[s].assign(plan.stages[s].devices.size(), -1);
     int r = 0;
     for (const auto& [device, where] : owner) {
       l.rank_device[r] = device;
-      auto& ranks = l.stage_ranks[where.first];
-      if (static_cast<int>(ranks.size()) <= where.second) ranks.resize(where.second + 1, -1);
-      ranks[where.second] = r++;
+      l.stage_ranks[where.first][where.second] = r++;
     }
   } else {
     int next = 0;
     for (int s = 0; s < plan.num_stages(); ++s)
-      for (int d = 0; d < plan.stages[s].dp; ++d) l.stage_ranks[s].push_back(next++);
+      for (int i = 0; i < plan.stages[s].dp * plan.stages[s].tp; ++i) l.stage_ranks[s].push_back(next++);
   }
   for (int s = 0; s < l.num_stages(); ++s)
-    for (int d = 0; d < static_cast<int>(l.stage_ranks[s].size()); ++d)
-      if (l.stage_ranks[s][d] == rank) {
+    for (int i = 0; i < static_cast<int>(l.stage_ranks[s].size()); ++i)
+      if (l.stage_ranks[s][i] == rank) {
         l.stage = s;
-        l.dp_rank = d;
+        l.dp_rank = i / l.tp_of(s);
+        l.tp_rank = i % l.tp_of(s);
       }
   return l;
+}
+
+std::vector<int> RankLayout::dp_group() const {
+  std::vector<int> members;
+  for (int d = 0; d < dp(); ++d) members.push_back(rank_of(stage, d, tp_rank));
+  return members;
+}
+
+std::vector<int> RankLayout::tp_group() const {
+  std::vector<int> members;
+  for (int t = 0; t < tp(); ++t) members.push_back(rank_of(stage, dp_rank, t));
+  return members;
 }
 
 std::vector<int> tied_group_members(const RankLayout& layout) {

@@ -22,7 +22,7 @@ using Connect = std::function<std::unique_ptr<runtime::Transport>(const runtime:
 template <typename Body>
 std::vector<std::string> for_each_rank_on(const plan::Plan& plan, const Connect& connect, Body body) {
   int world = 0;
-  for (const auto& s : plan.stages) world += s.dp;
+  for (const auto& s : plan.stages) world += s.dp * s.tp;
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r)
@@ -63,7 +63,7 @@ std::vector<std::string> run_plan_in_memory(const model::ModelSpec& model, const
                                             const runtime::ExecConfig& config, std::vector<runtime::Fault> faults,
                                             std::chrono::milliseconds timeout, RankRun* out) {
   int world = 0;
-  for (const auto& s : plan.stages) world += s.dp;
+  for (const auto& s : plan.stages) world += s.dp * s.tp;
   runtime::MemNetwork net(world, std::move(faults));
   auto lowered = schedule::lower_plan(plan);
   HARP_CHECK(lowered.ok() && lowered->check.ok);
@@ -90,11 +90,15 @@ RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
     runtime::Executor ex(model, plan, *lowered, comm, data, config);
     std::vector<double> losses;
     for (int s = 0; s < steps; ++s) losses.push_back(ex.run_step(s).loss);
+    // Full tensors: tp shards gathered (a collective over the tp group, so outside the lock).
+    const bool keep = comm.layout().dp_rank == 0;
+    const auto params = keep ? ex.full_tensors(ex.optimizer().params()) : std::vector<std::pair<std::string, torch::Tensor>>();
+    const auto grads = keep ? ex.full_tensors(ex.named_grads()) : std::vector<std::pair<std::string, torch::Tensor>>();
     std::lock_guard<std::mutex> lock(mu);
     if (comm.layout().rank == 0) out.losses = losses;
-    if (comm.layout().dp_rank == 0) {
-      for (const auto& [name, p] : ex.optimizer().params()) out.params.emplace_back(name, p.detach().clone());
-      for (const auto& [name, g] : ex.named_grads()) out.grads.emplace_back(name, g.detach().clone());
+    if (keep && comm.layout().tp_rank == 0) {
+      for (const auto& [name, p] : params) out.params.emplace_back(name, p.detach().clone());
+      for (const auto& [name, g] : grads) out.grads.emplace_back(name, g.detach().clone());
     }
   });
   return out;
@@ -130,7 +134,7 @@ std::vector<std::string> train_threads_errors(const model::ModelSpec& model, con
 
 plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts, const std::vector<int>& dp,
                      int microbatches, int microbatch_size, plan::ScheduleKind kind,
-                     const std::vector<int>& launch_counts) {
+                     const std::vector<int>& launch_counts, const std::vector<int>& tp) {
   plan::Plan p;
   p.microbatches = microbatches;
   p.microbatch_size = microbatch_size;
@@ -142,6 +146,7 @@ plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts
     s.first_layer = starts[i];
     s.last_layer = i + 1 < starts.size() ? starts[i + 1] : model.num_layers();
     s.dp = dp[i];
+    if (!tp.empty()) s.tp = tp[i];
     s.fwd_s = 1;
     s.bwd_s = 2;
     s.crosses_nodes = true;

@@ -15,7 +15,8 @@ namespace harp::testing {
 
 struct RankRun {
   std::vector<double> losses;  // rank 0's view (every rank agrees)
-  // dp replica 0 of every stage: global names; grads of the last step before clipping.
+  // dp replica 0 of every stage: global names, full tensors (tp shards gathered); grads
+  // of the last step before clipping.
   std::vector<std::pair<std::string, torch::Tensor>> params, grads;
 };
 
@@ -42,9 +43,9 @@ std::vector<std::string> train_threads_errors(const model::ModelSpec& model, con
 
 // A plan over `model` with the given stage boundaries (layer indices where stages start,
 // after 0), dp per stage, microbatches, microbatch size, schedule and launch counts
-// (empty: the schedule's own).
+// (empty: the schedule's own), and tp per stage (empty: 1).
 plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts, const std::vector<int>& dp,
                      int microbatches, int microbatch_size, plan::ScheduleKind kind,
-                     const std::vector<int>& launch_counts = {});
+                     const std::vector<int>& launch_counts = {}, const std::vector<int>& tp = {});
 
 }  // namespace harp::testing

@@ -39,10 +39,12 @@ StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long lo
 // (collective: every rank calls it; rank 0 marks it complete after a barrier).
 Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, int steps_done,
                        const plan::Plan& plan);
-// What a checkpoint must match to be resumed: model fingerprint, world size, microbatch
-// count and size, schedule, and every stage's layer range and dp. Written into the
-// manifest; a different layout is refused until resuming on another plan is supported.
-Json checkpoint_layout(const plan::Plan& plan, int world_size);
+// What a checkpoint must match to be resumed: model fingerprint, microbatch count and
+// size, schedule, and every stage's layer range and dp. Not the tp degrees: the files
+// hold full tensors (tp shards gathered when saving, split when loading), so a run saved
+// with tp 2 resumes with tp 1 and the other way round. Written into the manifest; other
+// differences are refused until resuming on another plan is supported.
+Json checkpoint_layout(const plan::Plan& plan);
 // Loads checkpoint `step` of DIR into the executor's parameters and optimizer state
 // after checking that its manifest's layout equals `layout` (FailedPrecondition naming
 // the first difference).

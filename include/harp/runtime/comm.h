@@ -27,6 +27,7 @@ class C10dTransport : public Transport {
   Transfer isend(torch::Tensor& t, int peer, int tag, const std::string& what) override;
   Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) override;
   void allreduce_dp(torch::Tensor& t, const std::string& what) override;
+  void allreduce_tp(torch::Tensor& t, const std::string& what) override;
   void allreduce_tied(torch::Tensor& t, const std::string& what) override;
   void allreduce_world(torch::Tensor& t, const std::string& what) override;
   void barrier(const std::string& what) override;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,8 +85,17 @@ class Executor {
 
   AdamW& optimizer() { return *optimizer_; }
   const std::vector<GptLayer>& layers() const { return layers_; }
-  // Named parameters and their gradients of the last step (global names).
+  // Named parameters and their gradients of the last step (global names; this rank's
+  // shards under tensor parallelism).
   std::vector<std::pair<std::string, torch::Tensor>> named_grads() const;
+  // Where a parameter (or its optimizer state "<name>.exp_avg", ".exp_avg_sq") lies in
+  // its full tensor. REQUIRES: the name is this rank's.
+  const Shard& shard_of(const std::string& name) const;
+  // The full tensors of this rank's `local` ones (parameters, gradients, state),
+  // gathered over its tensor-parallel group: a collective every tp rank of the replica
+  // calls with the same names in the same order.
+  std::vector<std::pair<std::string, torch::Tensor>> full_tensors(
+      const std::vector<std::pair<std::string, torch::Tensor>>& local);
   const std::vector<schedule::Action>& actions() const { return actions_; }
   // The measured timeline of the traced steps so far (schedule/timeline.h): compute
   // spans exclude the wait for their input; waits for data are recv-lane events. Times
@@ -110,8 +120,9 @@ class Executor {
     int begin, end;
     bool recompute;
   };
-  // The replicas of `other_stage` that share samples with this replica.
-  std::vector<Part> peers_of(int other_stage) const;
+  // The ranks of `other_stage` this rank sends to or receives from: the replicas that
+  // share samples with this replica, at the matching tp ranks.
+  std::vector<Part> peers_of(int other_stage, bool sending) const;
   void forward(int step, int mb);
   // Layers [begin, end) of this rank on `x` (the tail takes `targets`).
   torch::Tensor run_layers(int begin, int end, torch::Tensor x, const torch::Tensor& targets);
@@ -137,7 +148,9 @@ class Executor {
   int first_layer_ = 0, last_layer_ = 0;
   int samples_ = 1, sample_offset_ = 0;  // this replica's share of a microbatch
   double global_tokens_ = 1;
+  std::shared_ptr<TensorParallel> tp_;  // null without tensor parallelism
   std::vector<GptLayer> layers_;
+  std::map<std::string, Shard> shards_;  // every parameter's, by name
   std::vector<Unit> units_;  // empty unless this stage recomputes fully
   std::unique_ptr<AdamW> optimizer_;
   std::vector<schedule::Action> actions_;

@@ -30,20 +30,32 @@ class RuntimeFailure : public std::runtime_error {
 
 // Which rank runs what: the plan's `devices` order when every stage lists its devices
 // (rank r runs the r-th smallest device id the plan uses), else stage by stage, stage
-// 0's replicas first. Replica d of a stage holds samples [d n, (d + 1) n) of each
-// microbatch.
+// 0's first. A stage's devices (dp x tp of them) are replica-major: replica d's tensor-
+// parallel ranks are devices [d tp, (d + 1) tp), adjacent ids inside one node, as
+// Megatron orders tp innermost. Replica d of a stage holds samples [d n, (d + 1) n) of
+// each microbatch; its tp ranks hold the same samples and shards of the weights.
 struct RankLayout {
   int rank = 0, world_size = 1;
-  int stage = 0, dp_rank = 0;
-  std::vector<std::vector<int>> stage_ranks;  // global ranks of every stage's replicas
+  int stage = 0, dp_rank = 0, tp_rank = 0;
+  // Global ranks of every stage, replica-major: stage_ranks[s][d * tp + t].
+  std::vector<std::vector<int>> stage_ranks;
+  std::vector<int> stage_tp;                  // tp per stage (empty: 1 everywhere)
   std::vector<int> rank_device;               // global device id per rank; -1 unknown
 
   int num_stages() const { return static_cast<int>(stage_ranks.size()); }
-  int dp() const { return static_cast<int>(stage_ranks[stage].size()); }
+  int tp_of(int s) const { return stage_tp.empty() ? 1 : stage_tp[s]; }
+  int dp_of(int s) const { return static_cast<int>(stage_ranks[s].size()) / tp_of(s); }
+  int rank_of(int s, int d, int t) const { return stage_ranks[s][d * tp_of(s) + t]; }
+  int dp() const { return dp_of(stage); }
+  int tp() const { return tp_of(stage); }
+  // This rank's data-parallel group (the stage's replicas at its tp rank) and its
+  // tensor-parallel group (its replica's tp ranks), in group order.
+  std::vector<int> dp_group() const;
+  std::vector<int> tp_group() const;
 };
 
-// FailedPrecondition when the plan needs a different number of ranks, or uses tensor
-// parallelism (not supported by this runtime yet).
+// FailedPrecondition when the plan needs a different number of ranks or lists a device
+// twice.
 StatusOr<RankLayout> layout_for(const plan::Plan& plan, int world_size, int rank);
 
 // A pending transfer; wait() throws RuntimeFailure with "`what` <peer>: <reason>" on
@@ -81,6 +93,8 @@ class Transport {
   virtual Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) = 0;
   // Sum over the stage's data-parallel group (no-op when dp == 1).
   virtual void allreduce_dp(torch::Tensor& t, const std::string& what) = 0;
+  // Sum over this replica's tensor-parallel group (no-op when tp == 1).
+  virtual void allreduce_tp(torch::Tensor& t, const std::string& what) = 0;
   // Sum over the tied-embedding group (first and last stage). REQUIRES the group exists.
   virtual void allreduce_tied(torch::Tensor& t, const std::string& what) = 0;
   // Sum over every rank.
@@ -106,7 +120,7 @@ class Transport {
   std::chrono::milliseconds timeout_;
 };
 
-// The members of the tied-embedding group: the first stage's replicas, then the last's.
+// The members of the tied-embedding group: the first stage's ranks, then the last's.
 std::vector<int> tied_group_members(const RankLayout& layout);
 
 }  // namespace harp::runtime
