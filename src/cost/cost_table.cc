@@ -1,6 +1,8 @@
 // Cost table parsing and validation; messages name the file, the field path and the fix.
 #include "harp/cost/cost_table.h"
 
+#include <algorithm>
+
 #include "harp/common/fields.h"
 
 namespace harp::cost {
@@ -21,6 +23,29 @@ Status read_times(const Json& node, const std::string& file, const std::string& 
   return Status();
 }
 
+// A key that is a whole positive number ("4"), or 0.
+int parse_count(const std::string& key) {
+  if (key.empty() || key.size() > 9) return 0;
+  for (char c : key)
+    if (c < '0' || c > '9') return 0;
+  return std::stoi(key);
+}
+
+// One {fwd_s, bwd_s} entry (and, where present, its `tp` member, returned in *by_tp).
+Status read_entry(const Json& entry, const std::string& file, const std::string& path, size_t L, Times* out,
+                  const Json** by_tp) {
+  FieldReader er(entry, file, path);
+  const Json* fwd = er.get("fwd_s");
+  const Json* bwd = er.get("bwd_s");
+  *by_tp = er.get("tp");
+  HARP_RETURN_IF_ERROR(er.finish());
+  if (fwd == nullptr || bwd == nullptr)
+    return field_error(file, path + (fwd ? ".bwd_s" : ".fwd_s"), "", "is required",
+                       "give fwd_s and bwd_s lists with one time per layer");
+  HARP_RETURN_IF_ERROR(read_times(*fwd, file, path + ".fwd_s", L, &out->fwd_s));
+  return read_times(*bwd, file, path + ".bwd_s", L, &out->bwd_s);
+}
+
 }  // namespace
 
 TableCosts::TableCosts(std::vector<LayerBytes> layers, DeviceTimes times, std::string file)
@@ -28,16 +53,29 @@ TableCosts::TableCosts(std::vector<LayerBytes> layers, DeviceTimes times, std::s
 
 std::optional<LayerTime> TableCosts::time(const cluster::Cluster& cluster, int sub, int layer,
                                           int samples, int tp) const {
-  if (tp != 1) return std::nullopt;
   auto dev = times_.find(real_device(cluster.subclusters.at(sub).device));
   if (dev == times_.end()) return std::nullopt;
   auto entry = dev->second.find(samples);
   if (entry == dev->second.end()) return std::nullopt;
+  const Times* times = &entry->second;
+  if (tp != 1) {
+    auto found = entry->second.tp.find(tp);
+    if (found == entry->second.tp.end()) return std::nullopt;
+    times = &found->second;
+  }
   LayerTime t;
-  t.fwd_s = entry->second.fwd_s.at(layer);
-  t.bwd_s = entry->second.bwd_s.at(layer);
+  t.fwd_s = times->fwd_s.at(layer);
+  t.bwd_s = times->bwd_s.at(layer);
   t.source = CostSource::kTable;
   return t;
+}
+
+int TableCosts::max_tp() const {
+  int most = 1;
+  for (const auto& [device, sizes] : times_)
+    for (const auto& [samples, entry] : sizes)
+      if (!entry.tp.empty()) most = std::max(most, entry.tp.rbegin()->first);
+  return most;
 }
 
 StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) {
@@ -88,28 +126,30 @@ StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) 
                          "add {\"" + std::to_string(t.microbatch_size) + "\": {\"fwd_s\": [...], \"bwd_s\": [...]}}");
     for (const auto& [key, entry] : sizes.items()) {
       const std::string kpath = dpath + "." + key;
-      int samples = 0;
-      try {
-        size_t used = 0;
-        samples = std::stoi(key, &used);
-        if (used != key.size()) samples = 0;
-      } catch (...) {
-        samples = 0;
-      }
+      const int samples = parse_count(key);
       if (samples < 1 || t.microbatch_size % samples != 0)
         return field_error(file, kpath, "", "is not a microbatch size dividing " + std::to_string(t.microbatch_size),
                            "use keys such as \"" + std::to_string(t.microbatch_size) + "\", \"" +
                                std::to_string(std::max(1, t.microbatch_size / 2)) + "\"");
-      FieldReader er(entry, file, kpath);
-      const Json* fwd = er.get("fwd_s");
-      const Json* bwd = er.get("bwd_s");
-      HARP_RETURN_IF_ERROR(er.finish());
-      if (fwd == nullptr || bwd == nullptr)
-        return field_error(file, kpath + (fwd ? ".bwd_s" : ".fwd_s"), "", "is required",
-                           "give fwd_s and bwd_s lists with one time per layer");
       LayerTimes lt;
-      HARP_RETURN_IF_ERROR(read_times(*fwd, file, kpath + ".fwd_s", t.layers.size(), &lt.fwd_s));
-      HARP_RETURN_IF_ERROR(read_times(*bwd, file, kpath + ".bwd_s", t.layers.size(), &lt.bwd_s));
+      const Json* by_tp = nullptr;
+      HARP_RETURN_IF_ERROR(read_entry(entry, file, kpath, t.layers.size(), &lt, &by_tp));
+      if (by_tp != nullptr) {
+        if (!by_tp->is_object())
+          return field_error(file, kpath + ".tp", by_tp->dump().substr(0, 40), "must map tp degrees to times",
+                             "write {\"2\": {\"fwd_s\": [...], \"bwd_s\": [...]}}");
+        for (const auto& [degree, times] : by_tp->items()) {
+          const std::string tpath = kpath + ".tp." + degree;
+          const int tp = parse_count(degree);
+          if (tp < 2 || (tp & (tp - 1)) != 0)
+            return field_error(file, tpath, "", "is not a tp degree: a power of two, at least 2",
+                               "use keys such as \"2\", \"4\" (tp 1 is the entry itself)");
+          const Json* nested = nullptr;
+          HARP_RETURN_IF_ERROR(read_entry(times, file, tpath, t.layers.size(), &lt.tp[tp], &nested));
+          if (nested != nullptr)
+            return field_error(file, tpath + ".tp", "", "is not allowed here", "list tp degrees once, beside fwd_s");
+        }
+      }
       t.times[dev][samples] = std::move(lt);
     }
   }

@@ -65,7 +65,7 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
 StageCosts StageCosts::from_tables(const cluster::Cluster& cluster, std::vector<LayerBytes> layers,
                                    const DeviceTimes& times, int microbatch_size, const CostConfig& config) {
   TableCosts table(std::move(layers), times, "(given)");
-  return build(cluster, table, microbatch_size, 1, config);
+  return build(cluster, table, microbatch_size, table.max_tp(), config);
 }
 
 void StageCosts::build_byte_prefixes() {

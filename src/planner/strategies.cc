@@ -87,7 +87,7 @@ StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, co
   p.model_name = table_file;
   cost::CostConfig config;
   cost::TableCosts source(table.layers, table.times, table_file);
-  p.costs = StageCosts::build(cluster, source, table.microbatch_size, 1, config);
+  p.costs = StageCosts::build(cluster, source, table.microbatch_size, source.max_tp(), config);
   // The slowest device type: the longest time for the whole model on one device.
   std::string slowest;
   Seconds slowest_s = -1;
@@ -100,9 +100,14 @@ StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, co
     }
     double best_per_sample = std::numeric_limits<double>::infinity();
     for (const auto& [samples, t] : table.times.at(cluster.subclusters[sub].device)) {
-      double total = 0;
-      for (size_t i = 0; i < t.fwd_s.size(); ++i) total += t.fwd_s[i] + t.bwd_s[i];
-      best_per_sample = std::min(best_per_sample, total / samples);
+      // Device-seconds per sample: tp devices work on the samples together.
+      auto per_sample = [&, samples = samples](const cost::Times& times, int tp) {
+        double total = 0;
+        for (size_t i = 0; i < times.fwd_s.size(); ++i) total += times.fwd_s[i] + times.bwd_s[i];
+        best_per_sample = std::min(best_per_sample, total * tp / samples);
+      };
+      per_sample(t, 1);
+      for (const auto& [tp, times] : t.tp) per_sample(times, tp);
     }
     throughput += cluster.subclusters[sub].num_devices() /
                   (best_per_sample * table.microbatch_size * microbatches);
@@ -111,7 +116,7 @@ StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, co
   cluster::Cluster homo =
       as_homogeneous(cluster, cluster.devices.at(slowest), least_memory_gib(cluster));
   source.alias_device(kHomogeneousDevice, slowest);
-  p.homogeneous = StageCosts::build(homo, source, table.microbatch_size, 1, config);
+  p.homogeneous = StageCosts::build(homo, source, table.microbatch_size, source.max_tp(), config);
   p.lower_bound_s = 1.0 / throughput;
   p.lower_bound_rule = "every device busy at its best per-sample time (perfect balance)";
   return p;

@@ -126,6 +126,67 @@ subclusters:
   }
 }
 
+// Tensor parallelism on documented cost tables (examples/costs/tp_demo.json and
+// tp_speed_demo.json, docs/planner.md): two devices in one node, 8 microbatches of one
+// sample, 1F1B; tp 2 runs every layer in 0.7 x its time (its collectives included) and
+// halves the activations.
+//   tp_demo (blocks of 4 ms forward), 4 GiB: two pipeline stages (13.5 ms a microbatch
+//     each) beat tp 2 (18.9 ms): tp 1.
+//   tp_demo, 2 GiB: the first of two stages keeps 2 microbatches (2.2 GiB) and one device
+//     alone all 2.2 GiB: only tp 2 fits (1.1 GiB): memory requires it.
+//   tp_speed_demo (blocks of 8 and 1 ms), 4 GiB: no cut balances the 8 ms block (its
+//     stage takes 25.5 ms a microbatch); tp 2 takes 21 ms: speed requires it.
+TEST(PaperExamples, TensorParallelismWhenAndOnlyWhenMemoryOrSpeedRequiresIt) {
+  cost::CostConfig cfg;
+  cfg.memory_reserve_fraction = 0;
+  cfg.workspace_bytes = 0;
+  SearchOptions options;
+  options.microbatches = 8;
+  options.schedule = plan::ScheduleKind::k1F1B;
+  for (const auto& [file, gib, want_tp] : {std::make_tuple("tp_demo.json", 4.0, 1), std::make_tuple("tp_demo.json", 2.0, 2),
+                                           std::make_tuple("tp_speed_demo.json", 4.0, 2)}) {
+    SCOPED_TRACE(std::string(file) + ", " + std::to_string(gib) + " GiB");
+    StatusOr<cost::CostTable> table = cost::load_cost_table(std::string(HARP_SOURCE_DIR) + "/examples/costs/" + file);
+    ASSERT_TRUE(table.ok()) << table.status().to_string();
+    const cluster::Cluster cluster = cluster_from_yaml(R"(
+version: 1
+devices:
+  - {name: Dev, peak_tflops: 100, memory_gib: )" + std::to_string(gib) + R"(, memory_bandwidth_gbs: 1000}
+subclusters:
+  - {name: s, device: Dev, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 1000, latency_us: 0}}
+)");
+    const StageCosts costs = StageCosts::from_tables(cluster, table->layers, table->times, 1, cfg);
+    StatusOr<SearchResult> got = search_pipeline(costs, options);
+    ASSERT_TRUE(got.ok() && got->feasible);
+    const BruteForceResult want = brute_force_search(costs, options);
+    ASSERT_TRUE(want.feasible);
+    EXPECT_TRUE(near_rel(got->iteration_s, want.iteration_s)) << got->iteration_s << " vs " << want.iteration_s;
+    const auto& stages = got->plan.stages;
+    if (want_tp == 1) {
+      ASSERT_EQ(stages.size(), 2u);
+      EXPECT_EQ(stages[0].tp, 1);
+      EXPECT_EQ(stages[1].tp, 1);
+    } else {
+      ASSERT_EQ(stages.size(), 1u);
+      EXPECT_EQ(stages[0].tp, 2);
+      EXPECT_NEAR(stages[0].fwd_s, 0.7 * (std::string(file) == "tp_demo.json" ? 9e-3 : 10e-3), 1e-12);  // every layer
+    }
+    // Without tp (--max-tp 1) the same problem is slower or does not fit.
+    SearchOptions no_tp = options;
+    no_tp.max_tp = 1;
+    StatusOr<SearchResult> without = search_pipeline(costs, no_tp);
+    ASSERT_TRUE(without.ok());
+    if (want_tp == 1) {
+      EXPECT_EQ(without->iteration_s, got->iteration_s);
+    } else if (gib == 2.0) {
+      EXPECT_FALSE(without->feasible);
+    } else {
+      ASSERT_TRUE(without->feasible);
+      EXPECT_GT(without->iteration_s, got->iteration_s);
+    }
+  }
+}
+
 TEST(BruteForceReference, CountsPlansByHand) {
   // One node of two devices, three layers, microbatch 2.
   {

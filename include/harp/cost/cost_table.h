@@ -4,10 +4,12 @@
 //   {"version": 1, "microbatch_size": 4,
 //    "layers": [{"name": "embed", "param_bytes": 1.2e8, "output_bytes": 4.2e6,
 //                "activation_bytes": 9.0e6}, ...],
-//    "devices": {"V100-32GB": {"4": {"fwd_s": [...], "bwd_s": [...]}, "2": {...}}, ...}}
+//    "devices": {"V100-32GB": {"4": {"fwd_s": [...], "bwd_s": [...],
+//                                   "tp": {"2": {"fwd_s": [...], "bwd_s": [...]}}}, "2": {...}}, ...}}
 //
 // Bytes are per sample. `devices` maps a device type of the cluster to per-microbatch-
-// size lists (tp = 1); a stage with dp replicas uses the entry for microbatch_size / dp.
+// size lists (tp = 1, and optionally per tp degree); a stage with dp replicas uses the
+// entry for microbatch_size / dp.
 #pragma once
 
 #include <map>
@@ -21,9 +23,14 @@
 
 namespace harp::cost {
 
-// Forward and backward seconds of every layer for one (device type, samples), tp = 1.
-struct LayerTimes {
+// Forward and backward seconds of every layer for one (device type, samples): tp = 1,
+// and under `tp` for the tensor-parallel degrees the table lists (their collectives
+// included).
+struct Times {
   std::vector<Seconds> fwd_s, bwd_s;
+};
+struct LayerTimes : Times {
+  std::map<int, Times> tp;  // tp degree (2, 4, ...) -> times
 };
 using DeviceTimes = std::map<std::string, std::map<int, LayerTimes>>;  // device -> samples
 
@@ -34,7 +41,7 @@ struct CostTable {
   DeviceTimes times;
 };
 
-// The table as a cost source: entries for tp = 1 and the samples it lists.
+// The table as a cost source: the samples and tp degrees it lists.
 class TableCosts : public LayerCostSource {
  public:
   TableCosts(std::vector<LayerBytes> layers, DeviceTimes times, std::string file);
@@ -42,6 +49,8 @@ class TableCosts : public LayerCostSource {
   std::optional<LayerTime> time(const cluster::Cluster& cluster, int sub, int layer, int samples,
                                 int tp) const override;
   std::string describe() const override { return "cost table " + file_; }
+  // The largest tp degree any entry lists (1 when none does).
+  int max_tp() const;
 
  private:
   std::vector<LayerBytes> layers_;

@@ -107,7 +107,7 @@ class StageCosts {
   static StageCosts build(const cluster::Cluster& cluster, const LayerCostSource& source,
                           int microbatch_size, int max_tp, const CostConfig& config);
 
-  // The same from explicit tables: `times[device][samples]` (tp = 1 only).
+  // The same from explicit tables: `times[device][samples]` (and its tp entries).
   static StageCosts from_tables(const cluster::Cluster& cluster, std::vector<LayerBytes> layers,
                                 const DeviceTimes& times, int microbatch_size, const CostConfig& config);
 

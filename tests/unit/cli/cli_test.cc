@@ -212,6 +212,16 @@ TEST(Cli, PlanInputErrors) {
             "--microbatches", "4"});
   EXPECT_EQ(r.rc, kExitInput);
   EXPECT_NE(r.err.find("devices.V100-16GB.1"), std::string::npos) << r.err;
+  // A tp entry must name a power-of-two degree.
+  costs = write_temp("tp3.json", R"({"version": 1, "microbatch_size": 1,
+      "layers": [{"param_bytes": 1, "output_bytes": 1, "activation_bytes": 1}],
+      "devices": {"A100-40GB": {"1": {"fwd_s": [1], "bwd_s": [2], "tp": {"3": {"fwd_s": [1], "bwd_s": [2]}}}}}})");
+  r = harp({"plan", "--cluster", example("clusters/a100_v100_sailor.yaml"), "--costs", costs,
+            "--microbatches", "4"});
+  EXPECT_EQ(r.rc, kExitInput);
+  EXPECT_EQ(lines(r.err), 1u) << r.err;
+  EXPECT_NE(r.err.find("devices.A100-40GB.1.tp.3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("power of two"), std::string::npos) << r.err;
 }
 
 TEST(Cli, InfeasibleIsAnAnswerWithExitThree) {
