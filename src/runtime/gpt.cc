@@ -352,22 +352,21 @@ torch::Tensor GptLayerImpl::vocab_parallel_loss(const torch::Tensor& logits, con
   torch::Tensor z = logits.reshape({-1, logits.size(-1)});
   if (low_precision(z)) z = z.to(torch::kFloat);
   const torch::Tensor target = targets.reshape({-1});
-  const std::int64_t n = z.size(0);
-  torch::Tensor shift;  // each token's largest logit over the whole vocabulary
-  {
-    torch::NoGradGuard no_grad;
-    torch::Tensor all = torch::zeros({tp_->size, n}, z.options());
-    all[tp_->rank].copy_(std::get<0>(z.max(-1)));
-    tp_->allreduce(all);
-    shift = std::get<0>(all.max(0));
-  }
-  z = z - shift.unsqueeze(1);
-  torch::Tensor sum_exp = ReduceFromTp::apply(z.exp().sum(-1), address(tp_));
+  const std::int64_t n = z.size(0), size = tp_->size;
+  // One all-reduce gathers each rank's largest logit per token (row r: rank r's, zeros
+  // elsewhere) and sums the target logit (its rank picks it, the others give 0); a
+  // second sums exp(z - max). loss = log(sum) + max - target logit, per token; the max
+  // is a constant shift (its gradient terms cancel), so it is taken without a graph.
   const torch::Tensor mine = (target >= vocab_begin_) & (target < vocab_end_);
   const torch::Tensor index = (target - vocab_begin_).clamp(0, vocab_end_ - vocab_begin_ - 1).unsqueeze(1);
-  torch::Tensor picked = z.gather(1, index).squeeze(1).masked_fill(mine.logical_not(), 0.0);
-  torch::Tensor target_logit = ReduceFromTp::apply(picked, address(tp_));
-  return (sum_exp.log() - target_logit).sum();
+  const torch::Tensor picked = z.gather(1, index).squeeze(1).masked_fill(mine.logical_not(), 0.0);
+  torch::Tensor maxima = torch::zeros({size, n}, z.options());
+  maxima[tp_->rank].copy_(std::get<0>(z.detach().max(-1)));
+  const torch::Tensor both = ReduceFromTp::apply(torch::cat({maxima, picked.unsqueeze(0)}, 0), address(tp_));
+  const torch::Tensor shift = std::get<0>(both.narrow(0, 0, size).detach().max(0));
+  const torch::Tensor target_logit = both[size];
+  const torch::Tensor sum_exp = ReduceFromTp::apply((z - shift.unsqueeze(1)).exp().sum(-1), address(tp_));
+  return (sum_exp.log() + shift - target_logit).sum();
 }
 
 std::vector<std::int64_t> GptLayerImpl::sharded_widths(bool input) const {

@@ -60,14 +60,18 @@ TEST_P(Bfloat16, PipelinedRunMatchesOneProcessInBf16) {
     const char* name;
     std::vector<int> cuts, dp;
     double loss_tol, grad_tol;
+    std::vector<int> tp = {};
   };
+  // Under tp the partial products are rounded to bf16 before their sum (as with NCCL's
+  // bf16 all-reduce): the tolerances of a pipeline.
   const Layout layouts[] = {
       {"1 stage", {}, {1}, 1e-6, 1e-5},
       {"3 stages, cuts inside blocks, dp 1|2|1", {2, 7}, {1, 2, 1}, 2e-3, 3e-2},
+      {"tp 2 | 1, dp 1 | 2", {7}, {1, 2}, 2e-3, 3e-2, {2, 1}},
   };
   for (const Layout& l : layouts) {
     SCOPED_TRACE(family + " " + l.name);
-    const plan::Plan p = make_plan(m, l.cuts, l.dp, B, mbs, ScheduleKind::kHarp1F1B);
+    const plan::Plan p = make_plan(m, l.cuts, l.dp, B, mbs, ScheduleKind::kHarp1F1B, {}, l.tp);
     const RankRun got = run_plan_threads(m, p, *data, steps, cfg);
     ASSERT_EQ(got.losses.size(), bf16.losses.size());
     double loss_diff = 0;

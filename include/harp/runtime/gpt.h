@@ -31,9 +31,9 @@
 // of a column-parallel projection passes through f (identity forward, all-reduce of the
 // gradient backward). The token embedding and the LM head are split by vocabulary rows
 // (ceil(V / tp) per rank, the last rank fewer): the embedding zeroes the ids outside its
-// rows and g sums; the cross-entropy runs on the vocabulary shards with three all-reduces
-// over tokens (the maximum, the sum of exponentials, the target logit), never gathering
-// the logits. Norms, position embeddings and the row-parallel biases are replicated; they
+// rows and g sums; the cross-entropy runs on the vocabulary shards with two all-reduces
+// over tokens (each rank's maximum with the target logit, then the sum of exponentials),
+// never gathering the logits. Norms, position embeddings and the row-parallel biases are replicated; they
 // get the same gradient on every tp rank. A layer's cut tensor after attn_in or mlp_in is
 // sharded on a tp rank (its heads or activations, then the full residual): full_cut()
 // gathers it into the layout above where a stage sends it, local_cut() takes a rank's part
