@@ -319,6 +319,19 @@ TEST(Resume, AnotherLayoutIsRefusedWithTheDifference) {
   EXPECT_NE(errors[0].find("this run has [[0,3,2],[3,"), std::string::npos) << errors[0];
 }
 
+// A tp degree that does not divide the heads is refused on every rank before any work.
+TEST(Resume, TensorParallelismThatDoesNotSplitTheModelIsRefused) {
+  const model::ModelSpec m = tiny(1);  // 4 heads
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const std::string root = std::string(HARP_BINARY_DIR) + "/tp3_test";
+  std::filesystem::remove_all(root);
+  const auto errors =
+      train_threads_errors(m, make_plan(m, {}, {1}, 2, 2, ScheduleKind::k1F1B, {}, {3}), *data, resume_options(root, 1, 0));
+  ASSERT_EQ(errors.size(), 3u);
+  for (const std::string& e : errors)
+    EXPECT_NE(e.find("stage 0 has tp = 3, which must divide the model's heads (4)"), std::string::npos) << e;
+}
+
 // Regression (hardening issue): a tensor offset that wraps around passed the bounds check
 // of a re-signed file and read out of bounds. Bounds are now checked without sums.
 TEST(Resume, CraftedResignedCheckpointIsRefused) {

@@ -111,6 +111,10 @@ TEST(HfWeights, LoadingGivesTheExportedModelsLossInAnyLayout) {
     EXPECT_NE(loaded, seeded);                                        // the file decides the weights
     const double pipelined = first_loss(m, three, other + "/model.safetensors", 1234, "pipelined_" + variant);
     EXPECT_NEAR(pipelined, loaded, 1e-5 * std::abs(loaded) + 4e-5);   // and so in any layout
+    // Under tensor parallelism each rank keeps its part of every full tensor.
+    const plan::Plan sharded = testing::make_plan(m, {3}, {1, 1}, 4, 2, ScheduleKind::k1F1B, {}, {2, 2});
+    const double tp = first_loss(m, sharded, other, 1234, "tp_" + variant);
+    EXPECT_NEAR(tp, loaded, 1e-5 * std::abs(loaded) + 4e-5);
   }
 }
 
