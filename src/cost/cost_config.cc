@@ -16,6 +16,7 @@ StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file
   c.memory_reserve_fraction = r.non_negative("memory_reserve_fraction", c.memory_reserve_fraction);
   c.workspace_bytes = r.non_negative("workspace_bytes", c.workspace_bytes);
   c.gradient_bytes_per_param_byte = r.positive("gradient_bytes_per_param_byte", c.gradient_bytes_per_param_byte);
+  c.activation_bytes_scale = r.positive("activation_bytes_scale", c.activation_bytes_scale);
   c.profile_file = r.string("profile", "");
   if (!c.profile_file.empty()) c.profile_file = resolve_relative_to(file, c.profile_file);
   if (!r.failed() && c.compute_efficiency > 1)
@@ -39,6 +40,7 @@ Json cost_config_to_json(const CostConfig& c) {
           {"memory_reserve_fraction", c.memory_reserve_fraction},
           {"workspace_bytes", c.workspace_bytes},
           {"gradient_bytes_per_param_byte", c.gradient_bytes_per_param_byte},
+          {"activation_bytes_scale", c.activation_bytes_scale},
           {"profile", c.profile_file}};
 }
 

@@ -20,14 +20,15 @@ const char* cost_source_name(CostSource source) {
   return "?";
 }
 
-std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model) {
+std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model, double activation_scale) {
   std::vector<LayerBytes> out;
   out.reserve(model.layers.size());
   for (const auto& l : model.layers) {
-    LayerBytes b{l.param_bytes, l.activation_bytes, l.output_bytes, l.output_shape};
+    const double a = activation_scale;
+    LayerBytes b{l.param_bytes, a * l.activation_bytes, a * l.output_bytes, l.output_shape};
     b.block = l.kind == model::LayerKind::kBlockPart ? l.block : -1;
-    b.input_bytes = l.input_bytes;
-    b.attention_score_bytes = l.attention_score_bytes;
+    b.input_bytes = a * l.input_bytes;
+    b.attention_score_bytes = a * l.attention_score_bytes;
     b.attention_flop_fraction = l.fwd_flops > 0 ? l.attention_flops / l.fwd_flops : 0.0;
     out.push_back(std::move(b));
   }
@@ -35,7 +36,7 @@ std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model) {
 }
 
 AnalyticCosts::AnalyticCosts(const model::ModelSpec& model, CostConfig config)
-    : model_(model), config_(config), bytes_(layer_bytes_of(model)) {}
+    : model_(model), config_(config), bytes_(layer_bytes_of(model, config.activation_bytes_scale)) {}
 
 std::optional<LayerTime> AnalyticCosts::time(const cluster::Cluster& cluster, int sub, int layer,
                                              int samples, int tp) const {

@@ -81,6 +81,13 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
   if (training_node != nullptr) {
     HARP_RETURN_IF_ERROR(require_object(*training_node, file, "training"));
     HARP_ASSIGN_OR_RETURN(job.training, runtime::parse_train_config(*training_node, file, "training"));
+    // The planner's bytes follow the run the job trains: the model's figures are fp16;
+    // float32 (the default) doubles activations, cut tensors and gradients on the wire,
+    // float64 quadruples them, bf16 keeps them. A cost section that sets either wins.
+    const double scale = job.training.dtype == "float64" ? 4.0 : job.training.dtype == "float32" ? 2.0 : 1.0;
+    auto given = [&](const char* key) { return cost_node != nullptr && cost_node->contains(key); };
+    if (!given("activation_bytes_scale")) job.cost.activation_bytes_scale = scale;
+    if (!given("gradient_bytes_per_param_byte")) job.cost.gradient_bytes_per_param_byte = scale;
   }
 
   job.resolved = {{"version", 1},

@@ -23,6 +23,11 @@ struct CostConfig {
   // Bytes on the wire per fp16 parameter byte when gradients are all-reduced: 1 for fp16
   // or bf16 gradients (mixed precision), 2 for float32 training (the CPU runtime's).
   double gradient_bytes_per_param_byte = 1.0;
+  // Activation and cut-tensor bytes per byte of the model's fp16 figures: 1 for fp16 or
+  // bf16 training, 2 for float32 (the CPU runtime's), 4 for float64. A job with a
+  // training section and neither field in its cost section takes both from
+  // training.dtype (job.h).
+  double activation_bytes_scale = 1.0;
   // Fraction of device memory kept free for the allocator, CUDA context, fragmentation.
   double memory_reserve_fraction = 0.1;
   // Per-layer kernel workspace, bytes per device.

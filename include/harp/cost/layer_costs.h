@@ -85,7 +85,9 @@ class LayerCostSource {
   std::map<std::string, std::string> aliases_;
 };
 
-std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model);
+// `activation_scale` multiplies the model's fp16 activation, cut and input bytes
+// (CostConfig::activation_bytes_scale).
+std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model, double activation_scale = 1.0);
 
 // The roofline for every layer, device, samples and tp.
 class AnalyticCosts : public LayerCostSource {

@@ -38,6 +38,25 @@ TEST(Job, BadSectionsNameTheirPath) {
             std::string::npos);
 }
 
+// The planner's bytes follow the dtype the job trains in, unless the cost section says.
+TEST(Job, PlannerBytesFollowTheTrainingDtype) {
+  const std::string base =
+      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n";
+  auto load = [&](const std::string& more) {
+    auto doc = parse_yaml_text(base + more, "job.yaml");
+    auto j = parse_job(*doc, "job.yaml");
+    HARP_CHECK(j.ok()) << j.status().to_string();
+    return std::make_pair(j->cost.activation_bytes_scale, j->cost.gradient_bytes_per_param_byte);
+  };
+  using P = std::pair<double, double>;
+  EXPECT_EQ(load(""), P(1, 1));  // no training section: mixed precision, fp16 figures
+  EXPECT_EQ(load("training: {steps: 2}\n"), P(2, 2));  // float32, the default
+  EXPECT_EQ(load("training: {dtype: float64}\n"), P(4, 4));
+  EXPECT_EQ(load("training: {dtype: bfloat16}\n"), P(1, 1));
+  EXPECT_EQ(load("training: {dtype: float64}\ncost: {activation_bytes_scale: 3}\n"), P(3, 4));
+  EXPECT_EQ(load("training: {steps: 2}\ncost: {gradient_bytes_per_param_byte: 1}\n"), P(2, 1));
+}
+
 }  // namespace
 }  // namespace harp::job
 
