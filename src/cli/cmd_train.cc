@@ -107,7 +107,7 @@ int run_train(const Opts& o, Context& ctx) {
   if (!c.val_data.empty() && open_tokens(c.val_data, &val_data) != kExitOk) return ctx.rc;
 
   runtime::retain_freed_memory();
-  runtime::set_compute_threads(c.threads);
+  runtime::set_compute_threads(c.threads, runtime::torch_dtype(c.dtype));
   // One rank per process: its tensor memory is the process's (summary.json "memory").
   runtime::install_counting_allocator();
   runtime::TrainOptions t = runtime::train_options(c);

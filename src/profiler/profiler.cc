@@ -227,7 +227,7 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
                             const ProgressFn& progress) {
   HARP_CHECK(request.emulated_slowdown >= 1.0);
   runtime::install_counting_allocator();
-  runtime::set_compute_threads(request.threads);
+  runtime::set_compute_threads(request.threads, request.dtype);
   const auto start = Clock::now();
   ProfileReport report;
   report.layers = model.num_layers();

@@ -82,11 +82,12 @@ StatusOr<std::unique_ptr<RunDirLock>> RunDirLock::take(const std::string& dir) {
 
 RunDirLock::~RunDirLock() { ::close(fd_); }
 
-void set_compute_threads(int threads) {
-  torch::set_num_threads(threads);
+void set_compute_threads(int threads, torch::Dtype dtype) {
   using SetThreads = void (*)(int);
-  if (auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    set_blas(1);
+  auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  const bool blas = set_blas != nullptr && dtype != torch::kBFloat16;
+  torch::set_num_threads(blas ? 1 : threads);
+  if (set_blas) set_blas(blas ? threads : 1);
 }
 
 Status check_trainable(const model::ModelSpec& model) {

@@ -76,11 +76,13 @@ class RunDirLock {
   int fd_;
 };
 
-// Sets this process's intra-op threads, and keeps an OpenBLAS thread pool (Debian's
-// libopenblas0-pthread starts one per core) at one thread: torch parallelises batched
-// matrix products over its own threads, and nested BLAS threads oversubscribe the cores
-// (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower).
-void set_compute_threads(int threads);
+// Gives this process `threads` cores for compute, without nesting two thread pools
+// (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower). float32 and
+// float64 spend most of a step in OpenBLAS's gemm (Debian's libtorch has no MKL): BLAS
+// gets the threads and torch's intra-op pool one (2 threads: 1.27x of 1, against 1.03x
+// with the threads on torch's side). bf16 products run in oneDNN on torch's pool: torch
+// gets the threads and BLAS one.
+void set_compute_threads(int threads, torch::Dtype dtype = torch::kFloat32);
 
 // OK for a model the runtime's layers implement (families gpt, llama); FailedPrecondition naming
 // the family and what works for it otherwise (the profiler asks too).
