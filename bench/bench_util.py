@@ -41,3 +41,20 @@ def corpus(harp, out):
                     f.write(open(p).read())
         run([harp, "data", "prepare", "--input", text, "--output", path])
     return path
+
+
+def bar_chart(path, title, bars):
+    """A horizontal bar chart (SVG) of (label, value, color) bars, values printed beside."""
+    width, left, bar_h, gap = 820, 320, 22, 8
+    height = 50 + len(bars) * (bar_h + gap)
+    top = max(v for _, v, _ in bars) * 1.25
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">'
+           % (width, height), '<text x="10" y="20" font-size="14">%s</text>' % title]
+    for i, (label, value, color) in enumerate(bars):
+        y = 40 + i * (bar_h + gap)
+        w = (width - left - 90) * value / top
+        out.append('<text x="10" y="%d" font-size="11">%s</text>' % (y + 15, label))
+        out.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>' % (left, y, w, bar_h, color))
+        out.append('<text x="%.1f" y="%d">%.0f</text>' % (left + w + 6, y + 15, value))
+    out.append("</svg>")
+    write(path, "\n".join(out) + "\n")

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-from bench_util import DEFAULT_HARP, ROOT, run, write, write_csv
+from bench_util import DEFAULT_HARP, ROOT, bar_chart, run, write, write_csv
 
 MODEL = os.path.join(ROOT, "examples", "models", "gpt_small_cpu.json")
 M, MBS = 8, 4
@@ -104,22 +104,9 @@ def eager_configs(threads):
 
 
 def chart(rows, path):
-    width, left, bar_h, gap = 820, 320, 22, 8
-    height = 50 + len(rows) * (bar_h + gap)
-    top = max(r["tokens_per_s"] for r in rows) * 1.25
-    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">'
-           % (width, height),
-           '<text x="10" y="20" font-size="14">Training tokens/s on one process (median step; higher is better)</text>']
-    for i, r in enumerate(rows):
-        y = 40 + i * (bar_h + gap)
-        w = (width - left - 90) * r["tokens_per_s"] / top
-        color = "#4c72b0" if r["system"] == "harp" else "#dd8452"
-        label = "%s, %d thread(s)%s" % (r["system"], r["threads"], (": " + r["config"]) if r["config"] else "")
-        out.append('<text x="10" y="%d" font-size="11">%s</text>' % (y + 15, label))
-        out.append('<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>' % (left, y, w, bar_h, color))
-        out.append('<text x="%.1f" y="%d">%.0f</text>' % (left + w + 6, y + 15, r["tokens_per_s"]))
-    out.append("</svg>")
-    write(path, "\n".join(out) + "\n")
+    bars = [("%s, %d thread(s)%s" % (r["system"], r["threads"], (": " + r["config"]) if r["config"] else ""),
+             r["tokens_per_s"], "#4c72b0" if r["system"] == "harp" else "#dd8452") for r in rows]
+    bar_chart(path, "Training tokens/s on one process (median step; higher is better)", bars)
 
 
 def main():
