@@ -1,4 +1,5 @@
 """Helpers every bench script shares: running `harp`, writing files, the token corpus."""
+import argparse
 import csv
 import os
 import subprocess
@@ -58,3 +59,14 @@ def bar_chart(path, title, bars):
         out.append('<text x="%.1f" y="%d">%.0f</text>' % (left + w + 6, y + 15, value))
     out.append("</svg>")
     write(path, "\n".join(out) + "\n")
+
+
+def bench_args(out_name, steps):
+    """--harp, --steps and --out (created: out/<out_name> by default)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--harp", default=DEFAULT_HARP)
+    ap.add_argument("--steps", type=int, default=steps)
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", out_name))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    return a

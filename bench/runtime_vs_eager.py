@@ -12,13 +12,12 @@ Writes out/bench_eager/runtime_vs_eager.csv and .svg; prints tokens/s and the ra
 (runtime / eager at the same threads; 2 threads / 1 thread for each). Run on an
 otherwise idle machine:  python3 bench/runtime_vs_eager.py [--harp build/src/cli/harp]
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 
-from bench_util import DEFAULT_HARP, ROOT, bar_chart, run, write, write_csv
+from bench_util import ROOT, bar_chart, bench_args, run, write, write_csv
 
 MODEL = os.path.join(ROOT, "examples", "models", "gpt_small_cpu.json")
 M, MBS = 8, 4
@@ -110,12 +109,7 @@ def chart(rows, path):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--harp", default=DEFAULT_HARP)
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench_eager"))
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
+    a = bench_args("bench_eager", 8)
     cfg = json.load(open(MODEL))
     tokens = M * MBS * cfg["seq_len"]
     rows = []

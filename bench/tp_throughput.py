@@ -7,11 +7,10 @@ final losses must agree (the layouts compute the same training).
 Writes out/bench_tp/tp_throughput.csv and .svg; prints tokens/s and the ratios.
 Run on an otherwise idle machine:  python3 bench/tp_throughput.py [--harp build/src/cli/harp]
 """
-import argparse
 import json
 import os
 
-from bench_util import DEFAULT_HARP, ROOT, bar_chart, run, write, write_csv
+from bench_util import ROOT, bar_chart, bench_args, run, write, write_csv
 
 MODEL = os.path.join(ROOT, "examples", "models", "gpt_small_cpu.json")
 M, MBS = 8, 4
@@ -19,12 +18,7 @@ LAYOUTS = [("tp 1 (1 rank)", 1, 1), ("dp 2 (2 ranks)", 2, 1), ("tp 2 (2 ranks)",
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--harp", default=DEFAULT_HARP)
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "bench_tp"))
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
+    a = bench_args("bench_tp", 6)
     tokens = M * MBS * json.load(open(MODEL))["seq_len"]
     rows = []
     for name, dp, tp in LAYOUTS:

@@ -54,6 +54,25 @@ links:
   EXPECT_EQ(reference::meshes_at(fewer, SearchOptions{}, 0, 0, 4).size(), 2u);
 }
 
+// The documented tables' cluster: two devices of `gib` GiB in one node.
+cluster::Cluster two_devices(double gib) {
+  return cluster_from_yaml(R"(
+version: 1
+devices:
+  - {name: Dev, peak_tflops: 100, memory_gib: )" + std::to_string(gib) + R"(, memory_bandwidth_gbs: 1000}
+subclusters:
+  - {name: s, device: Dev, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 1000, latency_us: 0}}
+)");
+}
+
+// No reserve and no workspace: the tables' bytes are all a device holds.
+cost::CostConfig all_memory_usable() {
+  cost::CostConfig cfg;
+  cfg.memory_reserve_fraction = 0;
+  cfg.workspace_bytes = 0;
+  return cfg;
+}
+
 // ---------------------------------------------------------------------------------------
 // Recomputation on the documented table examples/costs/recompute_demo.json (planner.md):
 // an embedding and three blocks of 1, 1 and 0.5 GiB of activations per sample (0.1 GiB
@@ -69,9 +88,7 @@ links:
 TEST(PaperExamples, RecomputationWhenAndOnlyWhenMemoryOrSpeedRequiresIt) {
   StatusOr<cost::CostTable> table = cost::load_cost_table(std::string(HARP_SOURCE_DIR) + "/examples/costs/recompute_demo.json");
   ASSERT_TRUE(table.ok()) << table.status().to_string();
-  cost::CostConfig cfg;
-  cfg.memory_reserve_fraction = 0;
-  cfg.workspace_bytes = 0;
+  const cost::CostConfig cfg = all_memory_usable();
   SearchOptions none;
   none.microbatches = 4;
   none.schedule = plan::ScheduleKind::k1F1B;
@@ -79,13 +96,7 @@ TEST(PaperExamples, RecomputationWhenAndOnlyWhenMemoryOrSpeedRequiresIt) {
   automatic.recompute = {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   for (double gib : {10.0, 3.0, 1.8}) {
     SCOPED_TRACE("memory " + std::to_string(gib) + " GiB");
-    const cluster::Cluster cluster = cluster_from_yaml(R"(
-version: 1
-devices:
-  - {name: Dev, peak_tflops: 100, memory_gib: )" + std::to_string(gib) + R"(, memory_bandwidth_gbs: 1000}
-subclusters:
-  - {name: s, device: Dev, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 1000, latency_us: 0}}
-)");
+    const cluster::Cluster cluster = two_devices(gib);
     const StageCosts costs = StageCosts::from_tables(cluster, table->layers, table->times, 1, cfg);
     StatusOr<SearchResult> without = search_pipeline(costs, none);
     StatusOr<SearchResult> with = search_pipeline(costs, automatic);
@@ -137,9 +148,7 @@ subclusters:
 //   tp_speed_demo (blocks of 8 and 1 ms), 4 GiB: no cut balances the 8 ms block (its
 //     stage takes 25.5 ms a microbatch); tp 2 takes 21 ms: speed requires it.
 TEST(PaperExamples, TensorParallelismWhenAndOnlyWhenMemoryOrSpeedRequiresIt) {
-  cost::CostConfig cfg;
-  cfg.memory_reserve_fraction = 0;
-  cfg.workspace_bytes = 0;
+  const cost::CostConfig cfg = all_memory_usable();
   SearchOptions options;
   options.microbatches = 8;
   options.schedule = plan::ScheduleKind::k1F1B;
@@ -148,13 +157,7 @@ TEST(PaperExamples, TensorParallelismWhenAndOnlyWhenMemoryOrSpeedRequiresIt) {
     SCOPED_TRACE(std::string(file) + ", " + std::to_string(gib) + " GiB");
     StatusOr<cost::CostTable> table = cost::load_cost_table(std::string(HARP_SOURCE_DIR) + "/examples/costs/" + file);
     ASSERT_TRUE(table.ok()) << table.status().to_string();
-    const cluster::Cluster cluster = cluster_from_yaml(R"(
-version: 1
-devices:
-  - {name: Dev, peak_tflops: 100, memory_gib: )" + std::to_string(gib) + R"(, memory_bandwidth_gbs: 1000}
-subclusters:
-  - {name: s, device: Dev, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 1000, latency_us: 0}}
-)");
+    const cluster::Cluster cluster = two_devices(gib);
     const StageCosts costs = StageCosts::from_tables(cluster, table->layers, table->times, 1, cfg);
     StatusOr<SearchResult> got = search_pipeline(costs, options);
     ASSERT_TRUE(got.ok() && got->feasible);
