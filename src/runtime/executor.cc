@@ -252,27 +252,17 @@ void Executor::reduce_grads(int step) {
   torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
   const bool tied = model_.gpt.tied_embeddings;
   if (tied && (tied_head.defined() || tied_tail.defined())) {
-    const int last = layout_.num_stages() - 1;
-    if (layout_.tp_of(0) == 1 && layout_.tp_of(last) == 1) {
-      torch::Tensor g = tied_head.defined() ? tied_head.grad() : tied_tail.grad();
-      if (tied_head.defined() && tied_tail.defined()) g = g + tied_tail.grad();
-      g = g.contiguous();
-      comm_.allreduce_tied(g, what);
-      if (tied_head.defined()) tied_head.grad().copy_(g);
-      if (tied_tail.defined()) tied_tail.grad().copy_(g);
-    } else {
-      // Vocabulary shards, maybe of different tp on the two stages: every member adds
-      // its rows into a full-size zero tensor, the sum is the whole gradient, and each
-      // keeps its rows.
-      const Shard* head = tied_head.defined() ? &shards_.at("embed.token.weight") : nullptr;
-      const Shard* tail = tied_tail.defined() ? &shards_.at("head.lm.weight") : nullptr;
-      torch::Tensor g = torch::zeros((head ? head : tail)->full_shape, (head ? tied_head : tied_tail).options());
-      if (head) head->add_to(tied_head.grad(), g);
-      if (tail) tail->add_to(tied_tail.grad(), g);
-      comm_.allreduce_tied(g, what);
-      if (head) tied_head.grad().copy_(head->take(g));
-      if (tail) tied_tail.grad().copy_(tail->take(g));
-    }
+    // Vocabulary shards, maybe of different tp on the two stages (or whole tensors):
+    // every member adds its rows into a full-size zero tensor, the sum is the whole
+    // gradient, and each keeps its rows.
+    const Shard* head = tied_head.defined() ? &shards_.at("embed.token.weight") : nullptr;
+    const Shard* tail = tied_tail.defined() ? &shards_.at("head.lm.weight") : nullptr;
+    torch::Tensor g = torch::zeros((head ? head : tail)->full_shape, (head ? tied_head : tied_tail).options());
+    if (head) head->add_to(tied_head.grad(), g);
+    if (tail) tail->add_to(tied_tail.grad(), g);
+    comm_.allreduce_tied(g, what);
+    if (head) tied_head.grad().copy_(head->take(g));
+    if (tail) tied_tail.grad().copy_(tail->take(g));
   }
   if (layout_.dp() == 1) return;
   // One flat buffer: Gloo pays per call, and the sum is elementwise either way.
