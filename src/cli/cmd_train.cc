@@ -255,6 +255,8 @@ void add_train_command(CLI::App& root, Context& ctx) {
        &C::out);
   over(cmd->add_option("--checkpoint-every", f.checkpoint_every, "Checkpoint every K steps (0: never)"),
        &C::checkpoint_every);
+  over(cmd->add_option("--keep-checkpoints", f.keep_checkpoints, "Keep the newest K checkpoints (0: all)"),
+       &C::keep_checkpoints);
   cmd->add_flag("--resume", o->resume, "Continue from the last checkpoint in --out");
   over(cmd->add_option("--trace-steps", f.trace_steps, "Steps whose measured timeline is written, e.g. 3,4")
            ->delimiter(','),

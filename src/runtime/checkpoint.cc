@@ -3,10 +3,12 @@
 // refused with its name, not half loaded.
 #include "harp/runtime/checkpoint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 
+#include "harp/common/check.h"
 #include "harp/common/document.h"
 #include "harp/common/fields.h"
 #include "harp/common/sha256.h"
@@ -163,7 +165,7 @@ StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long lo
 }
 
 Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, int steps_done,
-                       const plan::Plan& plan) {
+                       const plan::Plan& plan, int keep) {
   const RankLayout& l = comm.layout();
   const std::string sd = checkpoint_step_dir(dir, steps_done);
   std::error_code ec;
@@ -183,6 +185,35 @@ Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, in
     Json manifest = {{"version", 2}, {"step", steps_done}, {"world_size", l.world_size},
                      {"layout", checkpoint_layout(plan)}};
     HARP_RETURN_IF_ERROR(mark_checkpoint_complete(dir, steps_done, manifest.dump(2) + "\n"));
+    if (keep > 0) HARP_RETURN_IF_ERROR(prune_checkpoints(dir, keep));
+  }
+  return Status();
+}
+
+Status prune_checkpoints(const std::string& dir, int keep) {
+  HARP_CHECK_GE(keep, 1);
+  HARP_ASSIGN_OR_RETURN(const int latest, latest_checkpoint_step(dir));
+  std::vector<int> steps;  // every step folder's number, newest first
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    int step = -1;
+    if (e.is_directory() && name.size() == 11 && name.rfind("step_", 0) == 0 &&
+        name.find_first_not_of("0123456789", 5) == std::string::npos)
+      step = std::stoi(name.substr(5));
+    if (step >= 0 && step <= latest) steps.push_back(step);
+  }
+  if (ec) return io_error(dir + ": cannot list the checkpoints: " + ec.message());
+  std::sort(steps.rbegin(), steps.rend());
+  int complete = 0;
+  for (int step : steps) {
+    const std::string sd = checkpoint_step_dir(dir, step);
+    if (complete < keep) {
+      complete += std::filesystem::exists(sd + "/manifest.json") ? 1 : 0;
+      continue;
+    }
+    std::filesystem::remove_all(sd, ec);
+    if (ec) return io_error(sd + ": cannot remove an old checkpoint: " + ec.message());
   }
   return Status();
 }

@@ -35,6 +35,8 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
     return bad("recompute", recompute, "must be plan, none, selective or full", "write `recompute: plan`");
   if (out.empty()) return bad("out", out, "must name a folder", "write `out: out/train`");
   if (checkpoint_every < 0) return bad("checkpoint_every", checkpoint_every, "must be >= 0", "use 0 for none");
+  if (keep_checkpoints < 0)
+    return bad("keep_checkpoints", keep_checkpoints, "must be >= 0", "use 0 to keep every checkpoint, or e.g. 3");
   for (size_t i = 0; i < trace_steps.size(); ++i)
     if (trace_steps[i] < 0 || trace_steps[i] >= steps)
       return field_error(file, join_path(path, "trace_steps[" + std::to_string(i) + "]"),
@@ -68,6 +70,7 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.recompute = r.choice("recompute", {"plan", "none", "selective", "full"}, c.recompute);
   c.out = r.string("out", c.out);
   c.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 0, c.checkpoint_every));
+  c.keep_checkpoints = static_cast<int>(r.integer("keep_checkpoints", 0, c.keep_checkpoints));
   if (const Json* t = r.get("trace_steps")) {
     bool good = t->is_array();
     if (good)
@@ -106,6 +109,7 @@ Json train_config_to_json(const TrainConfig& c) {
           {"recompute", c.recompute},
           {"out", c.out},
           {"checkpoint_every", c.checkpoint_every},
+          {"keep_checkpoints", c.keep_checkpoints},
           {"trace_steps", c.trace_steps},
           {"timeout_s", c.timeout_s},
           {"threads", c.threads},

@@ -53,6 +53,7 @@ TrainOptions train_options(const TrainConfig& c) {
   t.steps = c.steps;
   t.out_dir = c.out;
   t.checkpoint_every = c.checkpoint_every;
+  t.keep_checkpoints = c.keep_checkpoints;
   t.trace_steps = c.trace_steps;
   t.progress = c.progress;
   t.init_from = c.init_from;
@@ -252,7 +253,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     metrics.write(m, options.progress, log);
     if (evaluating && ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) validate(step + 1);
     if (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0)
-      HARP_RETURN_IF_ERROR(save_checkpoint(ex, comm, ckpt_dir, step + 1, plan));
+      HARP_RETURN_IF_ERROR(save_checkpoint(ex, comm, ckpt_dir, step + 1, plan, options.keep_checkpoints));
   }
   if (!traced.empty()) {
     // Each rank writes its part; rank 0 merges them into one trace with the writer the

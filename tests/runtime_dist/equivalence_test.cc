@@ -319,6 +319,29 @@ TEST(Resume, AnotherLayoutIsRefusedWithTheDifference) {
   EXPECT_NE(errors[0].find("this run has [[0,3,2],[3,"), std::string::npos) << errors[0];
 }
 
+// Retention: after each checkpoint only the newest K complete ones are left (and an
+// older incomplete folder goes too); the run resumes from the newest.
+TEST(Resume, KeepsTheNewestCheckpoints) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = tiny(1);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const std::string root = std::string(HARP_BINARY_DIR) + "/keep_test";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root + "/checkpoints/step_000000");  // a stopped run's leftover
+  runtime::TrainOptions o = resume_options(root, 5, 1);
+  o.keep_checkpoints = 2;
+  const plan::Plan p = make_plan(m, {2}, {1, 1}, 2, 2, ScheduleKind::k1F1B);
+  train_threads(m, p, *data, o);
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(root + "/checkpoints"))
+    if (e.is_directory()) left.push_back(e.path().filename().string());
+  std::sort(left.begin(), left.end());
+  EXPECT_EQ(left, (std::vector<std::string>{"step_000004", "step_000005"}));
+  o.steps = 6;
+  o.resume = true;
+  EXPECT_EQ(train_threads(m, p, *data, o).first_step, 5);
+}
+
 // A tp degree that does not divide the heads is refused on every rank before any work.
 TEST(Resume, TensorParallelismThatDoesNotSplitTheModelIsRefused) {
   const model::ModelSpec m = tiny(1);  // 4 heads

@@ -36,9 +36,14 @@ Status mark_checkpoint_complete(const std::string& dir, int step, const std::str
 StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long long* optimizer_steps);
 
 // Saves the executor's parameters and optimizer state as checkpoint `steps_done` of DIR
-// (collective: every rank calls it; rank 0 marks it complete after a barrier).
+// (collective: every rank calls it; rank 0 marks it complete after a barrier, then, when
+// `keep` > 0, prunes to the newest `keep` complete checkpoints).
 Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, int steps_done,
-                       const plan::Plan& plan);
+                       const plan::Plan& plan, int keep = 0);
+// Removes every step folder of DIR older than the newest `keep` complete checkpoints (a
+// complete one has its manifest; older incomplete ones are leftovers of a stopped run).
+// Never the one `latest` names, nor anything newer. REQUIRES keep >= 1.
+Status prune_checkpoints(const std::string& dir, int keep);
 // What a checkpoint must match to be resumed: model fingerprint, microbatch count and
 // size, schedule, and every stage's layer range and dp. Not the tp degrees: the files
 // hold full tensors (tp shards gathered when saving, split when loading), so a run saved

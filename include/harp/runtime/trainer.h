@@ -22,6 +22,7 @@ struct TrainOptions {
   int steps = 10;                   // total steps (a resumed run continues up to it)
   std::string out_dir = "out/train";
   int checkpoint_every = 0;         // 0: no checkpoints
+  int keep_checkpoints = 0;         // keep the newest K complete checkpoints; 0: all
   bool resume = false;              // continue from out_dir/checkpoints/latest
   std::string init_from;            // Hugging Face GPT-2 weights (hf_weights.h); not when resuming
   std::vector<int> trace_steps;     // steps whose measured timeline is written

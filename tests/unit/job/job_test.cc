@@ -84,6 +84,7 @@ TEST(TrainConfig, ReadFromTheJobAndValidated) {
            {"training: {trace_steps: [50]}\n", "training.trace_steps[0]"},
            {"training: {dtype: fp8}\n", "training.dtype"},
            {"training: {timeout_s: 0}\n", "training.timeout_s"},
+           {"training: {keep_checkpoints: -1}\n", "training.keep_checkpoints"},
            {"training: {lrate: 1}\n", "training.lrate"}}) {
     auto bad = load(yaml);
     ASSERT_FALSE(bad.ok()) << yaml;
