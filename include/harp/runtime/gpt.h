@@ -119,6 +119,8 @@ class GptLayerImpl : public torch::nn::Module {
   torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
 
   int tp_size() const { return tp_ ? tp_->size : 1; }
+  // g alone: the sum over the tp group forward, identity backward.
+  torch::Tensor tp_sum(const torch::Tensor& x) const;
   // Column-parallel input (f) and row-parallel output (g, then the bias) of a projection.
   torch::Tensor column_input(const torch::Tensor& x) const;
   torch::Tensor row_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const;
