@@ -149,13 +149,25 @@ Status mark_checkpoint_complete(const std::string& dir, int step, const std::str
 StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long long* optimizer_steps) {
   NamedTensors all;
   const std::string sd = checkpoint_step_dir(dir, step);
-  std::error_code ec;
+  // The manifest names the stage count: a folder rewritten by a run on fewer stages may
+  // still hold a stopped run's stage file of another layout, which must not be read.
+  int stages = -1;
+  if (auto manifest = load_document(sd + "/manifest.json"); manifest.ok() && manifest->is_object() &&
+      manifest->contains("layout") && (*manifest)["layout"].is_object() &&
+      (*manifest)["layout"].contains("stages") && (*manifest)["layout"]["stages"].is_array())
+    stages = static_cast<int>((*manifest)["layout"]["stages"].size());
   std::vector<std::string> files;
-  for (const auto& e : std::filesystem::directory_iterator(sd, ec))
-    if (e.path().extension() == ".bin") files.push_back(e.path().string());
-  if (ec || files.empty()) return not_found(sd + ": no stage files; the checkpoint is incomplete");
-  std::sort(files.begin(), files.end());
+  if (stages > 0) {
+    for (int s = 0; s < stages; ++s) files.push_back(sd + "/stage_" + std::to_string(s) + ".bin");
+  } else {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(sd, ec))
+      if (e.path().extension() == ".bin") files.push_back(e.path().string());
+    if (ec || files.empty()) return not_found(sd + ": no stage files; the checkpoint is incomplete");
+    std::sort(files.begin(), files.end());
+  }
   for (const auto& f : files) {
+    if (!std::filesystem::exists(f)) return not_found(f + ": is missing; the checkpoint is incomplete");
     long long counter = 0;
     HARP_ASSIGN_OR_RETURN(NamedTensors part, read_tensor_file(f, &counter));
     if (optimizer_steps) *optimizer_steps = counter;
@@ -182,8 +194,8 @@ Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, in
   }
   comm.barrier("checkpoint of step " + std::to_string(steps_done));
   if (l.rank == 0) {
-    Json manifest = {{"version", 2}, {"step", steps_done}, {"world_size", l.world_size},
-                     {"layout", checkpoint_layout(plan)}};
+    Json manifest = {{"version", 3}, {"step", steps_done}, {"world_size", l.world_size},
+                     {"layout", checkpoint_layout(plan, ex.seed())}};
     HARP_RETURN_IF_ERROR(mark_checkpoint_complete(dir, steps_done, manifest.dump(2) + "\n"));
     if (keep > 0) HARP_RETURN_IF_ERROR(prune_checkpoints(dir, keep));
   }
@@ -218,14 +230,40 @@ Status prune_checkpoints(const std::string& dir, int keep) {
   return Status();
 }
 
-Json checkpoint_layout(const plan::Plan& plan) {
+Json checkpoint_layout(const plan::Plan& plan, std::uint64_t seed) {
   // Not the tp degrees (nor so the world size): files hold full tensors.
   Json stages = Json::array();
   for (const auto& s : plan.stages) stages.push_back({s.first_layer, s.last_layer, s.dp});
   return {{"model_fingerprint", plan.model_fingerprint},
-          {"microbatches", plan.microbatches},           {"microbatch_size", plan.microbatch_size},
-          {"schedule", plan::schedule_kind_name(plan.schedule)}, {"stages", stages}};
+          {"microbatches", plan.microbatches},
+          {"microbatch_size", plan.microbatch_size},
+          {"schedule", plan::schedule_kind_name(plan.schedule)},
+          {"stages", stages},
+          {"seed", std::to_string(seed)}};
 }
+
+namespace {
+
+// What a resumed run must share with the checkpoint's: the model, the global batch (the
+// samples of a step and the loss's normalisation) and the seed (the data order). The
+// stage cuts, dp, tp, schedule and microbatch split may all differ.
+Json resume_key(const Json& layout) {
+  Json key = Json::object();
+  for (const char* field : {"model_fingerprint", "seed"})
+    if (layout.contains(field)) key[field] = layout[field];
+  if (layout.contains("microbatches") && layout["microbatches"].is_number_integer() &&
+      layout.contains("microbatch_size") && layout["microbatch_size"].is_number_integer())
+    key["global_batch"] = layout["microbatches"].get<long long>() * layout["microbatch_size"].get<long long>();
+  return key;
+}
+
+const char* resume_fix(const std::string& key) {
+  if (key == "model_fingerprint") return "resume with the model the checkpoint was trained on";
+  if (key == "seed") return "resume with the seed the run was started with (--seed)";
+  return "keep microbatches x microbatch_size equal to the checkpoint's (re-plan with its global batch)";
+}
+
+}  // namespace
 
 Status check_checkpoint_layout(const std::string& dir, int step, const Json& layout) {
   const std::string file = checkpoint_step_dir(dir, step) + "/manifest.json";
@@ -233,13 +271,12 @@ Status check_checkpoint_layout(const std::string& dir, int step, const Json& lay
   if (!manifest.is_object() || !manifest.contains("layout") || !manifest["layout"].is_object())
     return field_error(file, "layout", "", "is missing: the checkpoint's layout is unknown",
                        "resume only from checkpoints this version wrote; start again without --resume");
-  const Json& was = manifest["layout"];
-  for (const auto& [key, value] : layout.items()) {
-    if (was.contains(key) && was[key] == value) continue;
-    return failed_precondition(file + ": the checkpoint was written with " + key + " = " +
-                               (was.contains(key) ? was[key].dump() : std::string("(missing)")) + ", this run has " +
-                               value.dump() + "; resume with the plan's stages and dp it was made with (tp may differ; "
-                               "resuming on other stages is not supported yet)");
+  const Json was = resume_key(manifest["layout"]), now = resume_key(layout);
+  for (const auto& [key, value] : now.items()) {
+    if (!was.contains(key)) continue;  // an older manifest: nothing recorded to compare
+    if (was[key] == value || (key == "model_fingerprint" && (value == "" || was[key] == ""))) continue;
+    return failed_precondition(file + ": the checkpoint was written with " + key + " = " + was[key].dump() +
+                               ", this run has " + value.dump() + "; " + resume_fix(key));
   }
   return Status();
 }

@@ -166,7 +166,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   TrainSummary summary;
   if (options.resume) {
     HARP_ASSIGN_OR_RETURN(summary.first_step, latest_checkpoint_step(ckpt_dir));
-    HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step, checkpoint_layout(plan)));
+    HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step, checkpoint_layout(plan, options.exec.seed)));
     if (l.rank == 0 && options.progress) log << "resumed from step " << summary.first_step << "\n";
   } else if (!options.init_from.empty()) {
     HARP_RETURN_IF_ERROR(load_hf(ex, model, options.init_from));

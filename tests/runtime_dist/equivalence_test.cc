@@ -2,43 +2,25 @@
 // count — gives the same losses, gradients and parameters as one process doing gradient
 // accumulation over the same microbatches (testing::train_reference). Float32 within
 // rtol 1e-5 / atol 4e-5; float64 within 1e-10. Also: the same global batch split into
-// different microbatch counts gives the same update, and a resumed run continues with
-// exactly the losses of an uninterrupted one.
+// different microbatch counts gives the same update. Resuming: resume_test.cc.
 #include <gtest/gtest.h>
 
 #include "testutil/tiny_gpt.h"
 
-#include <cstring>
 #include <filesystem>
 #include <map>
 
-#include "harp/common/document.h"
-#include "harp/common/sha256.h"
 #include "testutil/status.h"
-#include "harp/runtime/checkpoint.h"
 #include "rank_threads.h"
 #include "reference/single_process_trainer.h"
 
 namespace harp::testing {
 namespace {
 
-// Three blocks: enough layers for uneven 3- and 4-stage cuts. GPT tied, LLaMA untied
-// with grouped-query attention.
 model::ModelSpec tiny(int k, const std::string& family = "gpt", int vocab = 64) {
-  return family == "llama" ? tiny_llama(k, /*tied=*/false, /*blocks=*/3, 32, 4, 16, vocab)
-                           : tiny_gpt(k, /*tied=*/true, /*blocks=*/3, 32, 4, 16, vocab);
+  return three_block_model(k, family, vocab);
 }
-
-runtime::OptimConfig optim() {
-  runtime::OptimConfig o;
-  // AdamW turns a gradient's rounding noise into an update of up to lr where v is tiny,
-  // so a float32 comparison needs a modest rate (1e-2 showed 5e-5 differences).
-  o.lr = 1e-3;
-  o.warmup_steps = 2;
-  o.decay_steps = 10;
-  o.grad_clip = 0.5;  // small enough that clipping happens: the global norm must be right
-  return o;
-}
+runtime::OptimConfig optim() { return equivalence_optim(); }
 
 void expect_close(const std::vector<std::pair<std::string, torch::Tensor>>& got,
                   const std::vector<std::pair<std::string, torch::Tensor>>& want, double rtol, double atol,
@@ -225,180 +207,6 @@ TEST(Evaluation, PipelinedValidationLossEqualsOneProcess) {
     EXPECT_EQ(with.losses, without.losses);
     EXPECT_TRUE(without.val_losses.empty());
   }
-}
-
-// Training options of the resume tests: the shared optimizer, no progress lines,
-// checkpoints every `checkpoint_every` steps in `out_dir`.
-runtime::TrainOptions resume_options(const std::string& out_dir, int steps, int checkpoint_every) {
-  runtime::TrainOptions o;
-  o.exec.optim = optim();
-  o.progress = false;
-  o.steps = steps;
-  o.checkpoint_every = checkpoint_every;
-  o.out_dir = out_dir;
-  return o;
-}
-
-TEST(Resume, ContinuesBitForBit) {
-  torch::set_num_threads(1);
-  const model::ModelSpec m = tiny(2);
-  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
-  plan::Plan p = make_plan(m, {3, 6}, {1, 2, 1}, 3, 2, ScheduleKind::kHarp1F1B, {3, 2, 1});
-  const std::string root = std::string(HARP_BINARY_DIR) + "/resume_test";
-  std::filesystem::remove_all(root);
-  runtime::TrainOptions o = resume_options(root + "/straight", 6, 3);
-  runtime::TrainSummary straight = train_threads(m, p, *data, o);
-  ASSERT_EQ(straight.losses.size(), 6u);
-  o.out_dir = root + "/stopped";
-  o.steps = 3;
-  runtime::TrainSummary first = train_threads(m, p, *data, o);
-  ASSERT_EQ(first.losses.size(), 3u);
-  o.steps = 6;
-  o.resume = true;  // new ranks, new communicators: only the checkpoint carries state
-  runtime::TrainSummary second = train_threads(m, p, *data, o);
-  EXPECT_EQ(second.first_step, 3);
-  ASSERT_EQ(second.losses.size(), 3u);
-  for (int s = 0; s < 3; ++s) {
-    EXPECT_EQ(first.losses[s], straight.losses[s]) << "step " << s;
-    EXPECT_EQ(second.losses[s], straight.losses[3 + s]) << "step " << 3 + s << " after resume";
-  }
-}
-
-// Checkpoints hold full tensors: a run saved with tp 2 resumes with tp 1 and the other
-// way round, and continues with the losses of an uninterrupted run (float32 rounding:
-// the tp sums add in another order).
-TEST(Resume, AcrossTensorParallelDegrees) {
-  torch::set_num_threads(1);
-  const model::ModelSpec m = tiny(2, "gpt", 63);
-  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
-  const std::string root = std::string(HARP_BINARY_DIR) + "/resume_tp_test";
-  std::filesystem::remove_all(root);
-  auto plan_with = [&](std::vector<int> tp) { return make_plan(m, {3}, {1, 2}, 2, 2, ScheduleKind::k1F1B, {}, tp); };
-  runtime::TrainOptions o = resume_options(root + "/straight", 4, 2);
-  const runtime::TrainSummary straight = train_threads(m, plan_with({1, 1}), *data, o);
-  ASSERT_EQ(straight.losses.size(), 4u);
-  for (const auto& [before, after] : {std::make_pair(std::vector<int>{2, 1}, std::vector<int>{1, 2}),
-                                      std::make_pair(std::vector<int>{1, 1}, std::vector<int>{2, 2})}) {
-    SCOPED_TRACE("tp " + Json(before).dump() + " then " + Json(after).dump());
-    o.out_dir = root + "/" + std::to_string(before[0]) + std::to_string(before[1]);
-    o.steps = 2;
-    o.resume = false;
-    const runtime::TrainSummary first = train_threads(m, plan_with(before), *data, o);
-    o.steps = 4;
-    o.resume = true;
-    const runtime::TrainSummary second = train_threads(m, plan_with(after), *data, o);
-    ASSERT_EQ(first.losses.size(), 2u);
-    ASSERT_EQ(second.losses.size(), 2u);
-    EXPECT_EQ(second.first_step, 2);
-    for (int s = 0; s < 2; ++s) {
-      EXPECT_NEAR(first.losses[s], straight.losses[s], 1e-5 * straight.losses[s]) << "step " << s;
-      EXPECT_NEAR(second.losses[s], straight.losses[2 + s], 1e-5 * straight.losses[2 + s]) << "step " << 2 + s;
-    }
-  }
-}
-
-// Regression (hardening issue): resuming with another plan or world size was accepted
-// without a word. The manifest's layout must match until resuming on another plan works.
-TEST(Resume, AnotherLayoutIsRefusedWithTheDifference) {
-  torch::set_num_threads(1);
-  const model::ModelSpec m = tiny(2);
-  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
-  const std::string root = std::string(HARP_BINARY_DIR) + "/resume_layout_test";
-  std::filesystem::remove_all(root);
-  runtime::TrainOptions o = resume_options(root, 2, 2);
-  train_threads(m, make_plan(m, {3}, {1, 1}, 2, 2, ScheduleKind::k1F1B), *data, o);
-  o.steps = 4;
-  o.resume = true;
-  auto errors = train_threads_errors(m, make_plan(m, {5}, {1, 1}, 2, 2, ScheduleKind::k1F1B), *data, o);
-  ASSERT_EQ(errors.size(), 2u);
-  EXPECT_NE(errors[0].find("the checkpoint was written with stages = [[0,3,1],[3,"), std::string::npos) << errors[0];
-  EXPECT_NE(errors[0].find("resume with the plan's stages and dp it was made with"), std::string::npos) << errors[0];
-  errors = train_threads_errors(m, make_plan(m, {3}, {2, 1}, 2, 2, ScheduleKind::k1F1B), *data, o);
-  ASSERT_EQ(errors.size(), 3u);
-  // The stages (dp 2 on stage 0).
-  EXPECT_NE(errors[0].find("this run has [[0,3,2],[3,"), std::string::npos) << errors[0];
-}
-
-// Retention: after each checkpoint only the newest K complete ones are left (and an
-// older incomplete folder goes too); the run resumes from the newest.
-TEST(Resume, KeepsTheNewestCheckpoints) {
-  torch::set_num_threads(1);
-  const model::ModelSpec m = tiny(1);
-  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
-  const std::string root = std::string(HARP_BINARY_DIR) + "/keep_test";
-  std::filesystem::remove_all(root);
-  std::filesystem::create_directories(root + "/checkpoints/step_000000");  // a stopped run's leftover
-  runtime::TrainOptions o = resume_options(root, 5, 1);
-  o.keep_checkpoints = 2;
-  const plan::Plan p = make_plan(m, {2}, {1, 1}, 2, 2, ScheduleKind::k1F1B);
-  train_threads(m, p, *data, o);
-  std::vector<std::string> left;
-  for (const auto& e : std::filesystem::directory_iterator(root + "/checkpoints"))
-    if (e.is_directory()) left.push_back(e.path().filename().string());
-  std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{"step_000004", "step_000005"}));
-  o.steps = 6;
-  o.resume = true;
-  EXPECT_EQ(train_threads(m, p, *data, o).first_step, 5);
-}
-
-// A tp degree that does not divide the heads is refused on every rank before any work.
-TEST(Resume, TensorParallelismThatDoesNotSplitTheModelIsRefused) {
-  const model::ModelSpec m = tiny(1);  // 4 heads
-  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
-  const std::string root = std::string(HARP_BINARY_DIR) + "/tp3_test";
-  std::filesystem::remove_all(root);
-  const auto errors =
-      train_threads_errors(m, make_plan(m, {}, {1}, 2, 2, ScheduleKind::k1F1B, {}, {3}), *data, resume_options(root, 1, 0));
-  ASSERT_EQ(errors.size(), 3u);
-  for (const std::string& e : errors)
-    EXPECT_NE(e.find("stage 0 has tp = 3, which must divide the model's heads (4)"), std::string::npos) << e;
-}
-
-// Regression (hardening issue): a tensor offset that wraps around passed the bounds check
-// of a re-signed file and read out of bounds. Bounds are now checked without sums.
-TEST(Resume, CraftedResignedCheckpointIsRefused) {
-  const std::string dir = std::string(HARP_BINARY_DIR) + "/crafted_ckpt";
-  std::filesystem::create_directories(dir);
-  runtime::NamedTensors t = {{"w", torch::arange(10, torch::kFloat64)}};
-  HARP_ASSERT_OK(runtime::write_tensor_file(dir + "/a.bin", t, 5));
-  std::string text = read_text_file(dir + "/a.bin").value();
-  text.resize(text.size() - 64);  // drop the digest
-  for (const std::string& evil : {std::string("18446744073709551608"), std::string("9223372036854775807")}) {
-    std::string crafted = text;
-    const size_t at = crafted.find("\"offset\":0");
-    ASSERT_NE(at, std::string::npos);
-    // Same length header (a wrapped offset needs more digits: pad the length line).
-    crafted.replace(at, std::strlen("\"offset\":0"), "\"offset\":" + evil);
-    const size_t nl = crafted.find('\n', 10);
-    const size_t hlen = std::stoul(crafted.substr(10, nl - 10)) + evil.size() - 1;
-    crafted.replace(10, nl - 10, std::to_string(hlen));
-    crafted += sha256_hex(crafted);  // re-signed, as an attacker would
-    HARP_ASSERT_OK(write_text_file_atomic(dir + "/c.bin", crafted));
-    auto r = runtime::read_tensor_file(dir + "/c.bin", nullptr);
-    ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("out of range"), std::string::npos) << r.status().message();
-  }
-}
-
-TEST(Resume, CorruptCheckpointIsRefusedWithItsName) {
-  const std::string dir = std::string(HARP_BINARY_DIR) + "/corrupt_ckpt";
-  std::filesystem::create_directories(dir);
-  runtime::NamedTensors t = {{"w", torch::arange(10, torch::kFloat64)}};
-  ASSERT_TRUE(runtime::write_tensor_file(dir + "/a.bin", t, 5).ok());
-  long long counter = 0;
-  auto back = runtime::read_tensor_file(dir + "/a.bin", &counter);
-  ASSERT_TRUE(back.ok());
-  EXPECT_EQ(counter, 5);
-  EXPECT_TRUE(torch::equal((*back)[0].second, t[0].second));
-  auto text = read_text_file(dir + "/a.bin");
-  std::string bad = *text;
-  bad[bad.size() / 2] ^= 1;
-  ASSERT_TRUE(write_text_file_atomic(dir + "/b.bin", bad).ok());
-  auto r = runtime::read_tensor_file(dir + "/b.bin", &counter);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("b.bin"), std::string::npos);
-  EXPECT_NE(r.status().message().find("checksum"), std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include "harp/runtime/comm.h"
 #include "harp/runtime/mem_transport.h"
+#include "testutil/tiny_gpt.h"
 
 namespace harp::testing {
 namespace {
@@ -154,6 +155,20 @@ plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts
     p.stages.push_back(s);
   }
   return p;
+}
+
+model::ModelSpec three_block_model(int k, const std::string& family, int vocab) {
+  return family == "llama" ? tiny_llama(k, /*tied=*/false, /*blocks=*/3, 32, 4, 16, vocab)
+                           : tiny_gpt(k, /*tied=*/true, /*blocks=*/3, 32, 4, 16, vocab);
+}
+
+runtime::OptimConfig equivalence_optim() {
+  runtime::OptimConfig o;
+  o.lr = 1e-3;
+  o.warmup_steps = 2;
+  o.decay_steps = 10;
+  o.grad_clip = 0.5;
+  return o;
 }
 
 }  // namespace harp::testing

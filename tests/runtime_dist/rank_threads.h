@@ -48,4 +48,14 @@ plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts
                      int microbatches, int microbatch_size, plan::ScheduleKind kind,
                      const std::vector<int>& launch_counts = {}, const std::vector<int>& tp = {});
 
+// The equivalence and resume tests' model: three blocks, enough layers for uneven 3- and
+// 4-stage cuts. GPT tied, LLaMA untied with grouped-query attention.
+model::ModelSpec three_block_model(int k, const std::string& family = "gpt", int vocab = 64);
+
+// Their optimizer. AdamW turns a gradient's rounding noise into an update of up to lr
+// where v is tiny, so a float32 comparison needs a modest rate (1e-2 showed 5e-5
+// differences); the clip is small enough that clipping happens, so the global norm must
+// be right.
+runtime::OptimConfig equivalence_optim();
+
 }  // namespace harp::testing

@@ -2,12 +2,13 @@
 // parameters and optimizer state under global names, plus a manifest. Files are written
 // to a temporary name and renamed (atomic), and carry a checksum that loading verifies.
 // Global names let a checkpoint load into a different layout: a rank reads every stage
-// file of the step and takes the tensors it holds.
+// file the manifest counts and takes the tensors it holds.
 //
 // Layout: DIR/step_000010/stage_2.bin, DIR/step_000010/manifest.json, DIR/latest
 // (the last complete step; written after every stage file exists).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -44,15 +45,16 @@ Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, in
 // complete one has its manifest; older incomplete ones are leftovers of a stopped run).
 // Never the one `latest` names, nor anything newer. REQUIRES keep >= 1.
 Status prune_checkpoints(const std::string& dir, int keep);
-// What a checkpoint must match to be resumed: model fingerprint, microbatch count and
-// size, schedule, and every stage's layer range and dp. Not the tp degrees: the files
-// hold full tensors (tp shards gathered when saving, split when loading), so a run saved
-// with tp 2 resumes with tp 1 and the other way round. Written into the manifest; other
-// differences are refused until resuming on another plan is supported.
-Json checkpoint_layout(const plan::Plan& plan);
+// The run's layout as the manifest records it: model fingerprint, microbatch count and
+// size, schedule, every stage's layer range and dp, and the seed. Not the tp degrees.
+// Resuming needs only the model, the global batch (microbatches x microbatch_size) and
+// the seed to match: the files hold full tensors under global names (tp shards gathered
+// when saving, split when loading) and the data order is a function of (seed, step,
+// sample), so a checkpoint resumes on other stages, dp, tp, schedule or microbatch split.
+Json checkpoint_layout(const plan::Plan& plan, std::uint64_t seed);
 // Loads checkpoint `step` of DIR into the executor's parameters and optimizer state
-// after checking that its manifest's layout equals `layout` (FailedPrecondition naming
-// the first difference).
+// after checking that the run with `layout` may resume it (FailedPrecondition naming the
+// first difference that matters and its fix).
 Status load_checkpoint(Executor& ex, const std::string& dir, int step, const Json& layout);
 
 }  // namespace harp::runtime

@@ -84,6 +84,7 @@ class Executor {
   double evaluate(const TokenSource& source, int batch);
 
   AdamW& optimizer() { return *optimizer_; }
+  std::uint64_t seed() const { return config_.seed; }
   const std::vector<GptLayer>& layers() const { return layers_; }
   // Named parameters and their gradients of the last step (global names; this rank's
   // shards under tensor parallelism).
