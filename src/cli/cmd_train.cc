@@ -203,6 +203,12 @@ int run_train(const Opts& o, Context& ctx) {
                           {"measured_peak_bytes", summary->peak_bytes[i]}});
       }
       s["memory"] = memory;
+      // Rank 0's checkpoints: what the step waited and how long the write took.
+      Json checkpoints = Json::array();
+      for (const runtime::CheckpointTiming& ct : summary->checkpoints)
+        checkpoints.push_back({{"step", ct.step}, {"blocked_s", ct.blocked_s}, {"write_s", ct.write_s}});
+      s["checkpoints"] = checkpoints;
+      s["async_checkpoints"] = t.async_checkpoints;
       Status wrote = write_text_file_atomic(c.out + "/summary.json", s.dump(2) + "\n");
       if (!wrote.ok()) return ctx.fail("train", wrote);
     }
@@ -257,6 +263,10 @@ void add_train_command(CLI::App& root, Context& ctx) {
        &C::checkpoint_every);
   over(cmd->add_option("--keep-checkpoints", f.keep_checkpoints, "Keep the newest K checkpoints (0: all)"),
        &C::keep_checkpoints);
+  over(cmd->add_option("--async-checkpoints", f.async_checkpoints,
+                       "true: write checkpoints behind the next steps; false: before them")
+           ->capture_default_str(),
+       &C::async_checkpoints);
   cmd->add_flag("--resume", o->resume, "Continue from the last checkpoint in --out");
   over(cmd->add_option("--trace-steps", f.trace_steps, "Steps whose measured timeline is written, e.g. 3,4")
            ->delimiter(','),

@@ -176,32 +176,6 @@ StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long lo
   return all;
 }
 
-Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, int steps_done,
-                       const plan::Plan& plan, int keep) {
-  const RankLayout& l = comm.layout();
-  const std::string sd = checkpoint_step_dir(dir, steps_done);
-  std::error_code ec;
-  std::filesystem::create_directories(sd, ec);
-  if (ec) return io_error(sd + ": cannot create the checkpoint folder: " + ec.message());
-  if (l.dp_rank == 0) {
-    // Full tensors (tp shards gathered): the files do not depend on the tp degree.
-    NamedTensors tensors = ex.optimizer().params();
-    for (auto& s : ex.optimizer().state()) tensors.push_back(s);
-    if (l.tp() > 1) tensors = ex.full_tensors(tensors);
-    if (l.tp_rank == 0)
-      HARP_RETURN_IF_ERROR(write_tensor_file(sd + "/stage_" + std::to_string(l.stage) + ".bin", tensors,
-                                             ex.optimizer().steps_taken()));
-  }
-  comm.barrier("checkpoint of step " + std::to_string(steps_done));
-  if (l.rank == 0) {
-    Json manifest = {{"version", 3}, {"step", steps_done}, {"world_size", l.world_size},
-                     {"layout", checkpoint_layout(plan, ex.seed())}};
-    HARP_RETURN_IF_ERROR(mark_checkpoint_complete(dir, steps_done, manifest.dump(2) + "\n"));
-    if (keep > 0) HARP_RETURN_IF_ERROR(prune_checkpoints(dir, keep));
-  }
-  return Status();
-}
-
 Status prune_checkpoints(const std::string& dir, int keep) {
   HARP_CHECK_GE(keep, 1);
   HARP_ASSIGN_OR_RETURN(const int latest, latest_checkpoint_step(dir));

@@ -71,6 +71,7 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.out = r.string("out", c.out);
   c.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 0, c.checkpoint_every));
   c.keep_checkpoints = static_cast<int>(r.integer("keep_checkpoints", 0, c.keep_checkpoints));
+  c.async_checkpoints = r.boolean("async_checkpoints", c.async_checkpoints);
   if (const Json* t = r.get("trace_steps")) {
     bool good = t->is_array();
     if (good)
@@ -110,6 +111,7 @@ Json train_config_to_json(const TrainConfig& c) {
           {"out", c.out},
           {"checkpoint_every", c.checkpoint_every},
           {"keep_checkpoints", c.keep_checkpoints},
+          {"async_checkpoints", c.async_checkpoints},
           {"trace_steps", c.trace_steps},
           {"timeout_s", c.timeout_s},
           {"threads", c.threads},

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <cstdio>
 #include <filesystem>
+#include <iomanip>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -54,6 +55,7 @@ TrainOptions train_options(const TrainConfig& c) {
   t.out_dir = c.out;
   t.checkpoint_every = c.checkpoint_every;
   t.keep_checkpoints = c.keep_checkpoints;
+  t.async_checkpoints = c.async_checkpoints;
   t.trace_steps = c.trace_steps;
   t.progress = c.progress;
   t.init_from = c.init_from;
@@ -189,7 +191,18 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   // One buffer for the per-step metrics reduction, allocated once: the collective may
   // release its reference to a fresh tensor after the next step has begun, which made
   // the next step's measured base bytes depend on that timing.
-  torch::Tensor stats = torch::zeros({5 * l.num_stages()}, torch::kFloat64);
+  // The last element counts the ranks whose checkpoint write is done (checkpoint_writer.h).
+  torch::Tensor stats = torch::zeros({5 * l.num_stages() + 1}, torch::kFloat64);
+  CheckpointWriter checkpoints(ckpt_dir, options.keep_checkpoints, options.async_checkpoints,
+                               options.before_checkpoint_write);
+  auto report_checkpoints = [&] {
+    for (const CheckpointTiming& t : checkpoints.take_completed()) {
+      if (l.rank != 0 || !options.progress) continue;
+      log << "checkpoint of step " << t.step << " complete: the step waited " << std::fixed << std::setprecision(3)
+          << t.blocked_s << " s; rank 0 wrote for " << t.write_s << " s"
+          << (options.async_checkpoints ? " behind the steps" : "") << std::defaultfloat << "\n";
+    }
+  };
   // Validation before the first step of a fresh run (as nanoGPT's iteration 0), every
   // eval_every steps and after the last.
   const bool evaluating = options.val_data != nullptr && options.eval_every > 0;
@@ -221,7 +234,10 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
         stats[4 * S + l.stage] = peak_bytes;
       }
     }
+    stats[5 * S] = checkpoints.vote();
     comm.allreduce_world(stats, "rank " + std::to_string(l.rank) + " at step " + std::to_string(step) + " in metrics");
+    HARP_RETURN_IF_ERROR(checkpoints.tally(stats[5 * S].item<double>(), l));
+    report_checkpoints();
     torch::Tensor busy = stats.slice(0, 0, S).contiguous();
     if (step > summary.first_step) {
       measured_compute += stats.slice(0, S, 3 * S);
@@ -252,9 +268,14 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     m.busy_fraction.assign(busy.data_ptr<double>(), busy.data_ptr<double>() + S);
     metrics.write(m, options.progress, log);
     if (evaluating && ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) validate(step + 1);
-    if (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0)
-      HARP_RETURN_IF_ERROR(save_checkpoint(ex, comm, ckpt_dir, step + 1, plan, options.keep_checkpoints));
+    if (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0) {
+      HARP_RETURN_IF_ERROR(checkpoints.save(ex, comm, step + 1, plan));
+      report_checkpoints();
+    }
   }
+  HARP_RETURN_IF_ERROR(checkpoints.finish(comm));
+  report_checkpoints();
+  summary.checkpoints = checkpoints.timings();
   if (!traced.empty()) {
     // Each rank writes its part; rank 0 merges them into one trace with the writer the
     // simulator uses, so `harp trace compare` can put the two side by side.

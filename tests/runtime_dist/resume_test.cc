@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "harp/common/document.h"
 #include "harp/common/sha256.h"
@@ -172,6 +173,45 @@ TEST(Resume, AnotherGlobalBatchOrSeedIsRefused) {
   EXPECT_NE(errors[0].find("seed = \"1234\", this run has \"99\"; resume with the seed the run was started with"),
             std::string::npos)
       << errors[0];
+}
+
+// Asynchronous checkpoints hold the state of their step, not of a later one: the writer
+// works from copies while the next steps update the parameters. Every checkpoint of an
+// asynchronous run is complete and bitwise equal to the synchronous run's, and `latest`
+// names the last.
+TEST(Resume, AsynchronousCheckpointsHoldTheirStepsState) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = tiny(2);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const std::string root = std::string(HARP_BINARY_DIR) + "/async_ckpt_test";
+  std::filesystem::remove_all(root);
+  const plan::Plan p = make_plan(m, {3, 6}, {1, 2, 1}, 3, 2, ScheduleKind::kHarp1F1B, {3, 2, 1}, {2, 1, 1});
+  runtime::TrainOptions o = resume_options(root + "/sync", 5, 2);
+  o.async_checkpoints = false;
+  const runtime::TrainSummary sync = train_threads(m, p, *data, o);
+  o.out_dir = root + "/async";
+  o.async_checkpoints = true;
+  // The writer starts after the next step has updated the parameters.
+  o.before_checkpoint_write = [] { std::this_thread::sleep_for(std::chrono::milliseconds(400)); };
+  const runtime::TrainSummary async = train_threads(m, p, *data, o);
+  EXPECT_EQ(async.losses, sync.losses);
+  ASSERT_EQ(async.checkpoints.size(), 2u);  // steps 2 and 4
+  EXPECT_EQ(async.checkpoints[1].step, 4);
+  EXPECT_GT(async.checkpoints[1].write_s, 0);  // rank 0 writes stage 0's file
+  EXPECT_EQ(runtime::latest_checkpoint_step(root + "/async/checkpoints").value(), 4);
+  for (int step : {2, 4}) {
+    long long a_steps = 0, s_steps = 0;
+    const auto a = runtime::read_checkpoint(root + "/async/checkpoints", step, &a_steps);
+    const auto b = runtime::read_checkpoint(root + "/sync/checkpoints", step, &s_steps);
+    HARP_ASSERT_OK(a.status());
+    HARP_ASSERT_OK(b.status());
+    EXPECT_EQ(a_steps, s_steps);
+    ASSERT_EQ(a->size(), b->size());
+    for (size_t i = 0; i < a->size(); ++i) {
+      EXPECT_EQ((*a)[i].first, (*b)[i].first);
+      EXPECT_TRUE(torch::equal((*a)[i].second, (*b)[i].second)) << "step " << step << " " << (*a)[i].first;
+    }
+  }
 }
 
 // Retention: after each checkpoint only the newest K complete ones are left (and an

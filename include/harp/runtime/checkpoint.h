@@ -36,11 +36,7 @@ Status mark_checkpoint_complete(const std::string& dir, int step, const std::str
 // Every tensor of every stage file of the step, by name.
 StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long long* optimizer_steps);
 
-// Saves the executor's parameters and optimizer state as checkpoint `steps_done` of DIR
-// (collective: every rank calls it; rank 0 marks it complete after a barrier, then, when
-// `keep` > 0, prunes to the newest `keep` complete checkpoints).
-Status save_checkpoint(Executor& ex, Transport& comm, const std::string& dir, int steps_done,
-                       const plan::Plan& plan, int keep = 0);
+// Saving: CheckpointWriter (checkpoint_writer.h), asynchronous or not.
 // Removes every step folder of DIR older than the newest `keep` complete checkpoints (a
 // complete one has its manifest; older incomplete ones are leftovers of a stopped run).
 // Never the one `latest` names, nor anything newer. REQUIRES keep >= 1.

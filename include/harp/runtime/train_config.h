@@ -34,6 +34,7 @@ struct TrainConfig {
   std::string out = "out/train";   // metrics, traces, checkpoints; relative to the cwd
   int checkpoint_every = 0;        // steps between checkpoints; 0: none
   int keep_checkpoints = 0;        // the newest K complete checkpoints are kept; 0: all
+  bool async_checkpoints = true;   // written behind the next steps (checkpoint_writer.h)
   std::vector<int> trace_steps;    // 0-based steps whose measured timeline is written
   double timeout_s = 60;           // a peer silent this long has failed, > 0
   int threads = 1;                 // intra-op threads per rank, 1..256

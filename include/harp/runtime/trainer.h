@@ -8,10 +8,12 @@
 #include <chrono>
 #include <memory>
 #include <ostream>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "harp/common/status.h"
+#include "harp/runtime/checkpoint_writer.h"
 #include "harp/runtime/executor.h"
 #include "harp/runtime/train_config.h"
 
@@ -23,6 +25,8 @@ struct TrainOptions {
   std::string out_dir = "out/train";
   int checkpoint_every = 0;         // 0: no checkpoints
   int keep_checkpoints = 0;         // keep the newest K complete checkpoints; 0: all
+  bool async_checkpoints = true;    // write them behind the next steps (checkpoint_writer.h)
+  std::function<void()> before_checkpoint_write;  // tests: runs on the writer's thread first
   bool resume = false;              // continue from out_dir/checkpoints/latest
   std::string init_from;            // Hugging Face GPT-2 weights (hf_weights.h); not when resuming
   std::vector<int> trace_steps;     // steps whose measured timeline is written
@@ -59,6 +63,7 @@ struct TrainSummary {
   // the peak during a step (that plus the in-flight activations and workspace).
   std::vector<double> base_bytes, peak_bytes;
   std::vector<std::pair<int, double>> val_losses;  // (steps done, validation loss)
+  std::vector<CheckpointTiming> checkpoints;       // this rank's, per checkpoint saved
 };
 
 // One run per output folder: the holder has an flock on OUT/.lock, so a second run on the
