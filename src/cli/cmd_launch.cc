@@ -1,5 +1,6 @@
-// `harp launch --nproc N [--emulate] [--grace-s S] [--testbed CLUSTER [--plan PLAN]]
-// -- COMMAND ARGS...`: the local launcher (harp/launch/launcher.h). The exit code is the
+// `harp launch --nproc N [--nnodes M --node-rank R --master-addr A --master-port P]
+// [--emulate] [--grace-s S] [--testbed CLUSTER [--plan PLAN]] -- COMMAND ARGS...`: the
+// launcher (harp/launch/launcher.h), one per machine with --nnodes as torchrun. The exit code is the
 // first failed worker's, so scripts see the same code as from torchrun; the summary goes
 // to stderr. With --testbed each rank starts inside the namespace of its device's host
 // (harp/testbed/testbed.h) and binds Gloo to that host's address, so its messages cross
@@ -19,6 +20,8 @@ namespace {
 
 struct Opts {
   int nproc = 0;
+  int nnodes = 1, node_rank = 0, master_port = 29500;
+  std::string master_addr = "127.0.0.1";
   bool emulate = false;
   std::string testbed_file, plan_file, prefix;
   double grace_s = 5.0;
@@ -93,6 +96,21 @@ int run_launch(const Opts& o, Context& ctx) {
     ctx.err << "harp launch: give --nproc N (--plan goes with --testbed)\n";
     return kExitUsage;
   }
+  if (o.nnodes > 1) {
+    if (!o.testbed_file.empty()) {
+      ctx.err << "harp launch: --testbed runs on one machine; leave out --nnodes\n";
+      return kExitUsage;
+    }
+    if (o.node_rank >= o.nnodes) {
+      ctx.err << "harp launch: --node-rank " << o.node_rank << " with --nnodes " << o.nnodes
+              << ": a node's rank is 0.." << o.nnodes - 1 << "\n";
+      return kExitUsage;
+    }
+    options.nnodes = o.nnodes;
+    options.node_rank = o.node_rank;
+    options.master_addr = o.master_addr;
+    options.master_port = o.master_port;
+  }
   options.command = o.command;
   options.grace_s = o.grace_s;
   // The trainer reads HARP_EMULATE to apply the plan's emulated slowdowns; an explicit
@@ -126,6 +144,18 @@ void add_launch_command(CLI::App& root, Context& ctx) {
                   "Cluster file: run each rank in its device's namespace of the emulated cluster (harp testbed)");
   cmd->add_option("--plan", o->plan_file, "With --testbed: the plan the ranks run, for their devices");
   cmd->add_option("--testbed-prefix", o->prefix, "With --testbed: the testbed's namespace prefix");
+  cmd->add_option("--nnodes", o->nnodes, "Machines (launchers) taking part, each with --nproc workers")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--node-rank", o->node_rank, "This machine's rank, 0..nnodes-1 (its workers: ranks "
+                                               "node_rank*nproc ..)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--master-addr", o->master_addr, "Node 0's address: rank 0 hosts the rendezvous store there")
+      ->capture_default_str();
+  cmd->add_option("--master-port", o->master_port, "The rendezvous port on node 0 (the same on every node)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65535));
   cmd->add_flag("--emulate", o->emulate, "Set HARP_EMULATE=1: apply the plan's emulated device slowdowns");
   cmd->add_option("--grace-s", o->grace_s, "Seconds between SIGTERM and SIGKILL when a worker fails")
       ->capture_default_str()

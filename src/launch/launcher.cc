@@ -92,7 +92,7 @@ struct Worker {
   bool got_sigkill = false;
 };
 
-std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port, const std::string& store,
+std::vector<std::string> worker_env(const LaunchOptions& o, int local, int port, const std::string& store,
                                     long long clock_origin_ns) {
   std::map<std::string, std::string> vars;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
@@ -102,17 +102,19 @@ std::vector<std::string> worker_env(const LaunchOptions& o, int rank, int port, 
   }
   for (const auto& [k, v] : o.env) vars[k] = v;
   if (!o.rank_env.empty())
-    for (const auto& [k, v] : o.rank_env[rank]) vars[k] = v;
-  vars["RANK"] = std::to_string(rank);
-  vars["LOCAL_RANK"] = std::to_string(rank);
-  vars["WORLD_SIZE"] = std::to_string(o.nproc);
+    for (const auto& [k, v] : o.rank_env[local]) vars[k] = v;
+  vars["RANK"] = std::to_string(o.node_rank * o.nproc + local);
+  vars["LOCAL_RANK"] = std::to_string(local);
+  vars["WORLD_SIZE"] = std::to_string(o.nnodes * o.nproc);
   vars["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
-  vars["MASTER_ADDR"] = "127.0.0.1";
+  vars["GROUP_RANK"] = std::to_string(o.node_rank);
+  vars["MASTER_ADDR"] = o.multi_node() ? o.master_addr : "127.0.0.1";
   vars["MASTER_PORT"] = std::to_string(port);
-  // Rendezvous through a file only this launch knows: nothing listens for it, on any
-  // interface (the c10d TCPStore would listen on every one).
+  // One machine: rendezvous through a file only this launch knows, so nothing listens
+  // for it on any interface (the c10d TCPStore would listen on every one). Across
+  // machines: rank 0's TCPStore at MASTER_ADDR:MASTER_PORT, and each rank's own clock.
   if (!store.empty()) vars["HARP_STORE_FILE"] = store;
-  vars["HARP_CLOCK_ORIGIN_NS"] = std::to_string(clock_origin_ns);
+  if (!o.multi_node()) vars["HARP_CLOCK_ORIGIN_NS"] = std::to_string(clock_origin_ns);
   std::vector<std::string> env;
   for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
   return env;
@@ -270,6 +272,14 @@ Status validate(const LaunchOptions& o) {
   for (const auto& kv : o.env)
     if (kv.first.empty() || kv.first.find('=') != std::string::npos)
       return invalid_argument("env key '" + kv.first + "': must be non-empty and contain no '='");
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+    return invalid_argument("node_rank = " + std::to_string(o.node_rank) + " with nnodes = " + std::to_string(o.nnodes) +
+                            ": a node's rank is 0..nnodes-1; give every machine's launcher its own");
+  if (o.multi_node() && (o.master_port < 1 || o.master_port > 65535))
+    return invalid_argument("master_port = " + std::to_string(o.master_port) +
+                            ": must be a port number 1..65535, the same on every node");
+  if (o.multi_node() && o.master_addr.empty())
+    return invalid_argument("master_addr is empty: give node 0's address, the same on every node");
   if (!o.rank_prefix.empty() && static_cast<int>(o.rank_prefix.size()) != o.nproc)
     return invalid_argument("rank_prefix has " + std::to_string(o.rank_prefix.size()) + " entries for " +
                             std::to_string(o.nproc) + " ranks: give one per rank or none");
@@ -301,7 +311,10 @@ StatusOr<int> free_port() {
 
 StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
   HARP_RETURN_IF_ERROR(validate(options));
-  HARP_ASSIGN_OR_RETURN(const int port, free_port());
+  int port = options.master_port;
+  if (!options.multi_node()) {
+    HARP_ASSIGN_OR_RETURN(port, free_port());
+  }
   // A private folder for the rendezvous file, removed when the launch ends.
   std::string store_dir = (std::filesystem::temp_directory_path() / "harp_launch_XXXXXX").string();
   if (mkdtemp(store_dir.data()) == nullptr)
@@ -313,7 +326,7 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
       std::filesystem::remove_all(path, ec);
     }
   } remove_store{store_dir};
-  const std::string store = store_dir + "/store";
+  const std::string store = options.multi_node() ? std::string() : store_dir + "/store";
   StopSignals stop_signals;
 
   const long long clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -321,7 +334,7 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
                                         .count();
   std::vector<Worker> workers(options.nproc);
   for (int r = 0; r < options.nproc; ++r) {
-    workers[r].rank = r;
+    workers[r].rank = options.node_rank * options.nproc + r;
     std::vector<std::string> argv = options.rank_prefix.empty() ? std::vector<std::string>() : options.rank_prefix[r];
     argv.insert(argv.end(), options.command.begin(), options.command.end());
     Status s = start_worker(argv, worker_env(options, r, port, store, clock_origin_ns), &workers[r]);

@@ -45,11 +45,16 @@ struct Child {
   std::string err_file;
 };
 
-Child spawn_rank(const std::vector<std::string>& args, const std::vector<std::string>& env, const std::string& err_file) {
+// Stdout goes to `out_file` ("": /dev/null).
+Child spawn_rank(const std::vector<std::string>& args, const std::vector<std::string>& env, const std::string& err_file,
+                 const std::string& out_file = "") {
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  if (out_file.empty())
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  else
+    posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::vector<char*> argv, envp;
   for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -250,6 +255,98 @@ TEST(Failure, BadMasterPortIsOneLine) {
     EXPECT_EQ(rc, 1) << err;
     EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
   }
+}
+
+}  // namespace
+}  // namespace harp
+
+namespace harp {
+namespace {
+
+// Several machines, torchrun's way: two launchers (node ranks 0 and 1, one worker each)
+// on loopback meet at rank 0's store and train one 2-stage plan together, with exactly
+// the losses of one launcher running both ranks.
+const char* kTwoStagePlan = R"({"version": 1, "microbatches": 4, "microbatch_size": 2, "schedule": "1f1b",
+    "stages": [{"layers": [0, 2], "fwd_s": 1, "bwd_s": 2}, {"layers": [2, 4], "fwd_s": 1, "bwd_s": 2}]})";
+
+std::string two_node_dir(const std::string& name) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  EXPECT_TRUE(write_text_file_atomic(dir + "/model.json", R"({"family": "gpt", "num_blocks": 2, "hidden": 32,
+      "heads": 4, "seq_len": 16, "vocab": 64, "granularity": 1})").ok());
+  EXPECT_TRUE(write_text_file_atomic(dir + "/plan.json", kTwoStagePlan).ok());
+  return dir;
+}
+
+std::vector<std::string> launch_args(const std::string& dir, std::vector<std::string> launch_flags,
+                                     const std::string& out, const std::string& steps) {
+  const std::string harp = std::string(HARP_BINARY_DIR) + "/src/cli/harp";
+  std::vector<std::string> args = {harp, "launch"};
+  args.insert(args.end(), launch_flags.begin(), launch_flags.end());
+  for (const std::string& a : {std::string("--"), harp, std::string("train"), std::string("--plan"), dir + "/plan.json",
+                               std::string("--model"), dir + "/model.json", std::string("--steps"), steps,
+                               std::string("--timeout-s"), std::string("5"), std::string("--out"), dir + "/" + out})
+    args.push_back(a);
+  return args;
+}
+
+std::vector<double> losses_of(const std::string& metrics) {
+  std::vector<double> losses;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("loss") && j.contains("step")) losses.push_back(j["loss"].get<double>());
+  }
+  return losses;
+}
+
+std::vector<std::string> node_flags(int node_rank, int port) {
+  return {"--nnodes", "2", "--node-rank", std::to_string(node_rank), "--master-addr", "127.0.0.1", "--master-port",
+          std::to_string(port), "--nproc", "1", "--grace-s", "1"};
+}
+
+TEST(MultiNode, TwoLaunchersOnLoopbackTrainOnePlan) {
+  const std::string dir = two_node_dir("multinode_train");
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(90);
+  Child one = spawn_rank(launch_args(dir, {"--nproc", "2"}, "one", "4"), {"OMP_NUM_THREADS=1"}, dir + "/one.err");
+  ASSERT_EQ(wait_bounded(one.pid, limit), 0) << read_text_file(one.err_file).value();
+  const int port = free_port();
+  Child node0 = spawn_rank(launch_args(dir, node_flags(0, port), "two", "4"), {"OMP_NUM_THREADS=1"}, dir + "/n0.err");
+  Child node1 = spawn_rank(launch_args(dir, node_flags(1, port), "two", "4"), {"OMP_NUM_THREADS=1"}, dir + "/n1.err");
+  EXPECT_EQ(wait_bounded(node0.pid, limit), 0) << read_text_file(node0.err_file).value();
+  EXPECT_EQ(wait_bounded(node1.pid, limit), 0) << read_text_file(node1.err_file).value();
+  const std::vector<double> want = losses_of(dir + "/one/metrics.jsonl"), got = losses_of(dir + "/two/metrics.jsonl");
+  ASSERT_EQ(want.size(), 4u);
+  EXPECT_EQ(got, want);
+}
+
+// Killing one machine's launcher (its worker dies with it) stops the other machine's
+// within the timeout: its worker names what it was waiting for, its launcher exits
+// with the worker's code and says who failed.
+TEST(MultiNode, KillingOneNodesLauncherStopsTheOther) {
+  const std::string dir = two_node_dir("multinode_kill");
+  const int port = free_port();
+  const auto start = std::chrono::steady_clock::now();
+  Child node0 = spawn_rank(launch_args(dir, node_flags(0, port), "run", "1000000"), {"OMP_NUM_THREADS=1"},
+                           dir + "/n0.err", dir + "/n0.out");
+  Child node1 = spawn_rank(launch_args(dir, node_flags(1, port), "run", "1000000"), {"OMP_NUM_THREADS=1"},
+                           dir + "/n1.err");
+  const auto limit = start + std::chrono::seconds(60);
+  while (line_count(dir + "/run/metrics.jsonl") < 2 && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  ASSERT_GE(line_count(dir + "/run/metrics.jsonl"), 2) << "training never started";
+  const auto killed = std::chrono::steady_clock::now();
+  kill(node1.pid, SIGKILL);
+  int status = 0;
+  waitpid(node1.pid, &status, 0);
+  const int rc = wait_bounded(node0.pid, limit);
+  const double stop_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  const std::string err = read_text_file(node0.err_file).value(), out = read_text_file(dir + "/n0.out").value();
+  EXPECT_EQ(rc, 1) << err;
+  EXPECT_LT(stop_s, 5 + 10) << "the timeout is 5 s";
+  EXPECT_NE(err.find("harp launch: rank 0 exited with code 1"), std::string::npos) << err;
+  EXPECT_TRUE(std::regex_search(out, std::regex("\\[rank 0\\] harp train: .*at step [0-9]+"))) << out;
 }
 
 }  // namespace

@@ -17,7 +17,15 @@
 namespace harp::launch {
 
 struct LaunchOptions {
-  int nproc = 1;
+  int nproc = 1;                           // workers on this machine
+  // Several machines (torchrun's convention): this launcher's workers are global ranks
+  // node_rank * nproc + local rank of nnodes * nproc, meeting at rank 0's TCPStore at
+  // master_addr:master_port (every node gives the same). One node: a private file store
+  // and a free port of 127.0.0.1, as below.
+  int nnodes = 1, node_rank = 0;
+  std::string master_addr;                 // "" with one node
+  int master_port = 0;
+  bool multi_node() const { return nnodes > 1 || !master_addr.empty(); }
   std::vector<std::string> command;        // argv of each worker; [0] searched in PATH
   std::map<std::string, std::string> env;  // extra variables for every worker; they override
                                            // the inherited environment, the torchrun
