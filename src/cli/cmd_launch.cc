@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include "cmd_launch.h"
 #include "commands.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/launch/launcher.h"
@@ -22,6 +23,9 @@ struct Opts {
   int nproc = 0;
   int nnodes = 1, node_rank = 0, master_port = 29500;
   std::string master_addr = "127.0.0.1";
+  bool elastic = false;
+  std::string job_file;
+  int max_restarts = 3;
   bool emulate = false;
   std::string testbed_file, plan_file, prefix;
   double grace_s = 5.0;
@@ -87,6 +91,24 @@ Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* o
 }
 
 int run_launch(const Opts& o, Context& ctx) {
+  if (o.elastic) {
+    if (o.job_file.empty() || o.nnodes > 1 || !o.testbed_file.empty() || !o.plan_file.empty() || o.nproc != 0) {
+      ctx.err << "harp launch: --elastic takes --job JOB (its cluster, model and planner options) and plans the "
+                 "ranks itself; leave out --nproc, --plan, --testbed and --nnodes\n";
+      return kExitUsage;
+    }
+    ElasticOptions e;
+    e.job_file = o.job_file;
+    e.max_restarts = o.max_restarts;
+    e.grace_s = o.grace_s;
+    e.emulate = o.emulate;
+    e.command = o.command;
+    return run_elastic(e, ctx);
+  }
+  if (!o.job_file.empty()) {
+    ctx.err << "harp launch: --job goes with --elastic\n";
+    return kExitUsage;
+  }
   launch::LaunchOptions options;
   options.nproc = o.nproc;
   std::string owned;  // the testbed prefix to take down at the end
@@ -156,6 +178,12 @@ void add_launch_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--master-port", o->master_port, "The rendezvous port on node 0 (the same on every node)")
       ->capture_default_str()
       ->check(CLI::Range(1, 65535));
+  cmd->add_flag("--elastic", o->elastic,
+                "Re-plan over the surviving devices and resume from the last checkpoint when ranks are lost");
+  cmd->add_option("--job", o->job_file, "With --elastic: the job (cluster, model, planner options, training)");
+  cmd->add_option("--max-restarts", o->max_restarts, "With --elastic: restarts before giving up")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--emulate", o->emulate, "Set HARP_EMULATE=1: apply the plan's emulated device slowdowns");
   cmd->add_option("--grace-s", o->grace_s, "Seconds between SIGTERM and SIGKILL when a worker fails")
       ->capture_default_str()

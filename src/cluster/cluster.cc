@@ -67,4 +67,65 @@ Link Cluster::path_link(int a, int b, std::string* path) const {
 
 std::string Cluster::fingerprint() const { return hex_fingerprint(cluster_to_json(*this).dump()); }
 
+Cluster without_device(const Cluster& c, int device_id) {
+  HARP_CHECK(device_id >= 0 && device_id < c.num_devices()) << "device " << device_id;
+  Cluster out = c;
+  out.subclusters.clear();
+  out.links.clear();
+  int first = 0;
+  std::string gone, degraded, split;  // the removed subcluster; the new one and its origin
+  for (const Subcluster& s : c.subclusters) {
+    if (device_id < first || device_id >= first + s.num_devices()) {
+      out.subclusters.push_back(s);
+    } else if (s.devices_per_node == 1) {
+      Subcluster rest = s;
+      rest.nodes -= 1;
+      if (rest.nodes > 0) out.subclusters.push_back(rest);
+      else gone = s.name;
+    } else {
+      Subcluster rest = s, node = s;
+      rest.nodes -= 1;
+      node.nodes = 1;
+      node.devices_per_node -= 1;
+      node.name = s.name + "-degraded";
+      if (rest.nodes > 0) {
+        out.subclusters.push_back(rest);
+        split = s.name;
+      }
+      out.subclusters.push_back(node);
+      degraded = node.name;
+      if (rest.nodes == 0) split = "", gone = "";  // the node took the whole subcluster
+    }
+    first += s.num_devices();
+  }
+  for (const SubclusterLink& l : c.links) {
+    if (l.a == gone || l.b == gone) continue;
+    out.links.push_back(l);
+    // The degraded node keeps the original's links (or replaces it when it was all).
+    if (!degraded.empty()) {
+      const std::string origin = degraded.substr(0, degraded.size() - std::string("-degraded").size());
+      SubclusterLink copy = l;
+      if (copy.a == origin) copy.a = degraded;
+      if (copy.b == origin) copy.b = degraded;
+      if (copy.a != l.a || copy.b != l.b) {
+        if (split.empty()) out.links.back() = copy;
+        else out.links.push_back(copy);
+      }
+    }
+  }
+  if (!split.empty()) {
+    const Subcluster& s = *std::find_if(c.subclusters.begin(), c.subclusters.end(),
+                                        [&](const Subcluster& x) { return x.name == split; });
+    out.links.push_back({split, degraded, s.inter_node});
+  }
+  // A subcluster gone from the middle of the chain: its neighbours meet through the path
+  // the traffic took (unless they were linked anyway).
+  const int n = static_cast<int>(c.subclusters.size());
+  for (int i = 1; i + 1 < n; ++i)
+    if (c.subclusters[i].name == gone && !c.link_between(i - 1, i + 1))
+      out.links.push_back({c.subclusters[i - 1].name, c.subclusters[i + 1].name, c.path_link(i - 1, i + 1)});
+  // A device type no subcluster uses any more stays listed: harmless to the planner.
+  return out;
+}
+
 }  // namespace harp::cluster

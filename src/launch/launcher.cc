@@ -357,7 +357,8 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.grace_s));
   int first_failed = -1;
   int stop_signal = 0;
-  std::optional<Clock::time_point> term_at, kill_at, all_exited_at;
+  std::optional<Clock::time_point> term_at, kill_at, all_exited_at, failed_at;
+  std::vector<int> lost;
   bool unreaped = false;
   std::vector<pollfd> fds;
   std::vector<Stream*> fd_streams;
@@ -379,8 +380,15 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
         if (fds[i].revents != 0) pump(fd_ranks[i], fd_streams[i], out);
     out.flush();
 
-    for (Worker& w : workers)
-      if (w.running && reap(&w) && w.code != 0 && first_failed < 0 && !term_at) first_failed = w.rank;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      Worker& w = workers[i];
+      if (!w.running || !reap(&w) || w.code == 0 || term_at) continue;
+      if (first_failed < 0) {
+        first_failed = static_cast<int>(i);
+        failed_at = Clock::now();
+      }
+      if (w.signal != 0) lost.push_back(w.rank);  // died before the launcher signalled anyone
+    }
     if (!term_at && (first_failed >= 0 || g_stop_signal != 0)) {
       if (first_failed < 0) stop_signal = g_stop_signal;
       signal_groups(workers, SIGTERM);
@@ -418,6 +426,11 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
 
   LaunchResult result;
   const int n = options.nproc;
+  // A worker that ignored SIGTERM for the grace period is stalled: lost as well.
+  for (const Worker& w : workers)
+    if (w.got_sigkill && std::find(lost.begin(), lost.end(), w.rank) == lost.end()) lost.push_back(w.rank);
+  result.lost_ranks = lost;
+  if (failed_at && all_exited_at) result.stop_s = std::chrono::duration<double>(*all_exited_at - *failed_at).count();
   if (first_failed >= 0) {
     const Worker& w = workers[first_failed];
     result.exit_code = w.code;

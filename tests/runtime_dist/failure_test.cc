@@ -5,14 +5,6 @@
 // action run in-process in transport_fault_test.cc.
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <netinet/in.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <filesystem>
 #include <algorithm>
@@ -22,79 +14,16 @@
 
 #include "harp/common/document.h"
 #include "harp/plan/plan_io.h"
-
-extern char** environ;
+#include "process_util.h"
 
 namespace harp {
 namespace {
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
-struct Child {
-  pid_t pid = -1;
-  std::string err_file;
-};
-
-// Stdout goes to `out_file` ("": /dev/null).
-Child spawn_rank(const std::vector<std::string>& args, const std::vector<std::string>& env, const std::string& err_file,
-                 const std::string& out_file = "") {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (out_file.empty())
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-  else
-    posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  std::vector<char*> argv, envp;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  std::vector<std::string> all_env = env;
-  for (char** e = environ; *e; ++e) all_env.push_back(*e);
-  for (const auto& e : all_env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  Child c;
-  c.err_file = err_file;
-  EXPECT_EQ(posix_spawn(&c.pid, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
-  posix_spawn_file_actions_destroy(&fa);
-  return c;
-}
-
-// Waits up to `deadline`; kills the child (and fails) if it is still running.
-int wait_bounded(pid_t pid, std::chrono::steady_clock::time_point deadline) {
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  ADD_FAILURE() << "rank " << pid << " hung past its deadline";
-  return -1;
-}
 
 struct Outcome {
   std::vector<int> codes;
   std::vector<std::string> errors;
   double elapsed_s = 0;
 };
-
-// Lines in a file (0 if it does not exist yet).
-int line_count(const std::string& path) {
-  std::ifstream in(path);
-  int n = 0;
-  for (std::string line; std::getline(in, line);) ++n;
-  return n;
-}
 
 // Three `harp train` ranks of a 3-stage plan; once rank 0 has logged two steps, rank 1
 // gets `signal`. The ranks still running after `limit` are killed (and reported as -1).

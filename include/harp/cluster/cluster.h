@@ -67,4 +67,12 @@ struct Cluster {
   std::string fingerprint() const;
 };
 
+// The cluster after losing device `device_id` (elastic training): its node keeps one
+// device fewer. A node of one device goes; otherwise the node becomes a subcluster of
+// its own right after the original ("NAME-degraded": same device type and intra-node
+// link; linked to the rest by the original's inter-node link and the original's links).
+// A subcluster left without nodes goes with its links. Empty when no device is left.
+// REQUIRES: 0 <= device_id < c.num_devices().
+Cluster without_device(const Cluster& c, int device_id);
+
 }  // namespace harp::cluster

@@ -43,6 +43,11 @@ struct LaunchResult {
                        // (128 + signal for a signal)
   int failed_rank = -1;
   std::string summary;  // one line: who failed and how, or "all N workers exited 0"
+  // The ranks that died by a signal before the launcher stopped anyone (killed from
+  // outside, or crashed), then those that ignored its SIGTERM for the grace period
+  // (stalled): the ones elastic training drops.
+  std::vector<int> lost_ranks;
+  double stop_s = 0;    // from the first failure seen to every worker gone
 };
 
 // Finds a free TCP port on 127.0.0.1. The port is free when returned; another process

@@ -191,5 +191,33 @@ TEST(ClusterIo, ExamplesLoad) {
   }
 }
 
+// Elastic training drops a lost device: a one-device node goes; a node of several keeps
+// the rest as its own subcluster, linked to its old one by the inter-node link; a
+// subcluster that empties goes, its neighbours joined through the path it was on. Each
+// result is a valid cluster file (validated again through its JSON).
+TEST(ClusterIo, WithoutADeviceIsStillAValidCluster) {
+  const Cluster c = *parse(kGood);  // v: 1 x 8 (devices 0-7), a: 2 x 2 (8-11)
+  auto reparsed = [](const Cluster& x) { return parse_cluster(cluster_to_json(x), "degraded"); };
+  const Cluster one = without_device(c, 9);  // a's first node loses a device
+  HARP_ASSERT_OK(reparsed(one));
+  EXPECT_EQ(one.num_devices(), 11);
+  ASSERT_EQ(one.subclusters.size(), 3u);
+  EXPECT_EQ(one.subclusters[1].name, "a");
+  EXPECT_EQ(one.subclusters[1].nodes, 1);
+  EXPECT_EQ(one.subclusters[2].name, "a-degraded");
+  EXPECT_EQ(one.subclusters[2].devices_per_node, 1);
+  EXPECT_DOUBLE_EQ(one.link_between(1, 2)->bytes_per_s(), 100e9 / 8);  // a's inter-node link
+  EXPECT_DOUBLE_EQ(one.link_between(0, 2)->latency_s, 1e-3);            // v's link kept
+  const Cluster two = without_device(one, 10);  // the degraded node's last device
+  HARP_ASSERT_OK(reparsed(two));
+  EXPECT_EQ(two.num_devices(), 10);
+  ASSERT_EQ(two.subclusters.size(), 2u);
+  EXPECT_EQ(two.links.size(), 1u);
+  const Cluster three = without_device(without_device(two, 9), 8);  // a is gone
+  HARP_ASSERT_OK(reparsed(three));
+  EXPECT_EQ(three.subclusters.size(), 1u);
+  EXPECT_TRUE(three.links.empty());
+}
+
 }  // namespace
 }  // namespace harp::cluster

@@ -1,0 +1,197 @@
+// `harp launch --elastic --job JOB -- harp train [flags]`: elastic training on one
+// machine (cmd_launch.h). Lost ranks are the ones that died by a signal before the
+// launcher stopped anyone, or that ignored its SIGTERM (stalled): their devices leave
+// the cluster (cluster::without_device) and the planner runs again over the rest.
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "cmd_launch.h"
+#include "harp/cluster/cluster.h"
+#include "harp/common/document.h"
+#include "harp/job/job.h"
+#include "harp/launch/launcher.h"
+#include "harp/plan/plan_io.h"
+#include "harp/planner/plan_job.h"
+#include "table.h"
+
+namespace harp::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Forwards the workers' lines and watches rank 0's: the last "step K/N" (steps done)
+// and when the first step after a resume ends.
+class StepWatcher : public std::streambuf {
+ public:
+  explicit StepWatcher(std::ostream& out) : out_(out) {}
+  int last_step = -1;             // steps done, as rank 0 last printed
+  int resumed_step = -1;          // "resumed from step S"
+  double first_step_s = -1;       // seconds from start() to the first step line
+  void start() {
+    started_ = Clock::now();
+    first_step_s = -1;
+    resumed_step = -1;
+  }
+
+ protected:
+  int overflow(int c) override {
+    if (c == EOF) return 0;
+    line_ += static_cast<char>(c);
+    if (c == '\n') {
+      scan(line_);
+      out_ << line_;
+      line_.clear();
+    }
+    return c;
+  }
+  int sync() override {
+    out_.flush();
+    return 0;
+  }
+
+ private:
+  void scan(const std::string& line) {
+    const std::string rank0 = "[rank 0] ";
+    if (line.rfind(rank0, 0) != 0) return;
+    const std::string rest = line.substr(rank0.size());
+    int k = 0;
+    if (std::sscanf(rest.c_str(), "step %d/", &k) == 1) {
+      last_step = k;
+      if (first_step_s < 0) first_step_s = since(started_);
+    } else if (std::sscanf(rest.c_str(), "resumed from step %d", &k) == 1) {
+      resumed_step = k;
+    }
+  }
+  std::ostream& out_;
+  std::string line_;
+  Clock::time_point started_ = Clock::now();
+};
+
+// The value after `flag` in the worker command, or "".
+std::string flag_value(const std::vector<std::string>& command, const std::string& flag) {
+  for (size_t i = 0; i + 1 < command.size(); ++i)
+    if (command[i] == flag) return command[i + 1];
+  return "";
+}
+
+// The last complete checkpoint of OUT (its `latest` file), or -1.
+int latest_step(const std::string& out_dir) {
+  std::ifstream in(out_dir + "/checkpoints/latest");
+  int step = -1;
+  return in >> step ? step : -1;
+}
+
+}  // namespace
+
+int run_elastic(const ElasticOptions& o, Context& ctx) {
+  auto job = job::load_job(o.job_file);
+  if (!job.ok()) return ctx.fail("launch", job.status());
+  for (const char* owned : {"--plan", "--resume", "--nnodes"})
+    for (const std::string& word : o.command)
+      if (word == owned) {
+        ctx.err << "harp launch --elastic: the worker command has " << owned
+                << "; leave it out: the launcher gives each run its plan and --resume\n";
+        return ctx.rc = kExitUsage;
+      }
+  std::string out_dir = flag_value(o.command, "--out");
+  if (out_dir.empty()) out_dir = job->training.out;
+  const std::string elastic_dir = out_dir + "/elastic";
+  std::error_code ec;
+  std::filesystem::create_directories(elastic_dir, ec);
+  if (ec) return ctx.fail("launch", io_error(elastic_dir + ": cannot create the folder: " + ec.message()));
+  StepWatcher watcher(ctx.out);
+  std::ostream watched(&watcher);
+  Json pending;  // the recovery whose restart is being timed
+  for (int attempt = 0;; ++attempt) {
+    const auto plan_start = Clock::now();
+    auto outcome = planner::plan_job(*job, planner::PlanRequest{});
+    const double plan_s = since(plan_start);
+    if (!outcome.ok()) return ctx.fail("launch", outcome.status());
+    if (!outcome->result.feasible) {
+      ctx.err << "harp launch --elastic: no plan fits the " << job->cluster.num_devices()
+              << " devices left: " << outcome->result.reason << "\n";
+      return ctx.rc = kExitInfeasible;
+    }
+    const plan::Plan& p = outcome->result.plan;
+    const std::string plan_file = elastic_dir + "/plan_" + std::to_string(attempt) + ".json";
+    if (Status s = plan::save_plan(p, plan_file); !s.ok()) return ctx.fail("launch", s);
+    std::set<int> used;
+    for (const auto& st : p.stages) used.insert(st.devices.begin(), st.devices.end());
+    const std::vector<int> devices(used.begin(), used.end());  // rank r runs devices[r]
+    const int resume_from = latest_step(out_dir);
+    ctx.err << "harp launch --elastic: " << (attempt == 0 ? "plan" : "new plan") << " " << plan_file << ": "
+            << p.num_stages() << " stages on " << devices.size() << " of " << job->cluster.num_devices()
+            << " devices, predicted " << fmt_time(p.predicted.iteration_s) << " per step (planned in "
+            << fmt("%.1f ms", plan_s * 1e3) << ")"
+            << (resume_from >= 0 ? "; resuming from step " + std::to_string(resume_from) : std::string()) << "\n";
+    if (!pending.is_null()) pending["replan_s"] = plan_s;
+
+    launch::LaunchOptions options;
+    options.nproc = static_cast<int>(devices.size());
+    options.command = o.command;
+    if (flag_value(o.command, "--job").empty()) options.command.insert(options.command.end(), {"--job", o.job_file});
+    options.command.insert(options.command.end(), {"--plan", plan_file});
+    if (resume_from >= 0) options.command.push_back("--resume");
+    options.grace_s = o.grace_s;
+    if (o.emulate) options.env["HARP_EMULATE"] = "1";
+    watcher.start();
+    auto result = launch::launch(options, watched);
+    watched.flush();
+    if (!result.ok()) return ctx.fail("launch", result.status());
+    if (!pending.is_null()) {
+      // The previous recovery's restart: relaunch to the first step done after it.
+      pending["restart_s"] = watcher.first_step_s >= 0 ? Json(watcher.first_step_s) : Json();
+      pending["resumed_step"] = watcher.resumed_step;
+      pending["steps_lost"] = watcher.resumed_step >= 0 ? Json(pending["failed_at_step"].get<int>() - watcher.resumed_step)
+                                                        : pending["failed_at_step"];
+      ctx.err << "harp launch --elastic: recovery: detected and stopped in "
+              << fmt("%.2f s", pending["stop_s"].get<double>()) << ", re-planned in "
+              << fmt("%.1f ms", pending["replan_s"].get<double>() * 1e3) << ", first step after the restart "
+              << (pending["restart_s"].is_null() ? std::string("never") : fmt("%.2f s", pending["restart_s"].get<double>()))
+              << " after it; " << pending["steps_lost"].dump() << " steps lost\n";
+      std::ofstream(elastic_dir + "/recoveries.jsonl", std::ios::app) << pending.dump() << "\n";
+      pending = Json();
+    }
+    ctx.err << "harp launch: " << result->summary << "\n";
+    if (result->exit_code == 0) return ctx.rc = kExitOk;
+    if (result->lost_ranks.empty()) {
+      ctx.err << "harp launch --elastic: no rank was lost (a worker failed on its own, exit code "
+              << result->exit_code << "); not restarting\n";
+      return ctx.rc = result->exit_code;
+    }
+    if (attempt >= o.max_restarts) {
+      ctx.err << "harp launch --elastic: " << o.max_restarts << " restarts spent (--max-restarts); stopping\n";
+      return ctx.rc = result->exit_code;
+    }
+    // Drop the lost devices, highest id first so the others keep their ids meanwhile.
+    std::vector<int> lost;
+    for (int r : result->lost_ranks) lost.push_back(devices.at(static_cast<size_t>(r)));
+    std::sort(lost.rbegin(), lost.rend());
+    std::string names;
+    for (int d : lost) {
+      names += (names.empty() ? "" : ", ") + std::to_string(d);
+      job->cluster = cluster::without_device(job->cluster, d);
+    }
+    pending = {{"attempt", attempt + 1},
+               {"lost_ranks", result->lost_ranks},
+               {"lost_devices", lost},
+               {"failed_at_step", watcher.last_step},
+               {"stop_s", result->stop_s},
+               {"devices_left", job->cluster.num_devices()}};
+    ctx.err << "harp launch --elastic: lost rank(s) " << Json(result->lost_ranks).dump() << " (device " << names
+            << ") after step " << watcher.last_step << "; re-planning over " << job->cluster.num_devices()
+            << " devices\n";
+    if (job->cluster.num_devices() == 0) {
+      ctx.err << "harp launch --elastic: no device is left; stopping\n";
+      return ctx.rc = kExitInfeasible;
+    }
+  }
+}
+
+}  // namespace harp::cli

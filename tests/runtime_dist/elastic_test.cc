@@ -1,0 +1,112 @@
+// Elastic training (`harp launch --elastic`): one rank of a 4-rank run is killed from
+// outside mid-run; the launcher drops its device, re-plans over the 3 left and resumes
+// from the last checkpoint. The run finishes its steps; after the restart its losses
+// equal those of a fresh 3-rank run started from the same checkpoint with the same new
+// plan, and it lost no more steps than the checkpoint interval.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "harp/common/document.h"
+#include "harp/plan/plan_io.h"
+#include "process_util.h"
+
+namespace harp {
+namespace {
+
+const std::string kHarp = std::string(HARP_BINARY_DIR) + "/src/cli/harp";
+
+// The last loss logged for every step of a metrics.jsonl (a resumed run appends).
+std::map<int, double> losses_by_step(const std::string& metrics) {
+  std::map<int, double> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("loss") && j.contains("step")) out[j["step"].get<int>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+// The launcher's worker whose environment has RANK=`rank`, or -1.
+pid_t worker_of(pid_t launcher, int rank) {
+  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+  for (pid_t pid; children >> pid;) {
+    std::ifstream env("/proc/" + std::to_string(pid) + "/environ");
+    for (std::string var; std::getline(env, var, '\0');)
+      if (var == "RANK=" + std::to_string(rank)) return pid;
+  }
+  return -1;
+}
+
+TEST(Elastic, KilledRankContinuesOnThreeWithANewPlan) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/elastic_kill";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", R"(version: 1
+name: cpu-four
+subclusters:
+  - {name: cpus, device: cpu, nodes: 4, devices_per_node: 1,
+     intra_node: {bandwidth_gbps: 12, latency_us: 80}, inter_node: {bandwidth_gbps: 12, latency_us: 80}}
+)").ok());
+  const int every = 4, steps = 80;
+  ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", "version: 1\ncluster: cluster.yaml\n"
+      "model: {family: gpt, preset: gpt-tiny, granularity: 1}\ncost: {gradient_bytes_per_param_byte: 2}\n"
+      "planner: {strategy: harp, microbatches: 4, microbatch_size: 4}\n"
+      "training: {steps: " + std::to_string(steps) + ", lr: 1.0e-2, warmup_steps: 2, checkpoint_every: " +
+      std::to_string(every) + ", out: run, timeout_s: 5}\n").ok());
+  const std::string out = dir + "/run";
+  Child launcher = spawn_rank({kHarp, "launch", "--elastic", "--job", dir + "/job.yaml", "--grace-s", "1", "--",
+                               kHarp, "train", "--out", out},
+                              {"OMP_NUM_THREADS=1"}, dir + "/launch.err", dir + "/launch.out");
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  while (line_count(out + "/metrics.jsonl") < every + 2 && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const pid_t victim = worker_of(launcher.pid, 1);
+  ASSERT_GT(victim, 0) << read_text_file(dir + "/launch.err").value();
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  const std::string err_text = [&] {
+    const int rc = wait_bounded(launcher.pid, limit);
+    const std::string err = read_text_file(dir + "/launch.err").value();
+    EXPECT_EQ(rc, 0) << err;
+    return err;
+  }();
+  EXPECT_NE(err_text.find("lost rank(s) [1]"), std::string::npos) << err_text;
+
+  // The recovery record: one restart on 3 devices, no more steps lost than the interval.
+  auto rec = read_text_file(out + "/elastic/recoveries.jsonl");
+  ASSERT_TRUE(rec.ok()) << err_text;
+  const Json r = Json::parse(rec->substr(0, rec->find('\n')));
+  EXPECT_EQ(r["lost_ranks"], Json::array({1}));
+  EXPECT_EQ(r["devices_left"], 3);
+  const int resumed = r["resumed_step"].get<int>();
+  EXPECT_EQ(resumed % every, 0);
+  EXPECT_GE(r["steps_lost"].get<int>(), 0);
+  EXPECT_LE(r["steps_lost"].get<int>(), every);
+  EXPECT_FALSE(r["restart_s"].is_null());
+  auto plan1 = plan::load_plan(out + "/elastic/plan_1.json");
+  ASSERT_TRUE(plan1.ok());
+  std::set<int> devices;
+  for (const auto& st : plan1->stages) devices.insert(st.devices.begin(), st.devices.end());
+  EXPECT_EQ(devices.size(), 3u);
+
+  // A fresh 3-rank run from the same checkpoint with the same plan.
+  const std::string fresh = dir + "/fresh";
+  std::filesystem::create_directories(fresh + "/checkpoints");
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/step_%06d", resumed);
+  std::filesystem::copy(out + "/checkpoints" + step_dir, fresh + "/checkpoints" + step_dir);
+  ASSERT_TRUE(write_text_file_atomic(fresh + "/checkpoints/latest", std::to_string(resumed) + "\n").ok());
+  Child again = spawn_rank({kHarp, "launch", "--nproc", "3", "--", kHarp, "train", "--job", dir + "/job.yaml",
+                            "--plan", out + "/elastic/plan_1.json", "--resume", "--out", fresh},
+                           {"OMP_NUM_THREADS=1"}, dir + "/fresh.err");
+  ASSERT_EQ(wait_bounded(again.pid, limit), 0) << read_text_file(dir + "/fresh.err").value();
+  const auto elastic = losses_by_step(out + "/metrics.jsonl"), want = losses_by_step(fresh + "/metrics.jsonl");
+  ASSERT_EQ(want.size(), static_cast<size_t>(steps - resumed));
+  ASSERT_EQ(elastic.size(), static_cast<size_t>(steps));  // every step, the lost ones rerun
+  for (const auto& [step, loss] : want) EXPECT_EQ(elastic.at(step), loss) << "step " << step;
+}
+
+}  // namespace
+}  // namespace harp

@@ -1,0 +1,87 @@
+// Worker processes for the multi-process tests: a free loopback port, spawning with
+// stderr (and stdout) to files, a bounded wait, and counting a file's lines.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace harp {
+
+inline int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+struct Child {
+  pid_t pid = -1;
+  std::string err_file;
+};
+
+// Stdout goes to `out_file` ("": /dev/null).
+inline Child spawn_rank(const std::vector<std::string>& args, const std::vector<std::string>& env, const std::string& err_file,
+                 const std::string& out_file = "") {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (out_file.empty())
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+  else
+    posix_spawn_file_actions_addopen(&fa, 1, out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> argv, envp;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> all_env = env;
+  for (char** e = environ; *e; ++e) all_env.push_back(*e);
+  for (const auto& e : all_env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  Child c;
+  c.err_file = err_file;
+  EXPECT_EQ(posix_spawn(&c.pid, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
+  posix_spawn_file_actions_destroy(&fa);
+  return c;
+}
+
+// Waits up to `deadline`; kills the child (and fails) if it is still running.
+inline int wait_bounded(pid_t pid, std::chrono::steady_clock::time_point deadline) {
+  int status = 0;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  ADD_FAILURE() << "rank " << pid << " hung past its deadline";
+  return -1;
+}
+
+// Lines in a file (0 if it does not exist yet).
+inline int line_count(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+}  // namespace harp
