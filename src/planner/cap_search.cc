@@ -9,7 +9,7 @@
 
 namespace harp::planner {
 
-CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress) {
+CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress, int threads) {
   CapSearchResult result;
   const std::vector<Seconds> caps = candidate_caps(problem);
   const int K = static_cast<int>(caps.size());
@@ -18,7 +18,7 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   const double B1 = problem.B - 1;
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> relaxed(K, std::nan(""));
-  DpTable table(problem);
+  DpTable table(problem, threads);
   double best = inf;
 
   BuildOptions build;

@@ -22,6 +22,7 @@ struct CapSearchResult {
 };
 
 // `progress` (may be empty) is called after each full DP run with its cap and states.
-CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress);
+// `threads`: DpTable's (the DP of one cap on that many cores).
+CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress, int threads = 1);
 
 }  // namespace harp::planner

@@ -2,6 +2,8 @@
 #include "dp_table.h"
 
 #include <algorithm>
+#include <atomic>
+#include <thread>
 #include <cmath>
 
 #include "harp/cost/comm_cost.h"
@@ -125,7 +127,7 @@ Seconds min_feasible_period_bound(const DpProblem& p) {
   return bound;
 }
 
-DpTable::DpTable(const DpProblem& problem) : p_(problem) {
+DpTable::DpTable(const DpProblem& problem, int threads) : p_(problem), lanes_(std::max(1, threads)) {
   const size_t states = static_cast<size_t>(p_.L) * p_.C * (p_.max_devices + 1) * 2;
   off_.assign(states, 0);
   cnt_.assign(states, 0);
@@ -141,7 +143,7 @@ static bool dominates(double xs, double xe, int xn, double ys, double ye, int yn
   return xn <= yn && xs <= ys && xs + xe <= ys + ye;
 }
 
-void DpTable::offer(std::vector<Entry>& front, const Entry& c) {
+void DpTable::offer(std::vector<Entry>& front, const Entry& c) const {
   if (feasibility_only_) {
     if (front.empty() || c.n < front[0].n) front.assign(1, c);
     return;
@@ -155,10 +157,11 @@ void DpTable::offer(std::vector<Entry>& front, const Entry& c) {
 }
 
 template <bool kMulti>
-void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
+void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const {
   const double floor = p_.upstream_floor[l];
-  scratch_[0].clear();
-  scratch_[1].clear();
+  std::vector<Entry>* scratch = lane.scratch;
+  scratch[0].clear();
+  scratch[1].clear();
   const int D = p_.devices[pos];
   const int offset = D - u;
   const Bytes usable = p_.usable[pos];
@@ -207,7 +210,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
             if (sr + n * ar > usable) continue;
             const double sum = x.sum + tr + 2 * c, e = std::max(x.e, e_head);
             if (sum + floor + e >= prune_at) continue;
-            offer(scratch_[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode});
+            offer(scratch[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode});
           }
         }
       };
@@ -224,7 +227,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
         if (!p_.allow_idle && pos != p_.C - 1) continue;  // later subclusters would be idle
         for (int r = 0; r < modes; ++r) {
           if (t[r] > cap || work[r] + act[r] > usable) continue;
-          offer(scratch_[t[r] == cap && !feasibility_only_ ? 1 : 0],
+          offer(scratch[t[r] == cap && !feasibility_only_ ? 1 : 0],
                 Entry{t[r], m.view.end_s(l, l1), 1, -1, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r)});
         }
       } else {
@@ -246,12 +249,62 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at) {
     }
   }
   for (int att = 0; att < 2; ++att) {
-    const int s = state(l, pos, u, att);
-    off_[s] = static_cast<int>(entries_.size());
-    cnt_[s] = static_cast<int>(scratch_[att].size());
-    entries_.insert(entries_.end(), scratch_[att].begin(), scratch_[att].end());
+    lane.counts.push_back(static_cast<int>(scratch[att].size()));
+    lane.out.insert(lane.out.end(), scratch[att].begin(), scratch[att].end());
   }
-  if (!scratch_[0].empty() || !scratch_[1].empty()) ++states_;
+  if (!scratch[0].empty() || !scratch[1].empty()) ++lane.states;
+}
+
+void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
+  jobs_.clear();
+  for (int pos = 0; pos < p_.C; ++pos)
+    for (int u = 1; u <= p_.devices[pos]; ++u) jobs_.emplace_back(pos, u);
+  // Threads pay off on wide layers only (starting one costs tens of microseconds). The
+  // states' work is uneven (a mesh fits only aligned offsets), so lanes take the next
+  // job as they finish and note which job each front belongs to.
+  const int T = jobs_.size() >= 64 ? static_cast<int>(lanes_.size()) : 1;
+  std::atomic<size_t> next{0};
+  auto work = [&](int t) {
+    Lane& lane = lanes_[t];
+    lane.out.clear();
+    lane.counts.clear();
+    lane.jobs.clear();
+    lane.states = 0;
+    for (size_t j = next++; j < jobs_.size(); j = next++) {
+      lane.jobs.push_back(static_cast<int>(j));
+      if (p_.recompute.size() > 1)
+        fill_state<true>(l, jobs_[j].first, jobs_[j].second, cap, prune_at, lane);
+      else
+        fill_state<false>(l, jobs_[j].first, jobs_[j].second, cap, prune_at, lane);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < T; ++t) pool.emplace_back(work, t);
+  work(0);
+  for (auto& th : pool) th.join();
+  // Append in job order, whatever lane filled a job: the same table for any thread count.
+  where_.resize(jobs_.size());
+  for (int t = 0; t < T; ++t) {
+    size_t at = 0;
+    for (size_t i = 0; i < lanes_[t].jobs.size(); ++i) {
+      where_[lanes_[t].jobs[i]] = {t, at, static_cast<int>(i)};
+      at += static_cast<size_t>(lanes_[t].counts[2 * i] + lanes_[t].counts[2 * i + 1]);
+    }
+    states_ += lanes_[t].states;
+  }
+  for (size_t j = 0; j < jobs_.size(); ++j) {
+    const Lane& lane = lanes_[where_[j].lane];
+    size_t from = where_[j].first;
+    for (int att = 0; att < 2; ++att) {
+      const int s = state(l, jobs_[j].first, jobs_[j].second, att);
+      const int n = lane.counts[2 * where_[j].index + att];
+      off_[s] = static_cast<int>(entries_.size());
+      cnt_[s] = n;
+      entries_.insert(entries_.end(), lane.out.begin() + static_cast<std::ptrdiff_t>(from),
+                      lane.out.begin() + static_cast<std::ptrdiff_t>(from + n));
+      from += static_cast<size_t>(n);
+    }
+  }
 }
 
 void DpTable::fill_merged(int l, int pos) {
@@ -282,13 +335,7 @@ DpOutcome DpTable::run(Seconds cap, double prune_at) {
   std::fill(cnt_.begin(), cnt_.end(), 0);
   std::fill(mcnt_.begin(), mcnt_.end(), 0);
   for (int l = p_.L - 1; l >= 0; --l) {
-    for (int pos = 0; pos < p_.C; ++pos)
-      for (int u = 1; u <= p_.devices[pos]; ++u) {
-        if (p_.recompute.size() > 1)
-          fill_state<true>(l, pos, u, cap, prune_at);
-        else
-          fill_state<false>(l, pos, u, cap, prune_at);
-      }
+    fill_layer(l, cap, prune_at);
     for (int pos = 0; pos < p_.C; ++pos) fill_merged(l, pos);
   }
   DpOutcome out;

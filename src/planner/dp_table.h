@@ -87,7 +87,10 @@ struct DpOutcome {
 
 class DpTable {
  public:
-  explicit DpTable(const DpProblem& problem);
+  // `threads` (>= 1) fill the states of one layer l side by side: they depend only on
+  // states of larger l. The result does not depend on the count (the states' entries
+  // are appended in one fixed order).
+  explicit DpTable(const DpProblem& problem, int threads = 1);
   DpTable(const DpTable&) = delete;
   DpTable& operator=(const DpTable&) = delete;
 
@@ -113,11 +116,27 @@ class DpTable {
     return ((l * p_.C + pos) * (p_.max_devices + 1) + u) * 2 + att;
   }
   int merged(int l, int pos, int att) const { return (l * p_.C + pos) * 2 + att; }
-  void offer(std::vector<Entry>& front, const Entry& candidate);
+  // One thread's work on a layer: its states' fronts, in the order it filled them.
+  struct Lane {
+    std::vector<Entry> scratch[2];
+    std::vector<Entry> out;
+    std::vector<int> counts;  // per state filled: att 0's entries, then att 1's
+    std::vector<int> jobs;    // the layer's jobs it filled, in order
+    long long states = 0;
+  };
+  struct Where {  // where a job's fronts are: lane, first entry in its out, its index there
+    int lane;
+    size_t first;
+    int index;
+  };
+  void offer(std::vector<Entry>& front, const Entry& candidate) const;
   // kMulti: several recomputation modes; false: the one mode of the problem, with the
   // mode loop gone at compile time (the search's hot path stays as fast as before).
+  // Reads entries_ only: the lane keeps what it finds.
   template <bool kMulti>
-  void fill_state(int l, int pos, int u, Seconds cap, double prune_at);
+  void fill_state(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const;
+  // Fills every state (pos, u) of layer l, on the lanes, then appends them in order.
+  void fill_layer(int l, Seconds cap, double prune_at);
   void fill_merged(int l, int pos);
 
   const DpProblem& p_;
@@ -125,6 +144,9 @@ class DpTable {
   std::vector<int> off_, cnt_;    // per state
   std::vector<int> moff_, mcnt_;  // per merged (l, pos, att)
   std::vector<Entry> scratch_[2];
+  std::vector<Lane> lanes_;
+  std::vector<std::pair<int, int>> jobs_;  // a layer's (pos, u)
+  std::vector<Where> where_;
   long long states_ = 0;
   bool feasibility_only_ = false;
 };

@@ -108,12 +108,15 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
     if (problem.valid) problems.push_back(std::move(problem));
   }
   std::vector<CapSearchResult> found(problems.size());
-  const int threads = std::max(1, std::min<int>(static_cast<int>(problems.size()),
-                                                static_cast<int>(std::thread::hardware_concurrency())));
+  const int cores =
+      options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = std::max(1, std::min<int>(static_cast<int>(problems.size()), cores));
+  // One order: its DP uses every core instead (the layers' states side by side).
+  const int dp_threads = problems.size() == 1 ? cores : 1;
   std::atomic<size_t> next{0};
   auto worker = [&] {
     for (size_t i = next++; i < problems.size(); i = next++)
-      found[i] = search_caps(problems[i], threads == 1 ? options.progress : ProgressFn());
+      found[i] = search_caps(problems[i], threads == 1 ? options.progress : ProgressFn(), dp_threads);
   };
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);

@@ -149,5 +149,53 @@ TEST(PaperExamples, TensorParallelismWhenAndOnlyWhenMemoryOrSpeedRequiresIt) {
   }
 }
 
+// The search on several cores fills each layer's DP states side by side (when a layer
+// has 64 or more): the plan, its time and the search's counts are those of one core,
+// on a cluster wide enough to use the threads, with uneven layers and mixed devices.
+TEST(ParallelSearch, EveryCoreGivesTheOneCorePlan) {
+  const cluster::Cluster cluster = cluster_from_yaml(R"(
+version: 1
+name: wide
+subclusters:
+  - {name: a, device: A100-40GB, nodes: 6, devices_per_node: 8,
+     intra_node: {bandwidth_gbps: 2400, latency_us: 5}, inter_node: {bandwidth_gbps: 200, latency_us: 10}}
+  - {name: v, device: V100-32GB, nodes: 4, devices_per_node: 8,
+     intra_node: {bandwidth_gbps: 1200, latency_us: 5}, inter_node: {bandwidth_gbps: 100, latency_us: 10}}
+links:
+  - {between: [a, v], bandwidth_gbps: 10, latency_ms: 1}
+)");
+  const int L = 24, mbs = 8;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<double> jitter(0.5, 1.5);
+  Times times;
+  for (int samples = 1; samples <= mbs; samples *= 2)
+    for (const auto& [device, speed] : {std::pair{"A100-40GB", 1.0}, std::pair{"V100-32GB", 2.2}}) {
+      StageCosts::LayerTimes t;
+      std::mt19937 layer_rng(7);  // the same unevenness on every device and mesh
+      for (int l = 0; l < L; ++l) {
+        const double per = 1e-3 * speed * samples * jitter(layer_rng);
+        t.fwd_s.push_back(per / 3);
+        t.bwd_s.push_back(per * 2 / 3);
+      }
+      times[device][samples] = t;
+    }
+  const StageCosts costs = StageCosts::from_tables(
+      cluster, std::vector<StageCosts::LayerBytes>(L, {64 * kMiB, 8 * kMiB, 4e6, {}}), times, mbs, cost::CostConfig{});
+  SearchOptions one, all;
+  one.microbatches = all.microbatches = 16;
+  one.threads = 1;
+  all.threads = 2;  // more lanes than this machine's cores would still be exact
+  StatusOr<SearchResult> a = search_pipeline(costs, one), b = search_pipeline(costs, all);
+  HARP_ASSERT_OK(a.status());
+  HARP_ASSERT_OK(b.status());
+  ASSERT_TRUE(a->feasible);
+  EXPECT_EQ(a->iteration_s, b->iteration_s);
+  EXPECT_EQ(describe_plan(costs, a->placements, one), describe_plan(costs, b->placements, all));
+  EXPECT_EQ(a->launch_counts, b->launch_counts);
+  EXPECT_EQ(a->stats.states_visited, b->stats.states_visited);
+  EXPECT_EQ(a->stats.front_entries, b->stats.front_entries);
+  EXPECT_GT(a->plan.num_stages(), 1);
+}
+
 }  // namespace
 }  // namespace harp::planner

@@ -45,6 +45,9 @@ struct SearchOptions {
   // one mode: every stage uses it; several: the search picks one per stage, jointly with
   // the cuts, meshes and launch counts (each stage's time against its memory).
   std::vector<Recompute> recompute = {Recompute::kNone};
+  // Cores the search uses (0: every core): subcluster orders side by side, or, with one
+  // order, the states of each layer of its DP. The answer does not depend on it.
+  int threads = 0;
   ProgressFn progress;              // optional
 };
 
