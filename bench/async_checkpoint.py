@@ -11,7 +11,7 @@ Run on an otherwise idle machine:  python3 bench/async_checkpoint.py [--harp bui
 import json
 import os
 
-from bench_util import ROOT, bar_chart, bench_args, run, write, write_csv
+from bench_util import ROOT, bench_args, run, write, write_results
 
 MODEL = os.path.join(ROOT, "examples", "models", "gpt_small_cpu.json")
 
@@ -31,7 +31,7 @@ def main():
         blocked = sum(c["blocked_s"] for c in cks) / len(cks)
         written = sum(c["write_s"] for c in cks) / len(cks)
         rows.append({"writer": "asynchronous" if mode == "true" else "synchronous", "checkpoints": len(cks),
-                     "mean_write_s": written, "mean_step_waited_s": blocked,
+                     "mean_write_s": written, "mean_step_waited_s": blocked, "mean_step_waited_ms": 1e3 * blocked,
                      "median_step_s": s["measured_median_s"], "final_loss": s["final_loss"]})
         print("%-12s %d checkpoints: write %.3f s, the step waited %.3f s; median step %.3f s" %
               (rows[-1]["writer"], len(cks), written, blocked, s["measured_median_s"]), flush=True)
@@ -39,10 +39,8 @@ def main():
     print("hidden: %.3f of %.3f s per checkpoint (%.0f%%); final losses equal: %s" %
           (asyn["mean_write_s"] - asyn["mean_step_waited_s"], asyn["mean_write_s"],
            100 * (1 - asyn["mean_step_waited_s"] / asyn["mean_write_s"]), sync["final_loss"] == asyn["final_loss"]))
-    write_csv(os.path.join(a.out, "async_checkpoint.csv"), rows)
-    bar_chart(os.path.join(a.out, "async_checkpoint.svg"), "Seconds a step waits per checkpoint (lower is better)",
-              [(r["writer"], r["mean_step_waited_s"], "#4c72b0") for r in rows])
-    print("wrote %s/async_checkpoint.csv and .svg" % a.out)
+    write_results(a.out, "async_checkpoint", rows, "Milliseconds a step waits per checkpoint (lower is better)",
+                  "writer", "mean_step_waited_ms")
 
 
 if __name__ == "__main__":

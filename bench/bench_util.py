@@ -61,6 +61,13 @@ def bar_chart(path, title, bars):
     write(path, "\n".join(out) + "\n")
 
 
+def write_results(out, name, rows, title, label, value):
+    """OUT/NAME.csv of the rows and OUT/NAME.svg, a bar per row (row[label], row[value])."""
+    write_csv(os.path.join(out, name + ".csv"), rows)
+    bar_chart(os.path.join(out, name + ".svg"), title, [(r[label], r[value], "#4c72b0") for r in rows])
+    print("wrote %s/%s.csv and .svg" % (out, name))
+
+
 def bench_args(out_name, steps):
     """--harp, --steps and --out (created: out/<out_name> by default)."""
     ap = argparse.ArgumentParser()

@@ -10,7 +10,7 @@ Run on an otherwise idle machine:  python3 bench/tp_throughput.py [--harp build/
 import json
 import os
 
-from bench_util import ROOT, bar_chart, bench_args, run, write, write_csv
+from bench_util import ROOT, bench_args, run, write, write_results
 
 MODEL = os.path.join(ROOT, "examples", "models", "gpt_small_cpu.json")
 M, MBS = 8, 4
@@ -38,10 +38,8 @@ def main():
     for r in rows[1:]:
         print("%s / tp 1: %.2fx tokens/s; final loss %+.1e relative" %
               (r["layout"], r["tokens_per_s"] / one["tokens_per_s"], r["final_loss"] / one["final_loss"] - 1))
-    write_csv(os.path.join(a.out, "tp_throughput.csv"), rows)
-    bar_chart(os.path.join(a.out, "tp_throughput.svg"), "Training tokens/s, one thread per rank (higher is better)",
-              [(r["layout"], r["tokens_per_s"], "#4c72b0") for r in rows])
-    print("wrote %s/tp_throughput.csv and .svg" % a.out)
+    write_results(a.out, "tp_throughput", rows, "Training tokens/s, one thread per rank (higher is better)", "layout",
+                  "tokens_per_s")
 
 
 if __name__ == "__main__":

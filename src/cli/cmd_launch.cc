@@ -111,13 +111,6 @@ int run_launch(const Opts& o, Context& ctx) {
   }
   launch::LaunchOptions options;
   options.nproc = o.nproc;
-  std::string owned;  // the testbed prefix to take down at the end
-  if (!o.testbed_file.empty()) {
-    if (Status s = use_testbed(o, &options, &owned, ctx); !s.ok()) return ctx.fail("launch", s);
-  } else if (!o.plan_file.empty() || o.nproc == 0) {
-    ctx.err << "harp launch: give --nproc N (--plan goes with --testbed)\n";
-    return kExitUsage;
-  }
   if (o.nnodes > 1) {
     if (!o.testbed_file.empty()) {
       ctx.err << "harp launch: --testbed runs on one machine; leave out --nnodes\n";
@@ -132,6 +125,13 @@ int run_launch(const Opts& o, Context& ctx) {
     options.node_rank = o.node_rank;
     options.master_addr = o.master_addr;
     options.master_port = o.master_port;
+  }
+  std::string owned;  // the testbed prefix to take down at the end
+  if (!o.testbed_file.empty()) {
+    if (Status s = use_testbed(o, &options, &owned, ctx); !s.ok()) return ctx.fail("launch", s);
+  } else if (!o.plan_file.empty() || o.nproc == 0) {
+    ctx.err << "harp launch: give --nproc N (--plan goes with --testbed)\n";
+    return kExitUsage;
   }
   options.command = o.command;
   options.grace_s = o.grace_s;
