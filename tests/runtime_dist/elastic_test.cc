@@ -40,6 +40,23 @@ pid_t worker_of(pid_t launcher, int rank) {
   return -1;
 }
 
+// Runs `harp launch --elastic` on DIR/job.yaml (out: DIR/run) and kills rank 1 once
+// `lines` steps are in the metrics; returns the launcher's exit code and stderr.
+std::pair<int, std::string> run_and_kill_rank_1(const std::string& dir, int lines,
+                                                std::chrono::steady_clock::time_point limit) {
+  const std::string out = dir + "/run";
+  Child launcher = spawn_rank({kHarp, "launch", "--elastic", "--job", dir + "/job.yaml", "--grace-s", "1", "--",
+                               kHarp, "train", "--out", out},
+                              {"OMP_NUM_THREADS=1"}, dir + "/launch.err", dir + "/launch.out");
+  while (line_count(out + "/metrics.jsonl") < lines && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const pid_t victim = worker_of(launcher.pid, 1);
+  EXPECT_GT(victim, 0) << read_text_file(dir + "/launch.err").value();
+  if (victim > 0) kill(victim, SIGKILL);
+  const int rc = wait_bounded(launcher.pid, limit);
+  return {rc, read_text_file(dir + "/launch.err").value()};
+}
+
 TEST(Elastic, KilledRankContinuesOnThreeWithANewPlan) {
   const std::string dir = std::string(HARP_BINARY_DIR) + "/elastic_kill";
   std::filesystem::remove_all(dir);
@@ -57,21 +74,9 @@ subclusters:
       "training: {steps: " + std::to_string(steps) + ", lr: 1.0e-2, warmup_steps: 2, checkpoint_every: " +
       std::to_string(every) + ", out: run, timeout_s: 5}\n").ok());
   const std::string out = dir + "/run";
-  Child launcher = spawn_rank({kHarp, "launch", "--elastic", "--job", dir + "/job.yaml", "--grace-s", "1", "--",
-                               kHarp, "train", "--out", out},
-                              {"OMP_NUM_THREADS=1"}, dir + "/launch.err", dir + "/launch.out");
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(150);
-  while (line_count(out + "/metrics.jsonl") < every + 2 && std::chrono::steady_clock::now() < limit)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  const pid_t victim = worker_of(launcher.pid, 1);
-  ASSERT_GT(victim, 0) << read_text_file(dir + "/launch.err").value();
-  ASSERT_EQ(kill(victim, SIGKILL), 0);
-  const std::string err_text = [&] {
-    const int rc = wait_bounded(launcher.pid, limit);
-    const std::string err = read_text_file(dir + "/launch.err").value();
-    EXPECT_EQ(rc, 0) << err;
-    return err;
-  }();
+  const auto [rc, err_text] = run_and_kill_rank_1(dir, every + 2, limit);
+  EXPECT_EQ(rc, 0) << err_text;
   EXPECT_NE(err_text.find("lost rank(s) [1]"), std::string::npos) << err_text;
 
   // The recovery record: one restart on 3 devices, no more steps lost than the interval.
@@ -106,6 +111,34 @@ subclusters:
   ASSERT_EQ(want.size(), static_cast<size_t>(steps - resumed));
   ASSERT_EQ(elastic.size(), static_cast<size_t>(steps));  // every step, the lost ones rerun
   for (const auto& [step, loss] : want) EXPECT_EQ(elastic.at(step), loss) << "step " << step;
+}
+
+// When the survivors cannot hold the model, the launcher stops with the planner's reason
+// and exit code 3 (a model that needs both devices' memory; one is killed).
+TEST(Elastic, NoPlanForTheSurvivorsStopsWithThePlannersReason) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/elastic_no_plan";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", R"(version: 1
+name: cpu-two
+devices:
+  - {name: cpu-small, peak_tflops: 0.5, memory_gib: 0.5, memory_bandwidth_gbs: 25}
+subclusters:
+  - {name: cpus, device: cpu-small, nodes: 2, devices_per_node: 1,
+     intra_node: {bandwidth_gbps: 12, latency_us: 80}, inter_node: {bandwidth_gbps: 12, latency_us: 80}}
+)").ok());
+  ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", R"(version: 1
+cluster: cluster.yaml
+model: {family: gpt, name: gpt-512, num_blocks: 4, hidden: 512, heads: 4, seq_len: 128, vocab: 256, granularity: 2}
+cost: {gradient_bytes_per_param_byte: 2}
+planner: {strategy: harp, microbatches: 4, microbatch_size: 2}
+training: {steps: 100000, checkpoint_every: 0, timeout_s: 5}
+)").ok());
+  const auto [rc, err] = run_and_kill_rank_1(dir, 2, std::chrono::steady_clock::now() + std::chrono::seconds(120));
+  EXPECT_EQ(rc, 3) << err;
+  EXPECT_NE(err.find("lost rank(s) [1]"), std::string::npos) << err;
+  EXPECT_NE(err.find("no plan fits the 1 devices left: no placement fits every stage's memory"), std::string::npos)
+      << err;
 }
 
 }  // namespace
