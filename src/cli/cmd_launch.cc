@@ -6,7 +6,6 @@
 // (harp/testbed/testbed.h) and binds Gloo to that host's address, so its messages cross
 // the shaped links; the testbed is brought up if it is not, and then taken down at the end.
 #include <algorithm>
-#include <set>
 #include <thread>
 
 #include "cmd_launch.h"
@@ -42,9 +41,7 @@ StatusOr<std::vector<int>> rank_devices(const Opts& o, const cluster::Cluster& c
       return invalid_argument(o.plan_file + ": the plan was made for another cluster (fingerprint " +
                               p.cluster_fingerprint + ", " + o.testbed_file + " has " + c.fingerprint() +
                               "); plan again with this cluster file");
-    std::set<int> used;
-    for (const auto& st : p.stages) used.insert(st.devices.begin(), st.devices.end());
-    devices.assign(used.begin(), used.end());
+    devices = p.used_devices();
     if (*nproc == 0) *nproc = static_cast<int>(devices.size());
     if (*nproc != static_cast<int>(devices.size()))
       return invalid_argument("--nproc " + std::to_string(*nproc) + ": the plan " + o.plan_file + " runs " +

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
-#include <set>
 #include <sstream>
 
 #include "cmd_launch.h"
@@ -121,9 +120,7 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
     const plan::Plan& p = outcome->result.plan;
     const std::string plan_file = elastic_dir + "/plan_" + std::to_string(attempt) + ".json";
     if (Status s = plan::save_plan(p, plan_file); !s.ok()) return ctx.fail("launch", s);
-    std::set<int> used;
-    for (const auto& st : p.stages) used.insert(st.devices.begin(), st.devices.end());
-    const std::vector<int> devices(used.begin(), used.end());  // rank r runs devices[r]
+    const std::vector<int> devices = p.used_devices();  // rank r runs devices[r]
     const int resume_from = latest_step(out_dir);
     ctx.err << "harp launch --elastic: " << (attempt == 0 ? "plan" : "new plan") << " " << plan_file << ": "
             << p.num_stages() << " stages on " << devices.size() << " of " << job->cluster.num_devices()

@@ -1,5 +1,7 @@
 #include "harp/plan/plan.h"
 
+#include <set>
+
 namespace harp::plan {
 
 const char* schedule_kind_name(ScheduleKind kind) {
@@ -38,6 +40,12 @@ bool parse_strategy(const std::string& name, Strategy* out) {
     }
   }
   return false;
+}
+
+std::vector<int> Plan::used_devices() const {
+  std::set<int> used;
+  for (const Stage& st : stages) used.insert(st.devices.begin(), st.devices.end());
+  return {used.begin(), used.end()};
 }
 
 }  // namespace harp::plan

@@ -133,6 +133,9 @@ DpTable::DpTable(const DpProblem& problem, int threads) : p_(problem), lanes_(st
   cnt_.assign(states, 0);
   moff_.assign(static_cast<size_t>(p_.L) * p_.C * 2, 0);
   mcnt_.assign(static_cast<size_t>(p_.L) * p_.C * 2, 0);
+  for (int pos = 0; pos < p_.C; ++pos)
+    for (int u = 1; u <= p_.devices[pos]; ++u) jobs_.emplace_back(pos, u);
+  where_.resize(jobs_.size());
 }
 
 // x dominates y when no upstream completion can make y better: the upstream part adds
@@ -256,9 +259,6 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
 }
 
 void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
-  jobs_.clear();
-  for (int pos = 0; pos < p_.C; ++pos)
-    for (int u = 1; u <= p_.devices[pos]; ++u) jobs_.emplace_back(pos, u);
   // Threads pay off on wide layers only (starting one costs tens of microseconds). The
   // states' work is uneven (a mesh fits only aligned offsets), so lanes take the next
   // job as they finish and note which job each front belongs to.
@@ -283,7 +283,6 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
   work(0);
   for (auto& th : pool) th.join();
   // Append in job order, whatever lane filled a job: the same table for any thread count.
-  where_.resize(jobs_.size());
   for (int t = 0; t < T; ++t) {
     size_t at = 0;
     for (size_t i = 0; i < lanes_[t].jobs.size(); ++i) {

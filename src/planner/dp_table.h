@@ -145,7 +145,7 @@ class DpTable {
   std::vector<int> moff_, mcnt_;  // per merged (l, pos, att)
   std::vector<Entry> scratch_[2];
   std::vector<Lane> lanes_;
-  std::vector<std::pair<int, int>> jobs_;  // a layer's (pos, u)
+  std::vector<std::pair<int, int>> jobs_;  // every layer's states (pos, u), in fill order
   std::vector<Where> where_;
   long long states_ = 0;
   bool feasibility_only_ = false;

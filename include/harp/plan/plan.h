@@ -94,6 +94,9 @@ struct Plan {
   Json model_config;
 
   int num_stages() const { return static_cast<int>(stages.size()); }
+  // Every device some stage uses, in increasing id: rank r runs the r-th (the runtime's
+  // rank layout, runtime/transport.h).
+  std::vector<int> used_devices() const;
 };
 
 }  // namespace harp::plan
