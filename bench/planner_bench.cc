@@ -34,8 +34,10 @@ void plan_job(benchmark::State& state, const std::string& job_file, harp::plan::
     stats = r.stats;
   }
   state.counters["iteration_s"] = t;
-  state.counters["dp_runs"] = static_cast<double>(stats.caps_evaluated);
+  state.counters["caps"] = static_cast<double>(stats.caps_evaluated);
+  state.counters["dp_runs"] = static_cast<double>(stats.dp_runs);
   state.counters["dp_states"] = static_cast<double>(stats.states_visited);
+  state.counters["entries"] = static_cast<double>(stats.front_entries);
 }
 
 void BM_Harp_Gpt2_6B_Paper(benchmark::State& s) { plan_job(s, "paper_gpt2.6b.yaml", harp::plan::Strategy::kHarp); }

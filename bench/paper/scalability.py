@@ -45,7 +45,7 @@ def point(harp, d, nodes, k):
     p = json.loads(pl.run([harp, "plan", "--job", job, "--json"]))
     wall = time.perf_counter() - start
     return dict(gpus=4 * 8 * nodes, layers=60 * k + 2, k=k, search_s=p["search"]["wall_s"], process_s=wall,
-                dp_runs=p["search"]["caps_evaluated"], dp_states=p["search"]["dp_states"],
+                dp_runs=p["search"]["dp_runs"], dp_states=p["search"]["dp_states"],
                 stages=len(p["stages"]), iteration_s=p["predicted"]["iteration_s"])
 
 

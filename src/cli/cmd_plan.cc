@@ -131,7 +131,8 @@ StatusOr<planner::PlanOutcome> plan_for(const Opts& o, Context& ctx) {
 void print_stats(const planner::StrategyResult& r, std::ostream& out) {
   if (r.strategy == plan::Strategy::kUniform) return;
   out << "search: " << fmt("%.1f ms", r.stats.wall_s * 1e3) << ", " << r.stats.caps_evaluated
-      << " of " << r.stats.caps_total << " candidate periods evaluated, " << r.stats.states_visited
+      << " of " << r.stats.caps_total << " candidate periods evaluated in " << r.stats.dp_runs << " DP runs, "
+      << r.stats.states_visited
       << " DP states, " << r.stats.front_entries << " Pareto entries, " << r.stats.orders_tried
       << " subcluster order(s)\n";
 }
@@ -229,6 +230,7 @@ int run_plan(const Opts& o, Context& ctx) {
     Json j = plan::plan_to_json(p);
     j["search"]["caps_total"] = r.stats.caps_total;
     j["search"]["caps_evaluated"] = r.stats.caps_evaluated;
+    j["search"]["dp_runs"] = r.stats.dp_runs;
     j["search"]["dp_states"] = r.stats.states_visited;
     ctx.out << j.dump(2) << "\n";
     return kExitOk;

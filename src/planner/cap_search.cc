@@ -8,6 +8,14 @@
 #include "harp/plan/closed_form.h"
 
 namespace harp::planner {
+namespace {
+
+// The first tight run's bound: 10% above the lower bound, the slack doubling after each
+// miss, the bound given up for prune_at after kMaxTightRuns.
+constexpr double kFirstSlack = 0.1;
+constexpr int kMaxTightRuns = 4;
+
+}  // namespace
 
 CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress, int threads) {
   CapSearchResult result;
@@ -33,16 +41,54 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
       result.period_s = period;
     }
   };
+  // Tight runs at caps[i]. A run bounded by g finds every plan below g, and is much
+  // cheaper than one at prune_at when g is close to the relaxation's lower bound lb
+  // (DpTable::lower_bound): most partial plans are dropped. Bounds go from
+  // lb (1 + kFirstSlack) up, the slack doubling, kMaxTightRuns of them at most, then
+  // (`finish`) prune_at itself. Returns the first outcome `done` accepts, else the last
+  // run's. The outcome stays in `tight`, with its table, while no other run follows, so
+  // a later call for the same cap goes on from it.
+  struct Tight {
+    int cap = -1;
+    double g = 0;
+    int tries = 0;
+    DpOutcome out;
+  } tight;
+  auto run_tight = [&](int i, double prune_at, bool finish, auto done) {
+    const double lb = table.lower_bound(caps[i]);
+    if (!std::isfinite(lb)) return DpOutcome{};  // not even the relaxation fits this cap
+    // A prune_at already within twice the first slack of lb is tight enough.
+    double g = lb > 0 && prune_at > lb * (1 + 2 * kFirstSlack) ? lb * (1 + kFirstSlack) : prune_at;
+    int tries = 0;
+    if (tight.cap == i) {  // go on from the last run
+      g = std::min(prune_at, tight.g);
+      tries = tight.tries;
+      if (g == tight.g && (done(tight.out, g) || g >= prune_at)) return tight.out;
+      if (tries >= kMaxTightRuns && !finish) return tight.out;
+      g = tries < kMaxTightRuns ? std::min(prune_at, lb + (g - lb) * 2) : prune_at;
+    }
+    for (;;) {
+      tight = {i, g, ++tries, table.run(caps[i], g)};
+      ++result.dp_runs;
+      result.states_visited += tight.out.states;
+      result.front_entries += tight.out.entries;
+      if (done(tight.out, g) || g >= prune_at) return tight.out;
+      if (tries >= kMaxTightRuns && !finish) return tight.out;
+      g = tries < kMaxTightRuns ? std::min(prune_at, lb + (g - lb) * 2) : prune_at;
+    }
+  };
   // Runs the DP at caps[i]; records R and updates the best plan from both outcomes.
   // `low` is the smallest cap R(caps[i]) will bound: partial plans that cannot beat the
   // best plan with a period of at least caps[low] are dropped (R stays exact below
-  // best - (B - 1) caps[low], which is all the bound test needs).
+  // best - (B - 1) caps[low], which is all the bound test needs). Tight runs stop once
+  // the exact optimum (some t or c equal to the cap) is below g: then both outcomes are
+  // those of a run at prune_at.
   auto evaluate = [&](int i, int low) {
     const double prune_at = low < 0 ? inf : best - B1 * caps[low];
-    DpOutcome out = table.run(caps[i], prune_at);
+    const DpOutcome out =
+        run_tight(i, prune_at, true, [](const DpOutcome& o, double g) { return o.exact < g; });
+    tight.cap = -1;  // the placements below are read; later runs overwrite the table
     ++result.caps_evaluated;
-    result.states_visited += out.states;
-    result.front_entries += out.entries;
     relaxed[i] = out.relaxed;
     if (progress) progress(caps[i], out.states);
     if (out.exact_entry >= 0) keep(table.placements(out.exact_entry), out.exact + B1 * caps[i], caps[i]);
@@ -63,13 +109,25 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   int lo = static_cast<int>(std::lower_bound(caps.begin(), caps.end(), floor_cap) - caps.begin());
   if (lo >= K) return result;
   // Gallop upward: low caps are cheap to evaluate (short stages), high ones are not.
-  // Feasibility probes keep one entry per state (DpTable::feasible): much cheaper.
+  // Feasibility probes keep one entry per state (DpTable::feasible): much cheaper than
+  // a full run. A feasible probe's plan is the first incumbent.
   auto probe = [&](int i) {
     ++result.caps_evaluated;
-    return table.feasible(caps[i]);
+    ++result.dp_runs;
+    tight.cap = -1;  // the table is overwritten
+    const int entry = table.feasible(caps[i]);
+    if (entry < 0) return false;
+    std::vector<Placement> pl = table.placements(entry);
+    plan::Plan p = build_plan(*problem.costs, pl, build);
+    if (check_memory(*problem.costs, p).ok()) keep(std::move(pl), p.predicted.iteration_s, p.predicted.period_s);
+    return true;
   };
+  // The floor cap is often feasible: any plan a tight run finds there proves it, with no
+  // probe, and evaluate() goes on from that run.
+  const bool floor_feasible =
+      run_tight(lo, inf, false, [](const DpOutcome& o, double g) { return o.relaxed < g; }).relaxed < inf;
   int step = 1, hi = lo;
-  while (!probe(hi)) {
+  while (!floor_feasible && !probe(hi)) {
     if (hi == K - 1) return result;  // nothing fits even with the largest cap
     lo = hi + 1;
     hi = std::min(K - 1, hi + step);
@@ -82,7 +140,7 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
     else
       lo = mid + 1;
   }
-  r_at(lo);  // the smallest feasible cap: the first plans, exact and relaxed
+  r_at(lo, lo);  // the smallest feasible cap: the first plans, exact and relaxed
   // (B - 1) X alone must stay below the best plan (the paper's cut); R >= 0 below.
   int top = K - 1;
   while (top > lo && B1 * caps[top] >= best) --top;

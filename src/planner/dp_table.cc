@@ -74,13 +74,6 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
     for (int b = a + 1; b < p.C; ++b)
       if (p.linked[a][b]) p.cut_cross_s[a * p.C + b] = times_over(p.cross[a][b]);
   }
-  p.upstream_floor.assign(p.L + 1, 0.0);
-  for (int l = 0; l < p.L; ++l) {
-    Seconds cheapest = std::numeric_limits<double>::infinity();
-    for (int pos = 0; pos < p.C; ++pos)
-      for (const DpMesh& m : p.meshes[pos]) cheapest = std::min(cheapest, m.view.compute_s(l, l + 1));
-    p.upstream_floor[l + 1] = p.upstream_floor[l] + (std::isfinite(cheapest) ? cheapest : 0.0);
-  }
   p.valid = true;
   if (!p.allow_idle)
     for (int pos = 0; pos + 1 < p.C; ++pos) p.valid = p.valid && p.linked[pos][pos + 1];
@@ -131,11 +124,109 @@ DpTable::DpTable(const DpProblem& problem, int threads) : p_(problem), lanes_(st
   const size_t states = static_cast<size_t>(p_.L) * p_.C * (p_.max_devices + 1) * 2;
   off_.assign(states, 0);
   cnt_.assign(states, 0);
+  least_.assign(states, Least{});
+  mleast_.assign(static_cast<size_t>(p_.L) * p_.C * 2, Least{});
   moff_.assign(static_cast<size_t>(p_.L) * p_.C * 2, 0);
   mcnt_.assign(static_cast<size_t>(p_.L) * p_.C * 2, 0);
   for (int pos = 0; pos < p_.C; ++pos)
     for (int u = 1; u <= p_.devices[pos]; ++u) jobs_.emplace_back(pos, u);
   where_.resize(jobs_.size());
+  up_.assign(static_cast<size_t>(p_.L + 1) * p_.C * (p_.max_devices + 1), 0.0);
+  down_.assign(up_.size(), 0.0);
+  up_e_.assign(up_.size(), 0.0);
+  down_e_.assign(up_.size(), 0.0);
+  for (const auto& meshes : p_.meshes) max_meshes_ = std::max(max_meshes_, static_cast<int>(meshes.size()));
+  row_first_.assign(static_cast<size_t>(p_.C) * max_meshes_, 0);
+  row_count_.assign(row_first_.size(), 0);
+}
+
+double DpTable::lower_bound(Seconds cap) {
+  if (cap != bound_cap_) bound_upstream(cap);
+  double best = std::numeric_limits<double>::infinity();
+  for (int pos = p_.allow_idle ? 0 : p_.C - 1; pos < p_.C; ++pos)
+    for (int o = p_.allow_idle ? 1 : p_.devices[pos]; o <= p_.devices[pos]; ++o)
+      best = std::min(best, down_[at(p_.L, pos, o)] + down_e_[at(p_.L, pos, o)]);
+  return best;
+}
+
+void DpTable::bound_upstream(Seconds cap) {
+  bound_cap_ = cap;
+  const double inf = std::numeric_limits<double>::infinity();
+  std::fill(up_.begin(), up_.end(), inf);
+  std::fill(down_.begin(), down_.end(), inf);
+  std::fill(up_e_.begin(), up_e_.end(), inf);
+  std::fill(down_e_.begin(), down_e_.end(), inf);
+  const int C = p_.C;
+  for (int l = 0; l < p_.L; ++l) {
+    // up_ at layer l from the parts that end there (down_ at l is final: stages end later
+    // than they start).
+    for (int pos = 0; pos < C; ++pos) {
+      const int D = p_.devices[pos], dpn = p_.devices_per_node[pos];
+      for (int o = 0; o < D; ++o) {
+        double best = inf, best_e = inf;
+        if (l == 0) {
+          best = best_e = (p_.allow_idle || (pos == 0 && o == 0)) ? 0.0 : inf;
+        } else {
+          if (o > 0 && std::isfinite(down_[at(l, pos, o)])) {
+            const Seconds c = (o % dpn == 0 ? p_.cut_inter_s : p_.cut_intra_s)[pos][l - 1];
+            if (c <= cap) {
+              best = down_[at(l, pos, o)] + 2 * c;
+              best_e = down_e_[at(l, pos, o)];
+            }
+          }
+          if (o == 0 || p_.allow_idle)
+            for (int q = p_.allow_idle ? 0 : pos - 1; q >= 0 && q < pos; ++q) {
+              if (!p_.linked[q][pos]) continue;
+              const Seconds c = p_.cut_cross_s[q * C + pos][l - 1];
+              if (c > cap) continue;
+              double ended = inf, ended_e = inf;  // the last stage ends anywhere in q (idle) or at its end
+              for (int o1 = p_.allow_idle ? 1 : p_.devices[q]; o1 <= p_.devices[q]; ++o1) {
+                ended = std::min(ended, down_[at(l, q, o1)]);
+                ended_e = std::min(ended_e, down_e_[at(l, q, o1)]);
+              }
+              best = std::min(best, ended + 2 * c);
+              best_e = std::min(best_e, ended_e);
+            }
+        }
+        up_[at(l, pos, o)] = best;
+        up_e_[at(l, pos, o)] = best_e;
+      }
+    }
+    // Stages that start at l.
+    build_rows(l, cap);
+    const size_t stride = static_cast<size_t>(C) * (p_.max_devices + 1);  // one layer on
+    for (int pos = 0; pos < C; ++pos) {
+      const int D = p_.devices[pos];
+      for (size_t mi = 0; mi < p_.meshes[pos].size(); ++mi) {
+        const DpMesh& m = p_.meshes[pos][mi];
+        const Row* rows = rows_.data() + row_first_[pos * max_meshes_ + mi];
+        const int len = row_count_[pos * max_meshes_ + mi];
+        for (int o = 0; o + m.devices <= D; ++o) {
+          const double base = up_[at(l, pos, o)], base_e = up_e_[at(l, pos, o)];
+          if (!std::isfinite(base) || !p_.fits(pos, m, o)) continue;
+          double* end = &down_[at(l + 1, pos, o + m.devices)];
+          double* end_e = &down_e_[at(l + 1, pos, o + m.devices)];
+          for (int k = 0; k < len; ++k) {
+            const Row& row = rows[k];
+            if (row.t_fits > cap) continue;
+            end[k * stride] = std::min(end[k * stride], base + row.t_fits);
+            end_e[k * stride] = std::min(end_e[k * stride], std::max(base_e, row.e));
+          }
+        }
+      }
+    }
+  }
+}
+
+DpTable::Least DpTable::least_of(const Entry* first, size_t count) {
+  const double inf = std::numeric_limits<double>::infinity();
+  Least least{inf, inf, std::numeric_limits<int>::max()};
+  for (const Entry* x = first; x < first + count; ++x) {
+    least.sum = std::min(least.sum, x->sum);
+    least.e = std::min(least.e, x->e);
+    least.n = std::min(least.n, x->n);
+  }
+  return least;
 }
 
 // x dominates y when no upstream completion can make y better: the upstream part adds
@@ -159,9 +250,41 @@ void DpTable::offer(std::vector<Entry>& front, const Entry& c) const {
   front.push_back(c);
 }
 
+void DpTable::build_rows(int l, Seconds cap) {
+  rows_.clear();
+  const int modes = static_cast<int>(p_.recompute.size());
+  for (int pos = 0; pos < p_.C; ++pos) {
+    const Bytes usable = p_.usable[pos];
+    for (size_t mi = 0; mi < p_.meshes[pos].size(); ++mi) {
+      const DpMesh& m = p_.meshes[pos][mi];
+      row_first_[pos * max_meshes_ + mi] = static_cast<int>(rows_.size());
+      for (int l1 = l + 1; l1 <= p_.L; ++l1) {
+        Row row;
+        row.t_min = row.t_fits = std::numeric_limits<double>::infinity();
+        for (int r = 0; r < modes; ++r) {
+          row.t[r] = m.view.compute_s(l, l1, p_.recompute[r]);
+          row.t_min = std::min(row.t_min, row.t[r]);
+        }
+        if (row.t_min > cap) break;  // every mode's time grows with l1
+        const Bytes stat = m.view.static_bytes(l, l1);
+        if (stat > usable) break;
+        for (int r = 0; r < modes; ++r) {
+          const bool none = p_.recompute[r] == Recompute::kNone;
+          row.act[r] = none ? m.view.activation_bytes(l, l1) : m.view.activation_bytes(l, l1, p_.recompute[r]);
+          row.work[r] = none ? stat : stat + m.view.working_set_bytes(p_.recompute[r]);  // the static part
+          if (row.t[r] <= cap && row.work[r] + row.act[r] <= usable) row.t_fits = std::min(row.t_fits, row.t[r]);
+        }
+        if (!std::isfinite(row.t_fits)) break;  // nor any longer stage (its memory only grows)
+        row.e = m.view.end_s(l, l1);
+        rows_.push_back(row);
+      }
+      row_count_[pos * max_meshes_ + mi] = static_cast<int>(rows_.size()) - row_first_[pos * max_meshes_ + mi];
+    }
+  }
+}
+
 template <bool kMulti>
 void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const {
-  const double floor = p_.upstream_floor[l];
   std::vector<Entry>* scratch = lane.scratch;
   scratch[0].clear();
   scratch[1].clear();
@@ -169,9 +292,12 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
   const int offset = D - u;
   const Bytes usable = p_.usable[pos];
   const auto& meshes = p_.meshes[pos];
+  const double floor = up_[at(l, pos, offset)], floor_e = up_e_[at(l, pos, offset)];
+  if (!std::isfinite(floor)) {  // no upstream part reaches this state
+    lane.counts.insert(lane.counts.end(), {0, 0});
+    return;
+  }
   const int modes = kMulti ? static_cast<int>(p_.recompute.size()) : 1;
-  Seconds t[kRecomputeModes];
-  Bytes act[kRecomputeModes], work[kRecomputeModes];
   auto mode_of = [&](int r) { return static_cast<std::int8_t>(p_.recompute[r]); };
   for (int mi = 0; mi < static_cast<int>(meshes.size()); ++mi) {
     const DpMesh& m = meshes[mi];
@@ -179,32 +305,24 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
     const int u1 = u - m.devices;
     const bool same_crosses_nodes = (D - u1) % p_.devices_per_node[pos] == 0;
     const std::vector<Seconds>& same_cut = same_crosses_nodes ? p_.cut_inter_s[pos] : p_.cut_intra_s[pos];
-    for (int l1 = l + 1; l1 <= p_.L; ++l1) {
-      // The stage's time and kept activations under each allowed recomputation mode; the
-      // fastest mode's time bounds the range (every mode's time grows with l1).
-      Seconds t_min = std::numeric_limits<double>::infinity();
-      for (int r = 0; r < modes; ++r) {
-        t[r] = m.view.compute_s(l, l1, p_.recompute[r]);
-        t_min = std::min(t_min, t[r]);
-      }
-      if (t_min > cap) break;
-      const Bytes stat = m.view.static_bytes(l, l1);
-      if (stat > usable) break;
-      for (int r = 0; r < modes; ++r) {
-        const bool none = p_.recompute[r] == Recompute::kNone;
-        act[r] = none ? m.view.activation_bytes(l, l1) : m.view.activation_bytes(l, l1, p_.recompute[r]);
-        work[r] = none ? stat : stat + m.view.working_set_bytes(p_.recompute[r]);  // the static part
-      }
+    const Row* rows = rows_.data() + row_first_[pos * max_meshes_ + mi];
+    const int len = row_count_[pos * max_meshes_ + mi];
+    for (int l1 = l + 1; l1 <= l + len; ++l1) {
+      const Row& row = rows[l1 - l - 1];  // within the cap and the static memory
       // Extends every entry of a downstream front through a link of time c, once per mode
       // that fits (the fronts keep what no other entry dominates: a slower mode survives
       // only where it is the one that fits the memory or attains the cap).
-      auto extend = [&](int first, int count, int att1, Seconds c, int delta) {
-        const double e_head = m.view.end_s(l, l1);
+      auto extend = [&](int first, int count, const Least& least, int att1, Seconds c, int delta) {
+        if (count == 0) return;
+        const double e_head = row.e;
         for (int r = 0; r < modes; ++r) {
-          // Copies, not the arrays: the compiler keeps them in registers across offer().
-          const Seconds tr = t[r];
-          const Bytes ar = act[r], sr = work[r];
+          // Copies, not the row's arrays: the compiler keeps them in registers across offer().
+          const Seconds tr = row.t[r];
+          const Bytes ar = row.act[r], sr = row.work[r];
           if (tr > cap) continue;
+          // No entry of the front can pass the memory or the bound test: skip it whole.
+          if (sr + std::min(least.n + delta, p_.B) * ar > usable) continue;
+          if (least.sum + tr + 2 * c + floor + std::max(std::max(least.e, e_head), floor_e) >= prune_at) continue;
           const int att = (att1 || tr == cap || c == cap) && !feasibility_only_ ? 1 : 0;
           const std::int8_t mode = mode_of(r);
           for (int k = first; k < first + count; ++k) {
@@ -212,7 +330,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
             const int n = std::min(x.n + delta, p_.B);
             if (sr + n * ar > usable) continue;
             const double sum = x.sum + tr + 2 * c, e = std::max(x.e, e_head);
-            if (sum + floor + e >= prune_at) continue;
+            if (sum + floor + std::max(e, floor_e) >= prune_at) continue;
             offer(scratch[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode});
           }
         }
@@ -224,14 +342,14 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
         const Seconds c = same_cut[l1 - 1];
         if (c > cap) continue;
         const int delta = p_.delta(same_crosses_nodes, c, cap);
-        extend(off_[s0], cnt_[s0], 0, c, delta);
-        extend(off_[s1], cnt_[s1], 1, c, delta);
+        extend(off_[s0], cnt_[s0], least_[s0], 0, c, delta);
+        extend(off_[s1], cnt_[s1], least_[s1], 1, c, delta);
       } else if (l1 == p_.L) {
         if (!p_.allow_idle && pos != p_.C - 1) continue;  // later subclusters would be idle
         for (int r = 0; r < modes; ++r) {
-          if (t[r] > cap || work[r] + act[r] > usable) continue;
-          offer(scratch[t[r] == cap && !feasibility_only_ ? 1 : 0],
-                Entry{t[r], m.view.end_s(l, l1), 1, -1, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r)});
+          if (row.t[r] > cap || row.work[r] + row.act[r] > usable) continue;
+          offer(scratch[row.t[r] == cap && !feasibility_only_ ? 1 : 0],
+                Entry{row.t[r], row.e, 1, -1, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r)});
         }
       } else {
         for (int pos1 = pos + 1; pos1 < p_.C; ++pos1) {
@@ -241,8 +359,8 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
               const Seconds c = p_.cut_cross_s[pos * p_.C + pos1][l1 - 1];
               if (c <= cap) {
                 const int delta = p_.delta(true, c, cap);
-                extend(moff_[m0], mcnt_[m0], 0, c, delta);
-                extend(moff_[m1], mcnt_[m1], 1, c, delta);
+                extend(moff_[m0], mcnt_[m0], mleast_[m0], 0, c, delta);
+                extend(moff_[m1], mcnt_[m1], mleast_[m1], 1, c, delta);
               }
             }
           }
@@ -262,6 +380,7 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
   // Threads pay off on wide layers only (starting one costs tens of microseconds). The
   // states' work is uneven (a mesh fits only aligned offsets), so lanes take the next
   // job as they finish and note which job each front belongs to.
+  build_rows(l, cap);
   const int T = jobs_.size() >= 64 ? static_cast<int>(lanes_.size()) : 1;
   std::atomic<size_t> next{0};
   auto work = [&](int t) {
@@ -299,6 +418,7 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
       const int n = lane.counts[2 * where_[j].index + att];
       off_[s] = static_cast<int>(entries_.size());
       cnt_[s] = n;
+      least_[s] = least_of(lane.out.data() + from, static_cast<size_t>(n));
       entries_.insert(entries_.end(), lane.out.begin() + static_cast<std::ptrdiff_t>(from),
                       lane.out.begin() + static_cast<std::ptrdiff_t>(from + n));
       from += static_cast<size_t>(n);
@@ -315,6 +435,7 @@ void DpTable::fill_merged(int l, int pos) {
       const int s = state(l, pos, D, att);
       moff_[mg] = off_[s];
       mcnt_[mg] = cnt_[s];
+      mleast_[mg] = least_[s];
       continue;
     }
     scratch_[0].clear();
@@ -324,6 +445,7 @@ void DpTable::fill_merged(int l, int pos) {
     }
     moff_[mg] = static_cast<int>(entries_.size());
     mcnt_[mg] = static_cast<int>(scratch_[0].size());
+    mleast_[mg] = least_of(scratch_[0].data(), scratch_[0].size());
     entries_.insert(entries_.end(), scratch_[0].begin(), scratch_[0].end());
   }
 }
@@ -333,6 +455,7 @@ DpOutcome DpTable::run(Seconds cap, double prune_at) {
   states_ = 0;
   std::fill(cnt_.begin(), cnt_.end(), 0);
   std::fill(mcnt_.begin(), mcnt_.end(), 0);
+  if (cap != bound_cap_) bound_upstream(cap);
   for (int l = p_.L - 1; l >= 0; --l) {
     fill_layer(l, cap, prune_at);
     for (int pos = 0; pos < p_.C; ++pos) fill_merged(l, pos);
@@ -364,11 +487,11 @@ DpOutcome DpTable::run(Seconds cap, double prune_at) {
   return out;
 }
 
-bool DpTable::feasible(Seconds cap) {
+int DpTable::feasible(Seconds cap) {
   feasibility_only_ = true;
   DpOutcome out = run(cap);
   feasibility_only_ = false;
-  return out.relaxed_entry >= 0;
+  return out.relaxed_entry;
 }
 
 std::vector<Placement> DpTable::placements(int entry) const {

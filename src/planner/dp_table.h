@@ -46,9 +46,6 @@ struct DpProblem {
   // Transfer time of a cut after layer l: inside a node, between nodes of a position,
   // and over the link from position p to q (indexed [p * C + q][l]).
   std::vector<std::vector<Seconds>> cut_intra_s, cut_inter_s, cut_cross_s;
-  // upstream_floor[l]: no stages covering layers [0, l) can sum to less (each layer on
-  // its cheapest mesh anywhere, links free). Bounds partial plans in run().
-  std::vector<Seconds> upstream_floor;
 
   // Devices a mesh occupies from `offset` (index inside the subcluster) stay in one node
   // (groups) or start at a node boundary (whole nodes).
@@ -100,7 +97,10 @@ class DpTable {
   DpOutcome run(Seconds cap, double prune_at = std::numeric_limits<double>::infinity());
   // Whether any plan has every t, c <= cap (δ from cap): the same DP keeping one entry
   // per state, the smallest launch count, which is all that memory feasibility needs.
-  bool feasible(Seconds cap);
+  // Returns the entry of one such plan (for placements()), or -1.
+  int feasible(Seconds cap);
+  // No plan with every t, c <= cap has a smaller sum + e (the relaxation of up_).
+  double lower_bound(Seconds cap);
   // The pipeline an entry of the last run describes, head first.
   std::vector<Placement> placements(int entry) const;
 
@@ -112,6 +112,13 @@ class DpTable {
     std::int16_t mesh;
     std::int8_t recompute;  // the head stage's Recompute
   };
+  // The least sum, e and launch count over a front's entries (each on its own): a front
+  // none of whose entries can pass a check is skipped whole.
+  struct Least {
+    double sum = 0, e = 0;
+    int n = 0;
+  };
+  static Least least_of(const Entry* first, size_t count);
   int state(int l, int pos, int u, int att) const {
     return ((l * p_.C + pos) * (p_.max_devices + 1) + u) * 2 + att;
   }
@@ -138,15 +145,42 @@ class DpTable {
   // Fills every state (pos, u) of layer l, on the lanes, then appends them in order.
   void fill_layer(int l, Seconds cap, double prune_at);
   void fill_merged(int l, int pos);
+  // rows_ for the stages that start at layer l: every (position, mesh) and end l1 while
+  // the stage stays within the cap and its static memory fits (every state of the layer
+  // reads them).
+  void build_rows(int l, Seconds cap);
+  // Fills up_ for a cap (see up_).
+  void bound_upstream(Seconds cap);
+  int at(int l, int pos, int offset) const { return (l * p_.C + pos) * (p_.max_devices + 1) + offset; }
 
   const DpProblem& p_;
   std::vector<Entry> entries_;
   std::vector<int> off_, cnt_;    // per state
   std::vector<int> moff_, mcnt_;  // per merged (l, pos, att)
+  std::vector<Least> least_, mleast_;  // per state, per merged
   std::vector<Entry> scratch_[2];
   std::vector<Lane> lanes_;
   std::vector<std::pair<int, int>> jobs_;  // every layer's states (pos, u), in fill order
   std::vector<Where> where_;
+  // up_[at(l, pos, o)]: no upstream part (the stages before a head stage that starts at
+  // layer l on device index o of position pos, and their links, the one into the head
+  // included) has a smaller Σ(t + 2c) under the cap; infinity where none exists. The same
+  // recurrence as run() from the other end, one value per state: exact except that launch
+  // counts are taken as 1 (memory only relaxes). It prunes partial plans (sum + up + e
+  // must stay below prune_at) and skips states no upstream part reaches.
+  // down_[at(l, pos, o)]: the best Σt of stages covering [0, l) whose last stage ends
+  // at index o of position pos (its outgoing link not yet counted).
+  std::vector<double> up_, down_;
+  struct Row {
+    Seconds t[kRecomputeModes], t_min, t_fits, e;  // t_fits: fastest mode that holds one microbatch
+    Bytes act[kRecomputeModes], work[kRecomputeModes];
+  };
+  std::vector<Row> rows_;
+  std::vector<int> row_first_, row_count_;  // per pos * max_meshes_ + mesh
+  int max_meshes_ = 0;
+  // The same for max(ar + opt): the smallest the upstream part's can be (on its own).
+  std::vector<double> up_e_, down_e_;
+  Seconds bound_cap_ = std::numeric_limits<double>::quiet_NaN();  // the cap up_ holds
   long long states_ = 0;
   bool feasibility_only_ = false;
 };

@@ -127,6 +127,7 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
     ++result.stats.orders_tried;
     result.stats.caps_total += r.caps_total;
     result.stats.caps_evaluated += r.caps_evaluated;
+    result.stats.dp_runs += r.dp_runs;
     result.stats.states_visited += r.states_visited;
     result.stats.front_entries += r.front_entries;
     // Ties keep the earliest order, so the answer does not depend on thread timing.

@@ -54,7 +54,8 @@ struct SearchOptions {
 struct SearchStats {
   double wall_s = 0;
   long long caps_total = 0;      // distinct candidate periods
-  long long caps_evaluated = 0;  // DP runs
+  long long caps_evaluated = 0;  // candidate periods evaluated (probes and full DPs)
+  long long dp_runs = 0;         // DP runs (an evaluation may take several tight runs)
   long long states_visited = 0;  // DP states with a non-empty front
   long long front_entries = 0;   // Pareto entries created
   int orders_tried = 0;
