@@ -14,6 +14,7 @@ namespace {
 // miss, the bound given up for prune_at after kMaxTightRuns.
 constexpr double kFirstSlack = 0.1;
 constexpr int kMaxTightRuns = 4;
+constexpr int kFloorTightRuns = 2;  // at the floor cap, before the probes take over
 
 }  // namespace
 
@@ -48,33 +49,40 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   // (`finish`) prune_at itself. Returns the first outcome `done` accepts, else the last
   // run's. The outcome stays in `tight`, with its table, while no other run follows, so
   // a later call for the same cap goes on from it.
+  double gap = 1;  // R / lb at the last evaluated cap where both were found
   struct Tight {
     int cap = -1;
     double g = 0;
     int tries = 0;
+    bool table_valid = false;  // false once another run (a probe) overwrote the table
     DpOutcome out;
   } tight;
-  auto run_tight = [&](int i, double prune_at, bool finish, auto done) {
+  auto run_tight = [&](int i, double prune_at, int max_tries, bool finish, auto done) {
     const double lb = table.lower_bound(caps[i]);
     if (!std::isfinite(lb)) return DpOutcome{};  // not even the relaxation fits this cap
-    // A prune_at already within twice the first slack of lb is tight enough.
-    double g = lb > 0 && prune_at > lb * (1 + 2 * kFirstSlack) ? lb * (1 + kFirstSlack) : prune_at;
+    // The first bound: R / lb as the last evaluated cap had it, plus half the first slack
+    // (neighbouring caps have alike gaps); a prune_at within twice that is tight enough.
+    const double first = lb * std::max(1 + kFirstSlack, gap * (1 + kFirstSlack / 2));
+    double g = lb > 0 && prune_at > lb + 2 * (first - lb) ? first : prune_at;
     int tries = 0;
-    if (tight.cap == i) {  // go on from the last run
-      g = std::min(prune_at, tight.g);
+    if (tight.cap == i) {  // go on from the last run at this cap
       tries = tight.tries;
-      if (g == tight.g && (done(tight.out, g) || g >= prune_at)) return tight.out;
-      if (tries >= kMaxTightRuns && !finish) return tight.out;
-      g = tries < kMaxTightRuns ? std::min(prune_at, lb + (g - lb) * 2) : prune_at;
+      g = std::min(prune_at, tight.g);
+      const bool settled = g == tight.g && (done(tight.out, g) || g >= prune_at);
+      if (settled && tight.table_valid) return tight.out;
+      if (!settled) {  // nothing below tight.g: the next bound (a probe since leaves that true)
+        if (tries >= max_tries && !finish) return tight.out;
+        g = tries < max_tries ? std::min(prune_at, lb + (g - lb) * 2) : prune_at;
+      }
     }
     for (;;) {
-      tight = {i, g, ++tries, table.run(caps[i], g)};
+      tight = {i, g, ++tries, true, table.run(caps[i], g)};
       ++result.dp_runs;
       result.states_visited += tight.out.states;
       result.front_entries += tight.out.entries;
       if (done(tight.out, g) || g >= prune_at) return tight.out;
-      if (tries >= kMaxTightRuns && !finish) return tight.out;
-      g = tries < kMaxTightRuns ? std::min(prune_at, lb + (g - lb) * 2) : prune_at;
+      if (tries >= max_tries && !finish) return tight.out;
+      g = tries < max_tries ? std::min(prune_at, lb + (g - lb) * 2) : prune_at;
     }
   };
   // Runs the DP at caps[i]; records R and updates the best plan from both outcomes.
@@ -86,8 +94,10 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   auto evaluate = [&](int i, int low) {
     const double prune_at = low < 0 ? inf : best - B1 * caps[low];
     const DpOutcome out =
-        run_tight(i, prune_at, true, [](const DpOutcome& o, double g) { return o.exact < g; });
+        run_tight(i, prune_at, kMaxTightRuns, true, [](const DpOutcome& o, double g) { return o.exact < g; });
     tight.cap = -1;  // the placements below are read; later runs overwrite the table
+    const double lb = table.lower_bound(caps[i]);
+    if (lb > 0 && std::isfinite(out.relaxed)) gap = out.relaxed / lb;
     ++result.caps_evaluated;
     relaxed[i] = out.relaxed;
     if (progress) progress(caps[i], out.states);
@@ -114,7 +124,7 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   auto probe = [&](int i) {
     ++result.caps_evaluated;
     ++result.dp_runs;
-    tight.cap = -1;  // the table is overwritten
+    tight.table_valid = false;
     const int entry = table.feasible(caps[i]);
     if (entry < 0) return false;
     std::vector<Placement> pl = table.placements(entry);
@@ -125,7 +135,7 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   // The floor cap is often feasible: any plan a tight run finds there proves it, with no
   // probe, and evaluate() goes on from that run.
   const bool floor_feasible =
-      run_tight(lo, inf, false, [](const DpOutcome& o, double g) { return o.relaxed < g; }).relaxed < inf;
+      run_tight(lo, inf, kFloorTightRuns, false, [](const DpOutcome& o, double g) { return o.relaxed < g; }).relaxed < inf;
   int step = 1, hi = lo;
   while (!floor_feasible && !probe(hi)) {
     if (hi == K - 1) return result;  // nothing fits even with the largest cap
