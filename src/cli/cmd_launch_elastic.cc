@@ -2,6 +2,9 @@
 // machine (cmd_launch.h). Lost ranks are the ones that died by a signal before the
 // launcher stopped anyone, or that ignored its SIGTERM (stalled): their devices leave
 // the cluster (cluster::without_device) and the planner runs again over the rest.
+// SIGUSR1 to the launcher re-admits devices: the workers stop after their next
+// checkpoint, the job's cluster file is read again (every device it lists is taken as
+// available) and the planner runs over it.
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -31,11 +34,13 @@ class StepWatcher : public std::streambuf {
   explicit StepWatcher(std::ostream& out) : out_(out) {}
   int last_step = -1;             // steps done, as rank 0 last printed
   int resumed_step = -1;          // "resumed from step S"
+  int stopped_step = -1;          // "stopped at step S on request" (SIGUSR1)
   double first_step_s = -1;       // seconds from start() to the first step line
   void start() {
     started_ = Clock::now();
     first_step_s = -1;
     resumed_step = -1;
+    stopped_step = -1;
   }
 
  protected:
@@ -65,6 +70,8 @@ class StepWatcher : public std::streambuf {
       if (first_step_s < 0) first_step_s = since(started_);
     } else if (std::sscanf(rest.c_str(), "resumed from step %d", &k) == 1) {
       resumed_step = k;
+    } else if (std::sscanf(rest.c_str(), "stopped at step %d on request", &k) == 1) {
+      stopped_step = k;
     }
   }
   std::ostream& out_;
@@ -107,6 +114,7 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
   StepWatcher watcher(ctx.out);
   std::ostream watched(&watcher);
   Json pending;  // the recovery whose restart is being timed
+  int restarts = 0;  // after lost ranks (--max-restarts); re-admissions are not counted
   for (int attempt = 0;; ++attempt) {
     const auto plan_start = Clock::now();
     auto outcome = planner::plan_job(*job, planner::PlanRequest{});
@@ -145,10 +153,12 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
       // The previous recovery's restart: relaunch to the first step done after it.
       pending["restart_s"] = watcher.first_step_s >= 0 ? Json(watcher.first_step_s) : Json();
       pending["resumed_step"] = watcher.resumed_step;
-      pending["steps_lost"] = watcher.resumed_step >= 0 ? Json(pending["failed_at_step"].get<int>() - watcher.resumed_step)
-                                                        : pending["failed_at_step"];
-      ctx.err << "harp launch --elastic: recovery: detected and stopped in "
-              << fmt("%.2f s", pending["stop_s"].get<double>()) << ", re-planned in "
+      const int at = pending.value("failed_at_step", pending.value("stopped_at_step", 0));
+      pending["steps_lost"] = watcher.resumed_step >= 0 ? Json(at - watcher.resumed_step) : Json(at);
+      ctx.err << "harp launch --elastic: " << (pending.contains("readmitted") ? "re-admission" : "recovery")
+              << ": stopped in "
+              << (pending["stop_s"].is_number() ? fmt("%.2f s", pending["stop_s"].get<double>()) : std::string("?"))
+              << ", re-planned in "
               << fmt("%.1f ms", pending["replan_s"].get<double>() * 1e3) << ", first step after the restart "
               << (pending["restart_s"].is_null() ? std::string("never") : fmt("%.2f s", pending["restart_s"].get<double>()))
               << " after it; " << pending["steps_lost"].dump() << " steps lost\n";
@@ -156,13 +166,32 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
       pending = Json();
     }
     ctx.err << "harp launch: " << result->summary << "\n";
+    if (result->exit_code == 0 && watcher.stopped_step >= 0) {  // SIGUSR1: re-read the cluster
+      const int before = job->cluster.num_devices();
+      auto reread = job::load_job(o.job_file);
+      if (reread.ok()) {
+        job->cluster = reread->cluster;
+      } else {
+        ctx.err << "harp launch --elastic: cannot re-read the cluster: " << reread.status().to_string()
+                << "; keeping the " << before << " devices\n";
+      }
+      pending = {{"attempt", attempt + 1},
+                 {"readmitted", job->cluster.num_devices() - before},
+                 {"stopped_at_step", watcher.stopped_step},
+                 {"stop_s", result->forwarded_s >= 0 ? Json(result->forwarded_s) : Json()},
+                 {"devices_left", job->cluster.num_devices()}};
+      ctx.err << "harp launch --elastic: stopped after the checkpoint of step " << watcher.stopped_step
+              << " on SIGUSR1; re-planning over the " << job->cluster.num_devices()
+              << " devices of the job's cluster, read again (" << before << " before)\n";
+      continue;
+    }
     if (result->exit_code == 0) return ctx.rc = kExitOk;
     if (result->lost_ranks.empty()) {
       ctx.err << "harp launch --elastic: no rank was lost (a worker failed on its own, exit code "
               << result->exit_code << "); not restarting\n";
       return ctx.rc = result->exit_code;
     }
-    if (attempt >= o.max_restarts) {
+    if (++restarts > o.max_restarts) {
       ctx.err << "harp launch --elastic: " << o.max_restarts << " restarts spent (--max-restarts); stopping\n";
       return ctx.rc = result->exit_code;
     }

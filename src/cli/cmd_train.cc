@@ -2,6 +2,7 @@
 // MASTER_ADDR, MASTER_PORT as torchrun sets them; `harp launch` starts several locally).
 // Built only with libtorch.
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <thread>
 
@@ -47,12 +48,20 @@ StatusOr<runtime::TrainConfig> resolve_config(const Opts& o) {
   return c;
 }
 
+// SIGUSR1: stop after the next checkpoint (harp launch passes it on; elastic training
+// re-plans then, e.g. to re-admit devices). Installed first thing, so that a signal
+// during set-up is not fatal.
+volatile std::sig_atomic_t g_stop_requested = 0;
+void on_stop_request(int) { g_stop_requested = 1; }
+
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' ? std::atoi(v) : fallback;
 }
 
 int run_train(const Opts& o, Context& ctx) {
+  g_stop_requested = 0;
+  std::signal(SIGUSR1, on_stop_request);
   auto config = resolve_config(o);
   if (!config.ok()) return ctx.fail("train", config.status());
   const runtime::TrainConfig& c = *config;
@@ -114,6 +123,7 @@ int run_train(const Opts& o, Context& ctx) {
   t.measure_memory = true;
   t.resume = o.resume;
   t.val_data = val_data.get();
+  t.stop_requested = [] { return g_stop_requested != 0; };
   t.exec.emulate = c.emulate || env_int("HARP_EMULATE", 0) != 0;  // harp launch --emulate
   if (const char* origin = std::getenv("HARP_CLOCK_ORIGIN_NS")) {  // harp launch: one clock for all ranks
     char* end = nullptr;
@@ -209,6 +219,7 @@ int run_train(const Opts& o, Context& ctx) {
         checkpoints.push_back({{"step", ct.step}, {"blocked_s", ct.blocked_s}, {"write_s", ct.write_s}});
       s["checkpoints"] = checkpoints;
       s["async_checkpoints"] = t.async_checkpoints;
+      s["stopped_at"] = summary->stopped_at >= 0 ? Json(summary->stopped_at) : Json();
       Status wrote = write_text_file_atomic(c.out + "/summary.json", s.dump(2) + "\n");
       if (!wrote.ok()) return ctx.fail("train", wrote);
     }

@@ -40,7 +40,10 @@ constexpr std::size_t kMaxLineBytes = 64 * 1024;           // progress bars with
 
 volatile std::sig_atomic_t g_stop_signal = 0;
 void on_stop_signal(int sig) { g_stop_signal = sig; }
+volatile std::sig_atomic_t g_forward_pending = 0;  // SIGUSR1s not yet passed on
+void on_forward_signal(int) { g_forward_pending = 1; }
 
+// SIGUSR1 is passed on to the workers (harp train: stop after the next checkpoint).
 // Without this, Ctrl-C (or a closed terminal) would end the launcher and leave the
 // workers, in their own process groups and so untouched by the terminal, as orphans.
 // A signal the caller ignores (e.g. SIGINT of a background job in a script) stays ignored.
@@ -48,11 +51,13 @@ class StopSignals {
  public:
   StopSignals() {
     g_stop_signal = 0;
+    g_forward_pending = 0;
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = 0;  // no SA_RESTART: poll must wake up with EINTR
     for (int i = 0; i < kCount; ++i) {
+      sa.sa_handler = kSignals[i] == SIGUSR1 ? on_forward_signal : on_stop_signal;
       installed_[i] = sigaction(kSignals[i], nullptr, &old_[i]) == 0 && old_[i].sa_handler != SIG_IGN &&
                       sigaction(kSignals[i], &sa, nullptr) == 0;
     }
@@ -65,8 +70,8 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  static constexpr int kCount = 3;
-  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP};
+  static constexpr int kCount = 4;
+  static constexpr int kSignals[kCount] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1};
   struct sigaction old_[kCount] {};
   bool installed_[kCount] = {};
 };
@@ -357,7 +362,7 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.grace_s));
   int first_failed = -1;
   int stop_signal = 0;
-  std::optional<Clock::time_point> term_at, kill_at, all_exited_at, failed_at;
+  std::optional<Clock::time_point> term_at, kill_at, all_exited_at, failed_at, forwarded_at;
   std::vector<int> lost;
   bool unreaped = false;
   std::vector<pollfd> fds;
@@ -388,6 +393,11 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
         failed_at = Clock::now();
       }
       if (w.signal != 0) lost.push_back(w.rank);  // died before the launcher signalled anyone
+    }
+    if (g_forward_pending != 0 && !term_at) {
+      g_forward_pending = 0;
+      signal_groups(workers, SIGUSR1);
+      if (!forwarded_at) forwarded_at = Clock::now();
     }
     if (!term_at && (first_failed >= 0 || g_stop_signal != 0)) {
       if (first_failed < 0) stop_signal = g_stop_signal;
@@ -431,6 +441,8 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
     if (w.got_sigkill && std::find(lost.begin(), lost.end(), w.rank) == lost.end()) lost.push_back(w.rank);
   result.lost_ranks = lost;
   if (failed_at && all_exited_at) result.stop_s = std::chrono::duration<double>(*all_exited_at - *failed_at).count();
+  if (forwarded_at && all_exited_at)
+    result.forwarded_s = std::chrono::duration<double>(*all_exited_at - *forwarded_at).count();
   if (first_failed >= 0) {
     const Worker& w = workers[first_failed];
     result.exit_code = w.code;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cerrno>
 #include <cstring>
 #include <cstdio>
@@ -192,7 +193,9 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   // release its reference to a fresh tensor after the next step has begun, which made
   // the next step's measured base bytes depend on that timing.
   // The last element counts the ranks whose checkpoint write is done (checkpoint_writer.h).
-  torch::Tensor stats = torch::zeros({5 * l.num_stages() + 1}, torch::kFloat64);
+  // The one after it counts the ranks asked to stop (TrainOptions::stop_requested).
+  torch::Tensor stats = torch::zeros({5 * l.num_stages() + 2}, torch::kFloat64);
+  int stop_at = -1;  // the checkpoint step all ranks stop after, once agreed
   CheckpointWriter checkpoints(ckpt_dir, options.keep_checkpoints, options.async_checkpoints,
                                options.before_checkpoint_write);
   auto report_checkpoints = [&] {
@@ -235,8 +238,18 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
       }
     }
     stats[5 * S] = checkpoints.vote();
+    stats[5 * S + 1] = options.stop_requested && options.stop_requested() ? 1.0 : 0.0;
     comm.allreduce_world(stats, "rank " + std::to_string(l.rank) + " at step " + std::to_string(step) + " in metrics");
     HARP_RETURN_IF_ERROR(checkpoints.tally(stats[5 * S].item<double>(), l));
+    if (stop_at < 0 && stats[5 * S + 1].item<double>() > 0) {  // every rank sees it at this step
+      const int every = options.checkpoint_every;
+      stop_at = every > 0 ? (step + 1 + every - 1) / every * every : step + 1;
+      if (stop_at >= options.steps) {
+        stop_at = std::numeric_limits<int>::max();  // the run ends first anyway
+      } else if (l.rank == 0 && options.progress) {
+        log << "stop requested: stopping after the checkpoint of step " << stop_at << "\n";
+      }
+    }
     report_checkpoints();
     torch::Tensor busy = stats.slice(0, 0, S).contiguous();
     if (step > summary.first_step) {
@@ -268,13 +281,19 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     m.busy_fraction.assign(busy.data_ptr<double>(), busy.data_ptr<double>() + S);
     metrics.write(m, options.progress, log);
     if (evaluating && ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) validate(step + 1);
-    if (options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0) {
+    if ((options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0) || step + 1 == stop_at) {
       HARP_RETURN_IF_ERROR(checkpoints.save(ex, comm, step + 1, plan));
       report_checkpoints();
+    }
+    if (step + 1 == stop_at) {
+      summary.stopped_at = stop_at;
+      break;
     }
   }
   HARP_RETURN_IF_ERROR(checkpoints.finish(comm));
   report_checkpoints();
+  if (summary.stopped_at >= 0 && l.rank == 0 && options.progress)
+    log << "stopped at step " << summary.stopped_at << " on request; its checkpoint is complete\n";
   summary.checkpoints = checkpoints.timings();
   if (!traced.empty()) {
     // Each rank writes its part; rank 0 merges them into one trace with the writer the

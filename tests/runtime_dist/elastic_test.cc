@@ -2,12 +2,12 @@
 // outside mid-run; the launcher drops its device, re-plans over the 3 left and resumes
 // from the last checkpoint. The run finishes its steps; after the restart its losses
 // equal those of a fresh 3-rank run started from the same checkpoint with the same new
-// plan, and it lost no more steps than the checkpoint interval.
+// plan, and it lost no more steps than the checkpoint interval. SIGUSR1 re-admits the
+// devices of the cluster file at the next checkpoint, the same way.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <map>
-#include <set>
 
 #include "harp/common/document.h"
 #include "harp/plan/plan_io.h"
@@ -40,6 +40,43 @@ pid_t worker_of(pid_t launcher, int rank) {
   return -1;
 }
 
+// N one-CPU nodes.
+std::string cpu_cluster(int nodes) {
+  return "version: 1\nname: cpu-nodes\nsubclusters:\n  - {name: cpus, device: cpu, nodes: " + std::to_string(nodes) +
+         ", devices_per_node: 1,\n     intra_node: {bandwidth_gbps: 12, latency_us: 80}, inter_node: "
+         "{bandwidth_gbps: 12, latency_us: 80}}\n";
+}
+
+// gpt-tiny on DIR/cluster.yaml, out DIR/run, a checkpoint every `every` steps.
+std::string tiny_job(int steps, int every) {
+  return "version: 1\ncluster: cluster.yaml\n"
+         "model: {family: gpt, preset: gpt-tiny, granularity: 1}\ncost: {gradient_bytes_per_param_byte: 2}\n"
+         "planner: {strategy: harp, microbatches: 4, microbatch_size: 4}\n"
+         "training: {steps: " + std::to_string(steps) + ", lr: 1.0e-2, warmup_steps: 2, checkpoint_every: " +
+         std::to_string(every) + ", out: run, timeout_s: 5}\n";
+}
+
+// The elastic run in DIR/run, from its checkpoint of step `resumed` on, has the losses of
+// a fresh `nproc`-rank run started from that checkpoint with its second plan; and every
+// one of the `steps` steps is logged (the lost ones rerun).
+void expect_continues_as_a_fresh_run(const std::string& dir, int resumed, int nproc, int steps,
+                                     std::chrono::steady_clock::time_point limit) {
+  const std::string out = dir + "/run", fresh = dir + "/fresh";
+  std::filesystem::create_directories(fresh + "/checkpoints");
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/step_%06d", resumed);
+  std::filesystem::copy(out + "/checkpoints" + step_dir, fresh + "/checkpoints" + step_dir);
+  ASSERT_TRUE(write_text_file_atomic(fresh + "/checkpoints/latest", std::to_string(resumed) + "\n").ok());
+  Child again = spawn_rank({kHarp, "launch", "--nproc", std::to_string(nproc), "--", kHarp, "train", "--job",
+                            dir + "/job.yaml", "--plan", out + "/elastic/plan_1.json", "--resume", "--out", fresh},
+                           {"OMP_NUM_THREADS=1"}, dir + "/fresh.err");
+  ASSERT_EQ(wait_bounded(again.pid, limit), 0) << read_text_file(dir + "/fresh.err").value();
+  const auto elastic = losses_by_step(out + "/metrics.jsonl"), want = losses_by_step(fresh + "/metrics.jsonl");
+  ASSERT_EQ(want.size(), static_cast<size_t>(steps - resumed));
+  ASSERT_EQ(elastic.size(), static_cast<size_t>(steps));
+  for (const auto& [step, loss] : want) EXPECT_EQ(elastic.at(step), loss) << "step " << step;
+}
+
 // Runs `harp launch --elastic` on DIR/job.yaml (out: DIR/run) and kills rank 1 once
 // `lines` steps are in the metrics; returns the launcher's exit code and stderr.
 std::pair<int, std::string> run_and_kill_rank_1(const std::string& dir, int lines,
@@ -61,18 +98,9 @@ TEST(Elastic, KilledRankContinuesOnThreeWithANewPlan) {
   const std::string dir = std::string(HARP_BINARY_DIR) + "/elastic_kill";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", R"(version: 1
-name: cpu-four
-subclusters:
-  - {name: cpus, device: cpu, nodes: 4, devices_per_node: 1,
-     intra_node: {bandwidth_gbps: 12, latency_us: 80}, inter_node: {bandwidth_gbps: 12, latency_us: 80}}
-)").ok());
+  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", cpu_cluster(4)).ok());
   const int every = 4, steps = 80;
-  ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", "version: 1\ncluster: cluster.yaml\n"
-      "model: {family: gpt, preset: gpt-tiny, granularity: 1}\ncost: {gradient_bytes_per_param_byte: 2}\n"
-      "planner: {strategy: harp, microbatches: 4, microbatch_size: 4}\n"
-      "training: {steps: " + std::to_string(steps) + ", lr: 1.0e-2, warmup_steps: 2, checkpoint_every: " +
-      std::to_string(every) + ", out: run, timeout_s: 5}\n").ok());
+  ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", tiny_job(steps, every)).ok());
   const std::string out = dir + "/run";
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(150);
   const auto [rc, err_text] = run_and_kill_rank_1(dir, every + 2, limit);
@@ -92,25 +120,48 @@ subclusters:
   EXPECT_FALSE(r["restart_s"].is_null());
   auto plan1 = plan::load_plan(out + "/elastic/plan_1.json");
   ASSERT_TRUE(plan1.ok());
-  std::set<int> devices;
-  for (const auto& st : plan1->stages) devices.insert(st.devices.begin(), st.devices.end());
-  EXPECT_EQ(devices.size(), 3u);
+  EXPECT_EQ(plan1->used_devices().size(), 3u);
 
-  // A fresh 3-rank run from the same checkpoint with the same plan.
-  const std::string fresh = dir + "/fresh";
-  std::filesystem::create_directories(fresh + "/checkpoints");
-  char step_dir[32];
-  std::snprintf(step_dir, sizeof step_dir, "/step_%06d", resumed);
-  std::filesystem::copy(out + "/checkpoints" + step_dir, fresh + "/checkpoints" + step_dir);
-  ASSERT_TRUE(write_text_file_atomic(fresh + "/checkpoints/latest", std::to_string(resumed) + "\n").ok());
-  Child again = spawn_rank({kHarp, "launch", "--nproc", "3", "--", kHarp, "train", "--job", dir + "/job.yaml",
-                            "--plan", out + "/elastic/plan_1.json", "--resume", "--out", fresh},
-                           {"OMP_NUM_THREADS=1"}, dir + "/fresh.err");
-  ASSERT_EQ(wait_bounded(again.pid, limit), 0) << read_text_file(dir + "/fresh.err").value();
-  const auto elastic = losses_by_step(out + "/metrics.jsonl"), want = losses_by_step(fresh + "/metrics.jsonl");
-  ASSERT_EQ(want.size(), static_cast<size_t>(steps - resumed));
-  ASSERT_EQ(elastic.size(), static_cast<size_t>(steps));  // every step, the lost ones rerun
-  for (const auto& [step, loss] : want) EXPECT_EQ(elastic.at(step), loss) << "step " << step;
+  expect_continues_as_a_fresh_run(dir, resumed, 3, steps, limit);
+}
+
+// SIGUSR1 to the launcher re-admits devices: the workers stop after their next
+// checkpoint, the cluster file is read again (a third device was added to it meanwhile)
+// and the run goes on with a new plan over the three, losing no step.
+TEST(Elastic, SignalReadmitsTheDevicesOfTheClusterFile) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/elastic_readmit";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", cpu_cluster(2)).ok());
+  const int every = 4, steps = 40;
+  ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", tiny_job(steps, every)).ok());
+  const std::string out = dir + "/run";
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  Child launcher = spawn_rank({kHarp, "launch", "--elastic", "--job", dir + "/job.yaml", "--", kHarp, "train",
+                               "--out", out},
+                              {"OMP_NUM_THREADS=1"}, dir + "/launch.err", dir + "/launch.out");
+  while (line_count(out + "/metrics.jsonl") < 3 && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", cpu_cluster(3)).ok());
+  kill(launcher.pid, SIGUSR1);
+  const int rc = wait_bounded(launcher.pid, limit);
+  const std::string err = read_text_file(dir + "/launch.err").value();
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(err.find("on SIGUSR1; re-planning over the 3 devices"), std::string::npos) << err;
+
+  auto rec = read_text_file(out + "/elastic/recoveries.jsonl");
+  ASSERT_TRUE(rec.ok()) << err;
+  const Json r = Json::parse(rec->substr(0, rec->find('\n')));
+  EXPECT_EQ(r["readmitted"], 1);
+  EXPECT_EQ(r["devices_left"], 3);
+  const int stopped = r["stopped_at_step"].get<int>();
+  EXPECT_EQ(stopped % every, 0);
+  EXPECT_EQ(r["resumed_step"], stopped);
+  EXPECT_EQ(r["steps_lost"], 0);
+  auto plan1 = plan::load_plan(out + "/elastic/plan_1.json");
+  ASSERT_TRUE(plan1.ok());
+  EXPECT_EQ(plan1->used_devices().size(), 3u);
+  expect_continues_as_a_fresh_run(dir, stopped, 3, steps, limit);
 }
 
 // When the survivors cannot hold the model, the launcher stops with the planner's reason

@@ -48,6 +48,7 @@ struct LaunchResult {
   // (stalled): the ones elastic training drops.
   std::vector<int> lost_ranks;
   double stop_s = 0;    // from the first failure seen to every worker gone
+  double forwarded_s = -1;  // from the first SIGUSR1 passed on to every worker gone; -1: none
 };
 
 // Finds a free TCP port on 127.0.0.1. The port is free when returned; another process
@@ -60,7 +61,8 @@ StatusOr<int> free_port();
 // failing with exit code 127. Each worker runs in its own process group, so stopping it
 // also stops its children. While it runs, SIGINT, SIGTERM and SIGHUP to this process
 // stop the workers (exit code 128 + signal, failed_rank -1) unless the caller ignores
-// that signal; the previous handlers are restored on return. Not thread-safe: call from one thread at a time.
+// that signal, and SIGUSR1 is passed on to every worker's process group (harp train
+// stops after its next checkpoint); the previous handlers are restored on return. Not thread-safe: call from one thread at a time.
 StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out);
 
 }  // namespace harp::launch

@@ -27,6 +27,10 @@ struct TrainOptions {
   int keep_checkpoints = 0;         // keep the newest K complete checkpoints; 0: all
   bool async_checkpoints = true;    // write them behind the next steps (checkpoint_writer.h)
   std::function<void()> before_checkpoint_write;  // tests: runs on the writer's thread first
+  // Polled by every rank after each step: once any rank says yes, all stop after the
+  // next checkpoint (the next multiple of checkpoint_every; with none, one is written
+  // at once) is complete. harp train: SIGUSR1 (elastic re-admission, cmd_launch.h).
+  std::function<bool()> stop_requested;
   bool resume = false;              // continue from out_dir/checkpoints/latest
   std::string init_from;            // Hugging Face GPT-2 weights (hf_weights.h); not when resuming
   std::vector<int> trace_steps;     // steps whose measured timeline is written
@@ -64,6 +68,7 @@ struct TrainSummary {
   std::vector<double> base_bytes, peak_bytes;
   std::vector<std::pair<int, double>> val_losses;  // (steps done, validation loss)
   std::vector<CheckpointTiming> checkpoints;       // this rank's, per checkpoint saved
+  int stopped_at = -1;  // the step a stop request ended the run at (its checkpoint complete); -1: none
 };
 
 // One run per output folder: the holder has an flock on OUT/.lock, so a second run on the
