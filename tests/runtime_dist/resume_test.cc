@@ -4,6 +4,7 @@
 // corrupt or crafted files are refused with their name.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <filesystem>
 #include <thread>
@@ -294,6 +295,40 @@ TEST(Resume, CorruptCheckpointIsRefusedWithItsName) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("b.bin"), std::string::npos);
   EXPECT_NE(r.status().message().find("checksum"), std::string::npos);
+}
+
+// A stop request (harp train: SIGUSR1) from any one rank ends every rank after the next
+// checkpoint, complete; with no checkpoints, one is written at once. The run then
+// resumes as if never stopped.
+TEST(Resume, AStopRequestEndsEveryRankAfterTheNextCheckpoint) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = tiny(2);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  plan::Plan p = make_plan(m, {3, 6}, {1, 2, 1}, 3, 2, ScheduleKind::kHarp1F1B, {3, 2, 1});
+  const std::string root = std::string(HARP_BINARY_DIR) + "/resume_stop_test";
+  std::filesystem::remove_all(root);
+  runtime::TrainOptions o = resume_options(root + "/straight", 8, 0);
+  const runtime::TrainSummary straight = train_threads(m, p, *data, o);
+  for (const int every : {4, 0}) {
+    SCOPED_TRACE("checkpoint_every " + std::to_string(every));
+    o = resume_options(root + "/stopped_" + std::to_string(every), 8, every);
+    std::atomic<int> polls{0};
+    o.stop_requested = [&] { return ++polls == 3; };  // one rank of four, during step 0
+    const runtime::TrainSummary stopped = train_threads(m, p, *data, o);
+    const int want = every > 0 ? every : 1;
+    EXPECT_EQ(stopped.stopped_at, want);
+    ASSERT_EQ(stopped.losses.size(), static_cast<size_t>(want));
+    auto latest = runtime::latest_checkpoint_step(o.out_dir + "/checkpoints");
+    ASSERT_TRUE(latest.ok()) << latest.status().to_string();
+    EXPECT_EQ(*latest, want);
+    o.stop_requested = nullptr;
+    o.resume = true;
+    const runtime::TrainSummary rest = train_threads(m, p, *data, o);
+    EXPECT_EQ(rest.stopped_at, -1);
+    ASSERT_EQ(rest.losses.size(), static_cast<size_t>(8 - want));
+    for (int s = 0; s < want; ++s) EXPECT_EQ(stopped.losses[s], straight.losses[s]) << "step " << s;
+    for (int s = want; s < 8; ++s) EXPECT_EQ(rest.losses[s - want], straight.losses[s]) << "step " << s;
+  }
 }
 
 }  // namespace
