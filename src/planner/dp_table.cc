@@ -292,8 +292,8 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
   const int offset = D - u;
   const Bytes usable = p_.usable[pos];
   const auto& meshes = p_.meshes[pos];
-  const double floor = up_[at(l, pos, offset)], floor_e = up_e_[at(l, pos, offset)];
-  if (!std::isfinite(floor)) {  // no upstream part reaches this state
+  const double up = up_[at(l, pos, offset)], up_e = up_e_[at(l, pos, offset)];
+  if (!std::isfinite(up)) {  // no upstream part reaches this state
     lane.counts.insert(lane.counts.end(), {0, 0});
     return;
   }
@@ -322,7 +322,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
           if (tr > cap) continue;
           // No entry of the front can pass the memory or the bound test: skip it whole.
           if (sr + std::min(least.n + delta, p_.B) * ar > usable) continue;
-          if (least.sum + tr + 2 * c + floor + std::max(std::max(least.e, e_head), floor_e) >= prune_at) continue;
+          if (least.sum + tr + 2 * c + up + std::max(std::max(least.e, e_head), up_e) >= prune_at) continue;
           const int att = (att1 || tr == cap || c == cap) && !feasibility_only_ ? 1 : 0;
           const std::int8_t mode = mode_of(r);
           for (int k = first; k < first + count; ++k) {
@@ -330,7 +330,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
             const int n = std::min(x.n + delta, p_.B);
             if (sr + n * ar > usable) continue;
             const double sum = x.sum + tr + 2 * c, e = std::max(x.e, e_head);
-            if (sum + floor + std::max(e, floor_e) >= prune_at) continue;
+            if (sum + up + std::max(e, up_e) >= prune_at) continue;
             offer(scratch[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode});
           }
         }

@@ -92,7 +92,7 @@ class DpTable {
   DpTable& operator=(const DpTable&) = delete;
 
   // Runs the DP for one cap. Partial plans that cannot end below `prune_at` in
-  // sum + e (their sum + upstream floor + e reaches it) are dropped; pass infinity to
+  // sum + e (their sum + up_ + max(e, up_e_) reaches it) are dropped; pass infinity to
   // keep all. Reuses its buffers: no allocation once they have grown.
   DpOutcome run(Seconds cap, double prune_at = std::numeric_limits<double>::infinity());
   // Whether any plan has every t, c <= cap (δ from cap): the same DP keeping one entry
@@ -168,9 +168,12 @@ class DpTable {
   // recurrence as run() from the other end, one value per state: exact except that launch
   // counts are taken as 1 (memory only relaxes). It prunes partial plans (sum + up + e
   // must stay below prune_at) and skips states no upstream part reaches.
-  // down_[at(l, pos, o)]: the best Σt of stages covering [0, l) whose last stage ends
+  // down_[at(l, pos, o)]: the same for the parts covering [0, l) whose last stage ends
   // at index o of position pos (its outgoing link not yet counted).
   std::vector<double> up_, down_;
+  // The same for max(ar + opt): the smallest the upstream part's can be (on its own).
+  std::vector<double> up_e_, down_e_;
+  // A stage's figures for one start layer, mesh and end (build_rows).
   struct Row {
     Seconds t[kRecomputeModes], t_min, t_fits, e;  // t_fits: fastest mode that holds one microbatch
     Bytes act[kRecomputeModes], work[kRecomputeModes];
@@ -178,8 +181,6 @@ class DpTable {
   std::vector<Row> rows_;
   std::vector<int> row_first_, row_count_;  // per pos * max_meshes_ + mesh
   int max_meshes_ = 0;
-  // The same for max(ar + opt): the smallest the upstream part's can be (on its own).
-  std::vector<double> up_e_, down_e_;
   Seconds bound_cap_ = std::numeric_limits<double>::quiet_NaN();  // the cap up_ holds
   long long states_ = 0;
   bool feasibility_only_ = false;
