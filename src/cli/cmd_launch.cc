@@ -89,9 +89,14 @@ Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* o
 
 int run_launch(const Opts& o, Context& ctx) {
   if (o.elastic) {
-    if (o.job_file.empty() || o.nnodes > 1 || !o.testbed_file.empty() || !o.plan_file.empty() || o.nproc != 0) {
+    if (o.job_file.empty() || !o.testbed_file.empty() || !o.plan_file.empty() || o.nproc != 0) {
       ctx.err << "harp launch: --elastic takes --job JOB (its cluster, model and planner options) and plans the "
-                 "ranks itself; leave out --nproc, --plan, --testbed and --nnodes\n";
+                 "ranks itself; leave out --nproc, --plan and --testbed\n";
+      return kExitUsage;
+    }
+    if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
+      ctx.err << "harp launch: --node-rank " << o.node_rank << " with --nnodes " << o.nnodes
+              << ": a node's rank is 0.." << o.nnodes - 1 << "\n";
       return kExitUsage;
     }
     ElasticOptions e;
@@ -100,6 +105,10 @@ int run_launch(const Opts& o, Context& ctx) {
     e.grace_s = o.grace_s;
     e.emulate = o.emulate;
     e.command = o.command;
+    e.nnodes = o.nnodes;
+    e.node_rank = o.node_rank;
+    e.master_addr = o.master_addr;
+    e.master_port = o.master_port;
     return run_elastic(e, ctx);
   }
   if (!o.job_file.empty()) {

@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "cmd_launch.h"
+#include "elastic_nodes.h"
 #include "harp/cluster/cluster.h"
 #include "harp/common/document.h"
 #include "harp/job/job.h"
@@ -111,6 +112,19 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
   std::error_code ec;
   std::filesystem::create_directories(elastic_dir, ec);
   if (ec) return ctx.fail("launch", io_error(elastic_dir + ": cannot create the folder: " + ec.message()));
+  // Across machines: which machine hosts which devices, and the reports' folder (this
+  // machine's files left by an earlier run in the same OUT are removed first).
+  const bool multi = o.nnodes > 1;
+  const double started_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  MachineDevices machines;
+  if (multi) {
+    auto split = MachineDevices::split(job->cluster, o.nnodes);
+    if (!split.ok()) return ctx.fail("launch", split.status());
+    machines = *split;
+    for (const auto& entry : std::filesystem::directory_iterator(elastic_dir, ec))
+      if (entry.is_directory()) std::filesystem::remove(entry.path() / ("node_" + std::to_string(o.node_rank) + ".json"), ec);
+  }
   StepWatcher watcher(ctx.out);
   std::ostream watched(&watcher);
   Json pending;  // the recovery whose restart is being timed
@@ -139,6 +153,39 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
 
     launch::LaunchOptions options;
     options.nproc = static_cast<int>(devices.size());
+    std::vector<bool> ran(static_cast<size_t>(o.nnodes), !multi);  // machines with workers
+    if (multi) {
+      // This machine runs the ranks whose devices it hosts; node 0 hosts the rendezvous.
+      for (int r = 0; r < static_cast<int>(devices.size()); ++r)
+        for (int m = 0; m < o.nnodes; ++m)
+          if (machines.hosts(m, devices[static_cast<size_t>(r)])) {
+            ran[static_cast<size_t>(m)] = true;
+            if (m == o.node_rank) options.ranks.push_back(r);
+          }
+      if (!ran[0]) {
+        ctx.err << "harp launch --elastic: the new plan uses no device of node 0, which hosts the rendezvous at "
+                << o.master_addr << "; elastic restarts across machines need node 0; stopping\n";
+        return ctx.rc = kExitInput;
+      }
+      if (options.ranks.empty()) {
+        ctx.err << "harp launch --elastic: node " << o.node_rank << " hosts no device of the new plan; leaving\n";
+        return ctx.rc = kExitOk;
+      }
+      if (o.master_port + attempt > 65535) {
+        ctx.err << "harp launch --elastic: --master-port " << o.master_port << " + " << attempt
+                << " restarts is past 65535; use a lower port\n";
+        return ctx.rc = kExitUsage;
+      }
+      options.nproc = static_cast<int>(options.ranks.size());
+      options.world_size = static_cast<int>(devices.size());
+      options.nnodes = o.nnodes;
+      options.node_rank = o.node_rank;
+      options.master_addr = o.master_addr;
+      options.master_port = o.master_port + attempt;  // a fresh store per attempt
+      options.store_host = o.node_rank == 0 ? 0 : launch::LaunchOptions::kElsewhere;
+      options.forward_usr1 = false;  // re-admission is for one machine (docs/runtime.md)
+      options.env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(attempt);
+    }
     options.command = o.command;
     if (flag_value(o.command, "--job").empty()) options.command.insert(options.command.end(), {"--job", o.job_file});
     options.command.insert(options.command.end(), {"--plan", plan_file});
@@ -155,14 +202,18 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
       pending["resumed_step"] = watcher.resumed_step;
       const int at = pending.value("failed_at_step", pending.value("stopped_at_step", 0));
       pending["steps_lost"] = watcher.resumed_step >= 0 ? Json(at - watcher.resumed_step) : Json(at);
-      ctx.err << "harp launch --elastic: " << (pending.contains("readmitted") ? "re-admission" : "recovery")
-              << ": stopped in "
-              << (pending["stop_s"].is_number() ? fmt("%.2f s", pending["stop_s"].get<double>()) : std::string("?"))
-              << ", re-planned in "
-              << fmt("%.1f ms", pending["replan_s"].get<double>() * 1e3) << ", first step after the restart "
-              << (pending["restart_s"].is_null() ? std::string("never") : fmt("%.2f s", pending["restart_s"].get<double>()))
-              << " after it; " << pending["steps_lost"].dump() << " steps lost\n";
-      std::ofstream(elastic_dir + "/recoveries.jsonl", std::ios::app) << pending.dump() << "\n";
+      if (watcher.last_step < 0) {  // rank 0 runs on another machine: the record is node 0's
+        ctx.err << "harp launch --elastic: restarted " << options.nproc << " of the new plan's ranks here\n";
+      } else {
+        ctx.err << "harp launch --elastic: " << (pending.contains("readmitted") ? "re-admission" : "recovery")
+                << ": stopped in "
+                << (pending["stop_s"].is_number() ? fmt("%.2f s", pending["stop_s"].get<double>()) : std::string("?"))
+                << ", re-planned in "
+                << fmt("%.1f ms", pending["replan_s"].get<double>() * 1e3) << ", first step after the restart "
+                << (pending["restart_s"].is_null() ? std::string("never") : fmt("%.2f s", pending["restart_s"].get<double>()))
+                << " after it; " << pending["steps_lost"].dump() << " steps lost\n";
+      }
+      if (o.node_rank == 0) std::ofstream(elastic_dir + "/recoveries.jsonl", std::ios::app) << pending.dump() << "\n";
       pending = Json();
     }
     ctx.err << "harp launch: " << result->summary << "\n";
@@ -186,7 +237,28 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
       continue;
     }
     if (result->exit_code == 0) return ctx.rc = kExitOk;
-    if (result->lost_ranks.empty()) {
+    std::vector<int> lost;  // device ids
+    double exchange_s = 0;  // waiting for the other machines' reports
+    for (int r : result->lost_ranks) lost.push_back(devices.at(static_cast<size_t>(r)));
+    if (multi) {  // every machine's lost devices; a machine not heard from is lost whole
+      const double wait_s = 2 * job->training.timeout_s + o.grace_s + 5;
+      const auto exchange_start = Clock::now();
+      auto reports = exchange_reports(elastic_dir, attempt, o.node_rank, ran,
+                                      MachineReport{true, lost, result->exit_code}, wait_s, started_unix - 60);
+      exchange_s = since(exchange_start);
+      if (!reports.ok()) return ctx.fail("launch", reports.status());
+      lost.clear();
+      for (int m = 0; m < o.nnodes; ++m) {
+        const MachineReport& rep = (*reports)[static_cast<size_t>(m)];
+        if (!ran[static_cast<size_t>(m)]) continue;
+        if (!rep.heard)
+          ctx.err << "harp launch --elastic: node " << m << " did not report within " << fmt("%.0f s", wait_s)
+                  << ": its devices are lost\n";
+        for (int d : rep.heard ? rep.lost : machines.of(m))
+          if (std::find(lost.begin(), lost.end(), d) == lost.end()) lost.push_back(d);
+      }
+    }
+    if (lost.empty()) {
       ctx.err << "harp launch --elastic: no rank was lost (a worker failed on its own, exit code "
               << result->exit_code << "); not restarting\n";
       return ctx.rc = result->exit_code;
@@ -196,22 +268,27 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
       return ctx.rc = result->exit_code;
     }
     // Drop the lost devices, highest id first so the others keep their ids meanwhile.
-    std::vector<int> lost;
-    for (int r : result->lost_ranks) lost.push_back(devices.at(static_cast<size_t>(r)));
     std::sort(lost.rbegin(), lost.rend());
+    std::vector<int> lost_ranks;
+    for (int r = 0; r < static_cast<int>(devices.size()); ++r)
+      if (std::find(lost.begin(), lost.end(), devices[static_cast<size_t>(r)]) != lost.end()) lost_ranks.push_back(r);
     std::string names;
     for (int d : lost) {
       names += (names.empty() ? "" : ", ") + std::to_string(d);
+      if (multi) machines.remove(job->cluster, d);
       job->cluster = cluster::without_device(job->cluster, d);
     }
     pending = {{"attempt", attempt + 1},
-               {"lost_ranks", result->lost_ranks},
+               {"lost_ranks", lost_ranks},
                {"lost_devices", lost},
                {"failed_at_step", watcher.last_step},
                {"stop_s", result->stop_s},
                {"devices_left", job->cluster.num_devices()}};
-    ctx.err << "harp launch --elastic: lost rank(s) " << Json(result->lost_ranks).dump() << " (device " << names
-            << ") after step " << watcher.last_step << "; re-planning over " << job->cluster.num_devices()
+    if (multi) pending["exchange_s"] = exchange_s;
+    ctx.err << "harp launch --elastic: lost rank(s) " << Json(lost_ranks).dump() << " (device " << names
+            << ")" << (watcher.last_step >= 0 ? " after step " + std::to_string(watcher.last_step) : std::string())
+            << (multi ? fmt(" (reports exchanged in %.2f s)", exchange_s) : std::string())
+            << "; re-planning over " << job->cluster.num_devices()
             << " devices\n";
     if (job->cluster.num_devices() == 0) {
       ctx.err << "harp launch --elastic: no device is left; stopping\n";

@@ -67,6 +67,28 @@ Link Cluster::path_link(int a, int b, std::string* path) const {
 
 std::string Cluster::fingerprint() const { return hex_fingerprint(cluster_to_json(*this).dump()); }
 
+std::vector<int> device_ids_without(const Cluster& c, int device_id) {
+  HARP_CHECK(device_id >= 0 && device_id < c.num_devices()) << "device " << device_id;
+  std::vector<int> ids(static_cast<size_t>(c.num_devices()), -1);
+  int first = 0, next = 0;
+  for (const Subcluster& s : c.subclusters) {
+    const int n = s.num_devices(), dpn = s.devices_per_node;
+    if (device_id < first || device_id >= first + n || dpn == 1) {
+      for (int x = first; x < first + n; ++x)
+        if (x != device_id) ids[x] = next++;
+    } else {  // the other nodes in order, then the degraded node (without_device)
+      const int lost_node = (device_id - first) / dpn;
+      for (int node = 0; node < s.nodes; ++node)
+        if (node != lost_node)
+          for (int k = 0; k < dpn; ++k) ids[first + node * dpn + k] = next++;
+      for (int k = 0; k < dpn; ++k)
+        if (first + lost_node * dpn + k != device_id) ids[first + lost_node * dpn + k] = next++;
+    }
+    first += n;
+  }
+  return ids;
+}
+
 Cluster without_device(const Cluster& c, int device_id) {
   HARP_CHECK(device_id >= 0 && device_id < c.num_devices()) << "device " << device_id;
   Cluster out = c;

@@ -108,9 +108,10 @@ std::vector<std::string> worker_env(const LaunchOptions& o, int local, int port,
   for (const auto& [k, v] : o.env) vars[k] = v;
   if (!o.rank_env.empty())
     for (const auto& [k, v] : o.rank_env[local]) vars[k] = v;
-  vars["RANK"] = std::to_string(o.node_rank * o.nproc + local);
+  vars["RANK"] = std::to_string(o.global_rank(local));
   vars["LOCAL_RANK"] = std::to_string(local);
-  vars["WORLD_SIZE"] = std::to_string(o.nnodes * o.nproc);
+  vars["WORLD_SIZE"] = std::to_string(o.world_size > 0 ? o.world_size : o.nnodes * o.nproc);
+  if (o.store_host != LaunchOptions::kRankZeroHosts) vars["HARP_STORE_SERVER"] = local == o.store_host ? "1" : "0";
   vars["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
   vars["GROUP_RANK"] = std::to_string(o.node_rank);
   vars["MASTER_ADDR"] = o.multi_node() ? o.master_addr : "127.0.0.1";
@@ -288,6 +289,15 @@ Status validate(const LaunchOptions& o) {
   if (!o.rank_prefix.empty() && static_cast<int>(o.rank_prefix.size()) != o.nproc)
     return invalid_argument("rank_prefix has " + std::to_string(o.rank_prefix.size()) + " entries for " +
                             std::to_string(o.nproc) + " ranks: give one per rank or none");
+  if (!o.ranks.empty()) {
+    if (static_cast<int>(o.ranks.size()) != o.nproc)
+      return invalid_argument("ranks has " + std::to_string(o.ranks.size()) + " entries for " +
+                              std::to_string(o.nproc) + " workers: give one per worker or none");
+    for (int r : o.ranks)
+      if (r < 0 || r >= o.world_size)
+        return invalid_argument("rank " + std::to_string(r) + " is outside world_size = " +
+                                std::to_string(o.world_size) + ": give each worker a rank 0..world_size-1");
+  }
   if (!o.rank_env.empty() && static_cast<int>(o.rank_env.size()) != o.nproc)
     return invalid_argument("rank_env has " + std::to_string(o.rank_env.size()) + " entries for " +
                             std::to_string(o.nproc) + " ranks: give one per rank or none");
@@ -339,7 +349,7 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
                                         .count();
   std::vector<Worker> workers(options.nproc);
   for (int r = 0; r < options.nproc; ++r) {
-    workers[r].rank = options.node_rank * options.nproc + r;
+    workers[r].rank = options.global_rank(r);
     std::vector<std::string> argv = options.rank_prefix.empty() ? std::vector<std::string>() : options.rank_prefix[r];
     argv.insert(argv.end(), options.command.begin(), options.command.end());
     Status s = start_worker(argv, worker_env(options, r, port, store, clock_origin_ns), &workers[r]);
@@ -396,8 +406,8 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
     }
     if (g_forward_pending != 0 && !term_at) {
       g_forward_pending = 0;
-      signal_groups(workers, SIGUSR1);
-      if (!forwarded_at) forwarded_at = Clock::now();
+      if (options.forward_usr1) signal_groups(workers, SIGUSR1);
+      if (!forwarded_at && options.forward_usr1) forwarded_at = Clock::now();
     }
     if (!term_at && (first_failed >= 0 || g_stop_signal != 0)) {
       if (first_failed < 0) stop_signal = g_stop_signal;

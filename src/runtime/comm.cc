@@ -195,7 +195,10 @@ c10::intrusive_ptr<c10d::Store> store_from_env(int rank, int world_size, std::ch
                              "/" + attempt;
   c10d::TCPStoreOptions o;
   o.port = master_port();
-  o.isServer = rank == 0 && env_or("TORCHELASTIC_USE_AGENT_STORE", "") != "True";
+  // HARP_STORE_SERVER (harp launch --elastic across machines): which rank hosts it, when
+  // the plan's rank 0 is not on the master machine.
+  const std::string server = env_or("HARP_STORE_SERVER", "");
+  o.isServer = (server.empty() ? rank == 0 : server == "1") && env_or("TORCHELASTIC_USE_AGENT_STORE", "") != "True";
   o.numWorkers = world_size;
   o.waitWorkers = false;
   o.timeout = timeout;

@@ -164,6 +164,53 @@ TEST(Elastic, SignalReadmitsTheDevicesOfTheClusterFile) {
   expect_continues_as_a_fresh_run(dir, stopped, 3, steps, limit);
 }
 
+// Across machines: two launchers (node 0 and node 1, two CPU devices each) train one
+// plan; a worker of node 1 is killed. The launchers tell each other their lost devices
+// through OUT/elastic/, both re-plan the same over the three left (node 0 runs two
+// ranks, node 1 one) and the run goes on, as a fresh 3-rank run from the checkpoint.
+TEST(Elastic, AcrossTwoMachinesAKilledRankContinuesOnThree) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/elastic_nodes";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", cpu_cluster(4)).ok());
+  const int every = 4, steps = 40;
+  ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", tiny_job(steps, every)).ok());
+  const std::string out = dir + "/run", port = std::to_string(free_port());
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  auto node = [&](int r) {
+    const std::string n = std::to_string(r);
+    return spawn_rank({kHarp, "launch", "--elastic", "--job", dir + "/job.yaml", "--nnodes", "2", "--node-rank", n,
+                       "--master-addr", "127.0.0.1", "--master-port", port, "--grace-s", "1", "--", kHarp, "train",
+                       "--out", out},
+                      {"OMP_NUM_THREADS=1"}, dir + "/launch" + n + ".err", dir + "/launch" + n + ".out");
+  };
+  Child node0 = node(0), node1 = node(1);
+  while (line_count(out + "/metrics.jsonl") < every + 2 && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const pid_t victim = worker_of(node1.pid, 3);
+  ASSERT_GT(victim, 0) << read_text_file(dir + "/launch1.err").value();
+  kill(victim, SIGKILL);
+  const int rc1 = wait_bounded(node1.pid, limit), rc0 = wait_bounded(node0.pid, limit);
+  const std::string err0 = read_text_file(dir + "/launch0.err").value(),
+                    err1 = read_text_file(dir + "/launch1.err").value();
+  ASSERT_EQ(rc0, 0) << err0 << "\n--- node 1:\n" << err1;
+  ASSERT_EQ(rc1, 0) << err1 << "\n--- node 0:\n" << err0;
+  EXPECT_NE(err0.find("lost rank(s) [3]"), std::string::npos) << err0;  // told by node 1
+
+  auto rec = read_text_file(out + "/elastic/recoveries.jsonl");
+  ASSERT_TRUE(rec.ok()) << err0;
+  const Json r = Json::parse(rec->substr(0, rec->find('\n')));
+  EXPECT_EQ(r["lost_devices"], Json::array({3}));
+  EXPECT_EQ(r["devices_left"], 3);
+  const int resumed = r["resumed_step"].get<int>();
+  EXPECT_EQ(resumed % every, 0);
+  EXPECT_LE(r["steps_lost"].get<int>(), every);
+  auto plan1 = plan::load_plan(out + "/elastic/plan_1.json");
+  ASSERT_TRUE(plan1.ok());
+  EXPECT_EQ(plan1->used_devices().size(), 3u);
+  expect_continues_as_a_fresh_run(dir, resumed, 3, steps, limit);
+}
+
 // When the survivors cannot hold the model, the launcher stops with the planner's reason
 // and exit code 3 (a model that needs both devices' memory; one is killed).
 TEST(Elastic, NoPlanForTheSurvivorsStopsWithThePlannersReason) {

@@ -74,5 +74,9 @@ struct Cluster {
 // A subcluster left without nodes goes with its links. Empty when no device is left.
 // REQUIRES: 0 <= device_id < c.num_devices().
 Cluster without_device(const Cluster& c, int device_id);
+// Where each device of c is in without_device(c, device_id): its new id, or -1 for the
+// removed one (later ids shift down; a degraded node's devices follow the rest of its
+// subcluster, in their order).
+std::vector<int> device_ids_without(const Cluster& c, int device_id);
 
 }  // namespace harp::cluster

@@ -36,6 +36,17 @@ struct LaunchOptions {
   // override `env` for that rank.
   std::vector<std::vector<std::string>> rank_prefix;
   std::vector<std::map<std::string, std::string>> rank_env;
+  // Elastic restarts across machines (harp launch --elastic --nnodes): the global rank of
+  // each local worker (one per worker) and the world size, instead of node_rank * nproc
+  // + local of nnodes * nproc; and which local worker hosts the TCPStore at master_addr
+  // (HARP_STORE_SERVER=1; every other worker, on every machine, connects to it):
+  // kRankZeroHosts, a local index, or kElsewhere (a worker of another machine).
+  static constexpr int kRankZeroHosts = -1, kElsewhere = -2;
+  std::vector<int> ranks;
+  int world_size = 0;
+  int store_host = kRankZeroHosts;
+  int global_rank(int local) const { return ranks.empty() ? node_rank * nproc + local : ranks[local]; }
+  bool forward_usr1 = true;  // false: SIGUSR1 to the launcher is ignored
 };
 
 struct LaunchResult {

@@ -219,5 +219,25 @@ TEST(ClusterIo, WithoutADeviceIsStillAValidCluster) {
   EXPECT_TRUE(three.links.empty());
 }
 
+// The ids after a removal: a bijection onto one id fewer that keeps every device's type
+// and places a degraded node's devices after the rest of its subcluster.
+TEST(ClusterIo, DeviceIdsWithoutADeviceFollowTheRenumbering) {
+  const Cluster c = *parse(kGood);  // v: 1 x 8 (devices 0-7), a: 2 x 2 (8-11)
+  const std::vector<int> ids = device_ids_without(c, 9);  // a's first node loses a device
+  const Cluster one = without_device(c, 9);
+  EXPECT_EQ(ids, (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 10, -1, 8, 9}));
+  auto type_of = [](const Cluster& x, int d) {
+    int s = 0;
+    while (d >= x.first_device_id(s) + x.subclusters[s].num_devices()) ++s;
+    return x.device_of(s).name;
+  };
+  for (int d = 0; d < c.num_devices(); ++d) {
+    if (ids[d] >= 0) {
+      EXPECT_EQ(type_of(one, ids[d]), type_of(c, d)) << "device " << d;
+    }
+  }
+  EXPECT_EQ(device_ids_without(c, 3), (std::vector<int>{0, 1, 2, -1, 3, 4, 5, 6, 7, 8, 9, 10}));
+}
+
 }  // namespace
 }  // namespace harp::cluster
