@@ -217,6 +217,12 @@ int run_elastic(const ElasticOptions& o, Context& ctx) {
       pending = Json();
     }
     ctx.err << "harp launch: " << result->summary << "\n";
+    if (result->exit_code == 0 && watcher.stopped_step >= 0 && multi) {
+      // A worker got SIGUSR1 from elsewhere: the other machines cannot tell, so no re-plan.
+      ctx.err << "harp launch --elastic: the run stopped on request at step " << watcher.stopped_step
+              << "; across machines devices are not re-admitted: run the same commands again to resume\n";
+      return ctx.rc = kExitOk;
+    }
     if (result->exit_code == 0 && watcher.stopped_step >= 0) {  // SIGUSR1: re-read the cluster
       const int before = job->cluster.num_devices();
       auto reread = job::load_job(o.job_file);
