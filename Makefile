@@ -7,10 +7,11 @@ BUILD_TYPE ?= Release
 
 # Debian packages: the core needs the first line; the runtime libtorch (CPU, Gloo) and
 # OpenBLAS (without it libtorch falls back to a reference BLAS, 10x slower); SentencePiece
-# for harp data prepare; Python torch, numpy and sentencepiece for the independent
+# for harp data prepare; oneDNN (the library libtorch links) for the runtime's float32
+# products; Python torch, numpy and sentencepiece for the independent
 # reference checks of the tests.
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev libcli11-dev \
-                libtorch-dev libgloo-dev libopenblas0-pthread \
+                libtorch-dev libgloo-dev libopenblas0-pthread libdnnl-dev \
                 libgtest-dev libgmock-dev libbenchmark-dev \
                 libsentencepiece-dev python3-torch python3-numpy python3-sentencepiece
 

@@ -14,6 +14,8 @@
 
 #include "harp/common/check.h"
 #include "gpt_pieces.h"
+#include "harp/runtime/kernels.h"
+#include "harp/runtime/linear.h"
 #include "harp/runtime/precision.h"
 
 namespace harp::runtime {
@@ -75,7 +77,7 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets,
 }
 
 // softmax(q k^T / sqrt(d) + causal mask) v for q, k, v of [b, heads, s, d].
-torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+torch::Tensor libtorch_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const std::int64_t s = q.size(-2);
   auto scores = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(static_cast<double>(q.size(-1)));
   const auto mask_options = torch::TensorOptions().dtype(torch::kBool).device(q.device());
@@ -86,7 +88,7 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   return torch::matmul(low_precision(scores) ? torch::softmax(scores, -1, torch::kFloat) : torch::softmax(scores, -1), v);
 }
 
-// causal_attention that keeps only its inputs: the backward reruns it under autograd and
+// libtorch_attention that keeps only its inputs: the backward reruns it under autograd and
 // differentiates that (the same operations on the same values: the gradients of the
 // kept version bit for bit on the CPU).
 struct RecomputedAttention : public torch::autograd::Function<RecomputedAttention> {
@@ -94,7 +96,7 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
                                const torch::Tensor& k, const torch::Tensor& v) {
     ctx->save_for_backward({q, k, v});
     ctx->saved_data["bf16"] = AutocastGuard::active();  // rerun in the forward's precision
-    return causal_attention(q, k, v);  // Function::apply runs this without a graph
+    return libtorch_attention(q, k, v);  // Function::apply runs this without a graph
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad) {
@@ -105,7 +107,7 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
     torch::Tensor out;
     {
       AutocastGuard autocast(ctx->saved_data["bf16"].toBool());
-      out = causal_attention(in[0], in[1], in[2]);
+      out = libtorch_attention(in[0], in[1], in[2]);
     }
     return torch::autograd::grad({out}, in, {grad[0]});
   }
@@ -120,13 +122,15 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) {
 }
 
 // Rotary embedding in the Hugging Face layout (the two halves of each head rotate
-// together: rotate_half), for x of [b, heads, s, d] at positions 0..s-1.
-torch::Tensor rotary(const torch::Tensor& x, double theta) {
-  const std::int64_t s = x.size(-2), d = x.size(-1);
+// together: rotate_half) at positions 0..s-1, for x of [b, heads, s, d], or of
+// [b, s, heads, d] when `tokens_first`.
+torch::Tensor rotary(const torch::Tensor& x, double theta, bool tokens_first = false) {
+  const std::int64_t s = x.size(tokens_first ? 1 : 2), d = x.size(-1);
   const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
   auto inv_freq = torch::pow(theta, -torch::arange(0, d, 2, f64) / static_cast<double>(d));
   auto angles = torch::outer(torch::arange(s, f64), inv_freq);  // [s, d/2]
   angles = torch::cat({angles, angles}, -1);
+  if (tokens_first) angles = angles.unsqueeze(1);  // [s, 1, d]: the same angle for every head
   const auto cos = angles.cos().to(x.options()), sin = angles.sin().to(x.options());
   auto rotated = torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
   return x * cos + rotated * sin;
@@ -305,8 +309,8 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   if (layer_.kind == model::LayerKind::kTail) {
     HARP_CHECK_EQ(x.size(-1), h);
     auto y = norm(x, llama ? "head.norm" : "head.ln_f");
-    if (!tp_) return lm_loss(torch::linear(y, params["head.lm.weight"]), targets, config_.vocab);
-    torch::Tensor logits = torch::linear(column_input(y), params["head.lm.weight"]);  // [b, s, this rank's rows]
+    if (!tp_) return lm_loss(runtime::linear(y, params["head.lm.weight"]), targets, config_.vocab);
+    torch::Tensor logits = runtime::linear(column_input(y), params["head.lm.weight"]);  // [b, s, this rank's rows]
     if (targets.defined()) return vocab_parallel_loss(logits, targets);
     const auto [begin, end] = std::make_pair(vocab_begin_, vocab_end_);
     return tp_sum(torch::constant_pad_nd(logits, {begin, config_.vocab - end}));
@@ -344,7 +348,7 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
 
 torch::Tensor GptLayerImpl::attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const {
   if (recompute_attention_ && torch::GradMode::is_enabled()) return RecomputedAttention::apply(q, k, v);
-  return causal_attention(q, k, v);
+  return libtorch_attention(q, k, v);
 }
 
 torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
@@ -353,18 +357,23 @@ torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const t
   const std::int64_t h = config_.hidden / tp_size(), f = config_.ffn_hidden / tp_size(), a = config_.heads / tp_size();
   switch (piece) {
     case kAttnIn:  // q, k, v (forward() keeps the residual beside them)
-      return torch::linear(column_input(normed), w("attn.qkv.weight"), w("attn.qkv.bias"));
+      return runtime::linear(column_input(normed), w("attn.qkv.weight"), w("attn.qkv.bias"));
     case kAttnOut: {  // the projected attention (forward() adds the residual)
       HARP_CHECK_EQ(t.size(-1), 3 * h) << "attn_out takes [q, k, v] and the residual";
       const std::int64_t b = t.size(0), s = t.size(1), d = h / a;
+      if (fused_kernels_apply(t))  // q, k, v read where they lie (kernels.h)
+        return row_linear(causal_attention_packed(t, static_cast<int>(a), static_cast<int>(a), recompute_attention_),
+                          w("attn.proj.weight"), w("attn.proj.bias"));
       auto heads = [&](int i) {  // [b, a, s, d]
         return t.narrow(-1, i * h, h).reshape({b, s, a, d}).transpose(1, 2);
       };
       auto context = attention(heads(0), heads(1), heads(2)).transpose(1, 2).reshape({b, s, h});
       return row_linear(context, w("attn.proj.weight"), w("attn.proj.bias"));
     }
-    case kMlpIn:
-      return torch::gelu(torch::linear(column_input(normed), w("mlp.fc1.weight"), w("mlp.fc1.bias")), "tanh");
+    case kMlpIn: {
+      const torch::Tensor y = runtime::linear(column_input(normed), w("mlp.fc1.weight"), w("mlp.fc1.bias"));
+      return fused_kernels_apply(y) ? gelu_tanh(y) : torch::gelu(y, "tanh");
+    }
     default:
       HARP_CHECK_EQ(t.size(-1), f) << "mlp_out takes gelu(fc1) and the residual";
       return row_linear(t, w("mlp.fc2.weight"), w("mlp.fc2.bias"));
@@ -381,13 +390,19 @@ torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const
   switch (piece) {
     case kAttnIn: {  // q, k, v (rotary not yet applied; forward() keeps the residual beside them)
       const torch::Tensor x = column_input(normed);
-      return torch::cat({torch::linear(x, w("attn.q.weight")), torch::linear(x, w("attn.k.weight")),
-                         torch::linear(x, w("attn.v.weight"))},
+      return torch::cat({runtime::linear(x, w("attn.q.weight")), runtime::linear(x, w("attn.k.weight")),
+                         runtime::linear(x, w("attn.v.weight"))},
                         -1);
     }
     case kAttnOut: {  // the projected attention (forward() adds the residual)
       HARP_CHECK_EQ(t.size(-1), h + 2 * kv) << "attn_out takes [q, k, v] and the residual";
       const std::int64_t b = t.size(0), s = t.size(1);
+      if (fused_kernels_apply(t)) {  // [b, s, n, d] views; kv heads shared without copies (kernels.h)
+        auto heads = [&](std::int64_t offset, std::int64_t n) { return t.narrow(-1, offset, n * d).view({b, s, n, d}); };
+        auto q = rotary(heads(0, a), config_.rope_theta, true), k = rotary(heads(h, g), config_.rope_theta, true);
+        return row_linear(causal_attention(q, k, heads(h + kv, g), recompute_attention_), w("attn.proj.weight"),
+                          torch::Tensor());
+      }
       auto heads = [&](std::int64_t offset, std::int64_t n) {  // [b, n, s, d]
         return t.narrow(-1, offset, n * d).reshape({b, s, n, d}).transpose(1, 2);
       };
@@ -403,7 +418,7 @@ torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const
     }
     case kMlpIn: {
       const torch::Tensor x = column_input(normed);
-      return torch::silu(torch::linear(x, w("mlp.gate.weight"))) * torch::linear(x, w("mlp.up.weight"));
+      return torch::silu(runtime::linear(x, w("mlp.gate.weight"))) * runtime::linear(x, w("mlp.up.weight"));
     }
     default:
       HARP_CHECK_EQ(t.size(-1), f) << "mlp_out takes silu(gate) * up and the residual";

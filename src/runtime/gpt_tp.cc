@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "gpt_pieces.h"
+#include "harp/runtime/linear.h"
 
 namespace harp::runtime {
 namespace {
@@ -85,8 +86,8 @@ torch::Tensor GptLayerImpl::column_input(const torch::Tensor& x) const {
 }
 
 torch::Tensor GptLayerImpl::row_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b) const {
-  if (!tp_) return torch::linear(x, w, b);
-  torch::Tensor y = tp_sum(torch::linear(x, w));
+  if (!tp_) return runtime::linear(x, w, b);
+  torch::Tensor y = tp_sum(runtime::linear(x, w));
   return b.defined() ? y + b : y;
 }
 

@@ -22,6 +22,7 @@
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/checkpoint.h"
 #include "harp/runtime/hf_weights.h"
+#include "harp/runtime/linear.h"
 #include "harp/runtime/memory.h"
 #include "harp/runtime/metrics.h"
 #include "harp/schedule/lower_plan.h"
@@ -89,7 +90,10 @@ RunDirLock::~RunDirLock() { ::close(fd_); }
 void set_compute_threads(int threads, torch::Dtype dtype) {
   using SetThreads = void (*)(int);
   auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  const bool blas = set_blas != nullptr && dtype != torch::kBFloat16;
+  // float32 products in oneDNN and bf16 ones in libtorch's oneDNN both run on torch's
+  // OpenMP pool; only float64 (or a build without oneDNN) leaves them to OpenBLAS.
+  const bool on_torch_pool = dtype == torch::kBFloat16 || (dtype == torch::kFloat32 && onednn_available());
+  const bool blas = set_blas != nullptr && !on_torch_pool;
   torch::set_num_threads(blas ? 1 : threads);
   if (set_blas) set_blas(blas ? threads : 1);
 }

@@ -88,11 +88,11 @@ class RunDirLock {
 };
 
 // Gives this process `threads` cores for compute, without nesting two thread pools
-// (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower). float32 and
-// float64 spend most of a step in OpenBLAS's gemm (Debian's libtorch has no MKL): BLAS
-// gets the threads and torch's intra-op pool one (2 threads: 1.27x of 1, against 1.03x
-// with the threads on torch's side). bf16 products run in oneDNN on torch's pool: torch
-// gets the threads and BLAS one.
+// (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower). float32
+// products run in oneDNN (linear.h) and bf16 ones in libtorch's oneDNN, both on torch's
+// OpenMP intra-op pool: torch gets the threads and OpenBLAS one. float64 (and float32 in
+// a build without oneDNN) spends most of a step in OpenBLAS's gemm (Debian's libtorch has
+// no MKL): BLAS gets the threads and torch's pool one.
 void set_compute_threads(int threads, torch::Dtype dtype = torch::kFloat32);
 
 // OK for a model the runtime's layers implement (families gpt, llama); FailedPrecondition naming
