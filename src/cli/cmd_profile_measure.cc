@@ -97,11 +97,20 @@ int run_measure(const ProfileOpts& o, Context& ctx) {
   r.threads = o.threads > 0 ? o.threads : job->training.threads;
   r.deduplicate = !o.per_layer;
   r.options = measure_options(o.quick);
+  // The job's training device (auto: the first GPU when libtorch sees CUDA).
+  auto compute = runtime::resolve_device(job->training.device, 0);
+  if (!compute.ok()) return ctx.fail("profile", compute.status());
+  if (compute->is_cpu() && job->training.dtype == "float16")
+    return ctx.fail("profile", failed_precondition(o.job_file + ": training.dtype float16 computes on CUDA only, and "
+                                                   "this profile runs on the CPU; profile in bfloat16 or on a GPU"));
+  r.options.compute = *compute;
+  if (compute->is_cuda()) runtime::set_current_device(*compute);
   const auto& m = job->model;
   ctx.err << "harp profile: " << m.gpt.name << " (" << m.num_layers() << " layers, "
           << profile::unique_layers(m).size() << " unique), microbatch sizes";
   for (int s : sizes) ctx.err << " " << s;
-  ctx.err << ", " << job->training.dtype << ", " << r.threads << " thread(s), on this CPU\n";
+  ctx.err << ", " << job->training.dtype << ", " << r.threads << " thread(s), on "
+          << (compute->is_cuda() ? "GPU " + compute->str() : std::string("this CPU")) << "\n";
   // This CPU once per distinct slowdown: as itself (factor 1) and as each emulated type,
   // which runs as `harp train --emulate` runs it (sleeping after each compute).
   profile::ProfileDb db;

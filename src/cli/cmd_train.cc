@@ -115,12 +115,33 @@ int run_train(const Opts& o, Context& ctx) {
   std::unique_ptr<runtime::TokenSource> val_data;
   if (!c.val_data.empty() && open_tokens(c.val_data, &val_data) != kExitOk) return ctx.rc;
 
+  // The rank's device: cuda:LOCAL_RANK, as torchrun's ranks take theirs; CUDA ranks
+  // exchange tensors over NCCL.
+  auto device = runtime::resolve_device(c.device, env_int("LOCAL_RANK", 0));
+  if (!device.ok()) return ctx.fail("train", device.status());
+  if (device->is_cpu() && c.dtype == "float16") {
+    ctx.err << "harp train: dtype float16 computes on CUDA only, and this rank runs on the CPU; use bfloat16 on the "
+               "CPU\n";
+    return ctx.rc = kExitInput;
+  }
+  if (device->is_cpu() && c.grad_reduce_dtype == "bfloat16") {
+    ctx.err << "harp train: grad_reduce_dtype bfloat16 needs NCCL, and this rank runs on the CPU (Gloo cannot "
+               "all-reduce bfloat16); use float16 or float32\n";
+    return ctx.rc = kExitInput;
+  }
+  if (device->is_cuda() && !runtime::C10dTransport::nccl_available()) {
+    ctx.err << "harp train: this build has no NCCL (its libtorch lacks USE_C10D_NCCL); use --device cpu, or build "
+               "against a CUDA libtorch (docs/runtime.md, \"GPUs\")\n";
+    return ctx.rc = kExitInput;
+  }
+  if (device->is_cuda()) runtime::set_current_device(*device);
   runtime::retain_freed_memory();
   runtime::set_compute_threads(c.threads, runtime::torch_dtype(c.dtype));
   // One rank per process: its tensor memory is the process's (summary.json "memory").
   runtime::install_counting_allocator();
   runtime::TrainOptions t = runtime::train_options(c);
-  t.measure_memory = true;
+  t.exec.device = *device;
+  t.measure_memory = device->is_cpu();  // the counting allocator sees the CPU's tensors only
   t.resume = o.resume;
   t.val_data = val_data.get();
   t.stop_requested = [] { return g_stop_requested != 0; };
@@ -140,12 +161,13 @@ int run_train(const Opts& o, Context& ctx) {
   }
   try {
     auto comm = runtime::C10dTransport::create(runtime::store_from_env(rank, world, timeout), *layout, timeout,
-                                      m->gpt.tied_embeddings);
+                                               m->gpt.tied_embeddings, *device);
     if (rank == 0 && c.progress)
       ctx.out << "training " << m->gpt.name << " (k = " << m->gpt.granularity << ", " << m->num_layers() << " layers) on "
               << world << " ranks, " << p->num_stages() << " stages, schedule "
               << plan::schedule_kind_name(p->schedule) << ", B = " << p->microbatches << " x "
-              << p->microbatch_size << (t.exec.emulate ? ", emulating slower devices" : "")
+              << p->microbatch_size << (device->is_cuda() ? ", on CUDA (NCCL)" : "")
+              << (t.exec.emulate ? ", emulating slower devices" : "")
               << (testbed != nullptr ? std::string(", links shaped by testbed ") + testbed : std::string()) << "\n";
     auto summary = runtime::train(*m, *p, *comm, *data, t, ctx.out);
     if (!summary.ok()) return ctx.fail("train", summary.status());
@@ -260,9 +282,24 @@ void add_train_command(CLI::App& root, Context& ctx) {
        &C::warmup_steps);
   over(cmd->add_option("--grad-clip", f.grad_clip, "Max global gradient norm (0: off)")->capture_default_str(),
        &C::grad_clip);
-  over(cmd->add_option("--dtype", f.dtype, "float32, float64 or bfloat16 (float32 master weights, bf16 compute)")
+  over(cmd->add_option("--dtype", f.dtype,
+                       "float32, float64, bfloat16 or float16 (the last two: float32 master weights; float16 on CUDA)")
            ->capture_default_str(),
        &C::dtype);
+  over(cmd->add_option("--device", f.device, "auto (cuda:LOCAL_RANK when CUDA is there), cpu or cuda")
+           ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+           ->capture_default_str(),
+       &C::device);
+  over(cmd->add_option("--loss-scale", f.loss_scale, "Dynamic loss scaling: auto (on for float16), dynamic or none")
+           ->check(CLI::IsMember({"auto", "dynamic", "none"}))
+           ->capture_default_str(),
+       &C::loss_scale);
+  over(cmd->add_option("--grad-reduce-dtype", f.grad_reduce_dtype,
+                       "dtype of the data-parallel gradient all-reduce: auto (the gradients'), float32, float16 or "
+                       "bfloat16 (NCCL only)")
+           ->check(CLI::IsMember({"auto", "float32", "float16", "bfloat16"}))
+           ->capture_default_str(),
+       &C::grad_reduce_dtype);
   over(cmd->add_option("--recompute", f.recompute,
                        "Activation recomputation: plan (each stage as the plan says), none, selective or full")
            ->check(CLI::IsMember({"plan", "none", "selective", "full"}))

@@ -2,6 +2,8 @@
 #include "harp/profiler/profiler.h"
 #include "harp/runtime/precision.h"
 
+#include <torch/cuda.h>
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -95,12 +97,18 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
   HARP_CHECK(0 <= first && first < last && last <= model.num_layers()) << first << ".." << last;
   HARP_CHECK(samples >= 1);
   runtime::install_counting_allocator();
+  const torch::Device device = options.compute;
   std::vector<runtime::GptLayer> layers =
-      runtime::build_gpt_layers(model, first, last, 1234, runtime::param_dtype(dtype), torch::kCPU);
+      runtime::build_gpt_layers(model, first, last, 1234, runtime::param_dtype(dtype), device);
   const bool tail = layers.back()->layer().kind == model::LayerKind::kTail;
   const auto& g = model.gpt;
   torch::Tensor input = range_input(model, first, samples, dtype);
+  if (!device.is_cpu()) input = input.to(device).detach().requires_grad_(input.requires_grad());
   torch::Tensor targets = tail ? torch::randint(0, g.vocab, {samples, g.seq_len}, torch::kInt64) : torch::Tensor();
+  if (tail && !device.is_cpu()) targets = targets.to(device);
+  auto done = [&] {  // the device's queued work finished (CUDA runs behind the host)
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
   const double tokens = static_cast<double>(samples) * static_cast<double>(g.seq_len);
   torch::Tensor dy;
 
@@ -118,11 +126,12 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     auto t0 = Clock::now();
     torch::Tensor y = input;
     {
-      runtime::AutocastGuard autocast(dtype == torch::kBFloat16);  // as the executor's forward
+      runtime::AutocastGuard autocast(dtype, device);  // as the executor's forward
       for (auto& layer : layers)
         y = layer->layer().kind == model::LayerKind::kTail ? layer->forward(y, targets) : layer->forward(y);
     }
     if (tail) (void)y.item<double>();  // the runtime reads the loss sum here
+    done();
     emulate(options.emulated_slowdown, t0);
     const double f = seconds_since(t0);
     if (count_bytes) {
@@ -136,6 +145,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
       (y / tokens).backward();
     else
       torch::autograd::backward({y}, {dy});
+    done();
     emulate(options.emulated_slowdown, t0);
     const double b = seconds_since(t0);
     if (count_bytes) m.peak_bytes = runtime::peak_tensor_bytes() - base;
@@ -162,7 +172,7 @@ double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::
   double spec_bytes = 0;
   for (const auto& group : profile::unique_layers(model)) {
     const int i = group.representative;
-    auto layers = runtime::build_gpt_layers(model, i, i + 1, 1234, runtime::param_dtype(dtype), torch::kCPU);
+    auto layers = runtime::build_gpt_layers(model, i, i + 1, 1234, runtime::param_dtype(dtype), options.compute);
     for (auto& [name, p] : runtime::named_parameters(layers)) {
       p.mutable_grad() = torch::randn_like(p) * 1e-3;
       params.emplace_back(name, p);
@@ -177,6 +187,7 @@ double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::
     const auto t0 = Clock::now();
     const double norm = std::sqrt(opt.grad_squared_norm(count));
     opt.step(run, opt.clip_scale(norm));
+    if (options.compute.is_cuda()) torch::cuda::synchronize(options.compute.index());
     const double t = seconds_since(t0);
     if (run < options.warmup) continue;
     times.push_back(t);
@@ -206,7 +217,7 @@ std::string utc_now() {
 }
 
 std::string dtype_name(torch::Dtype d) {
-  return d == torch::kFloat64 ? "float64" : d == torch::kBFloat16 ? "bfloat16" : "float32";
+  return d == torch::kFloat64 ? "float64" : d == torch::kBFloat16 ? "bfloat16" : d == torch::kHalf ? "float16" : "float32";
 }
 
 std::string ms(double s) {
@@ -262,6 +273,10 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
       e.output_bytes = m.output_bytes;
       e.activation_bytes = m.activation_bytes;
       e.peak_bytes = m.peak_bytes;
+      if (!options.compute.is_cpu()) {  // not counted off the CPU: the spec's, in the measured dtype
+        const double element = static_cast<double>(torch::elementSize(request.dtype)) / 2;  // spec bytes are fp16
+        e.activation_bytes = e.peak_bytes = model.layers[i].activation_bytes * mbs * element;
+      }
       e.workspace_bytes = std::max(0.0, m.peak_bytes - m.activation_bytes);
       e.source = "measured";
       report.db.put(e);

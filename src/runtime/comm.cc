@@ -2,11 +2,17 @@
 // (peer, tag); NCCL ignores tags, so correctness never depends on them: the lowered
 // schedule orders every pair's messages consistently (docs/schedule_format.md) and the
 // tag only helps debugging.
+//
+// libtorch 1.13's groups derive from c10d::ProcessGroup, 2.x's from c10d::Backend: the
+// groups are held through that base, whose send, recv, allreduce and barrier have the
+// same shape in both. ProcessGroupNCCL.hpp compiles to nothing unless USE_C10D_NCCL is
+// defined (src/CMakeLists.txt defines it for a CUDA libtorch).
 #include "harp/runtime/comm.h"
 
 #include "harp/common/sha256.h"
 
 #include <cstdlib>
+#include <map>
 #include <utility>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
@@ -14,13 +20,27 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
 
 namespace harp::runtime {
 namespace {
 
 using Gloo = c10d::ProcessGroupGloo;
+#if TORCH_VERSION_MAJOR >= 2
+using Group = c10d::Backend;
+#else
+using Group = c10d::ProcessGroup;
+#endif
 // c10d::ProcessGroup::Work in 1.13, c10d::Work in 2.x: take it from the API itself.
-using WorkPtr = decltype(std::declval<Gloo&>().barrier());
+using WorkPtr = decltype(std::declval<Group&>().barrier());
 
 std::string env_or(const char* name, const std::string& fallback) {
   const char* v = std::getenv(name);
@@ -43,6 +63,21 @@ c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store>& store
   options->threads = 2;
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
   return c10::make_intrusive<Gloo>(prefixed, rank, size, options);
+}
+
+// A group of `size` ranks on NCCL, under its own store prefix `name`.
+c10::intrusive_ptr<Group> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
+                                          int rank, int size, std::chrono::milliseconds timeout) {
+#ifdef USE_C10D_NCCL
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, options);
+#else
+  (void)store, (void)name, (void)rank, (void)size, (void)timeout;
+  throw RuntimeFailure("this build of harp has no NCCL (its libtorch was not built with USE_C10D_NCCL): train on "
+                       "the CPU (--device cpu), or build against a CUDA libtorch (docs/runtime.md, \"GPUs\")");
+#endif
 }
 
 // Throws RuntimeFailure("<what>: <reason>"), or just "<reason>" when `what` is empty.
@@ -74,8 +109,19 @@ class C10dOp : public Transfer::Op {
 }  // namespace
 
 struct C10dTransport::Groups {
-  c10::intrusive_ptr<Gloo> world, dp, tp, tied;
+  c10::intrusive_ptr<Gloo> world;          // CPU: metrics, barriers, and the CPU's transfers
+  c10::intrusive_ptr<Group> dp, tp, tied;  // Gloo on the CPU, NCCL on CUDA
+  // NCCL: one two-rank group per directed pair (sender is group rank 0), by (sender, receiver).
+  std::map<std::pair<int, int>, c10::intrusive_ptr<Group>> links;
 };
+
+bool C10dTransport::nccl_available() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
 
 C10dTransport::C10dTransport(RankLayout layout, std::chrono::milliseconds timeout)
     : Transport(std::move(layout), timeout), groups_(std::make_unique<Groups>()) {}
@@ -83,23 +129,43 @@ C10dTransport::C10dTransport(RankLayout layout, std::chrono::milliseconds timeou
 C10dTransport::~C10dTransport() = default;
 
 std::unique_ptr<C10dTransport> C10dTransport::create(c10::intrusive_ptr<c10d::Store> store,
-                                                     const RankLayout& layout,
-                                                     std::chrono::milliseconds timeout, bool tied_group) {
+                                                     const RankLayout& layout, std::chrono::milliseconds timeout,
+                                                     bool tied_group, const torch::Device& device) {
   std::unique_ptr<C10dTransport> c(new C10dTransport(layout, timeout));
+  const bool nccl = device.is_cuda();
+  auto group = [&](const std::string& name, int rank, int size) -> c10::intrusive_ptr<Group> {
+    if (nccl) return make_nccl_group(store, name, rank, size, timeout);
+    return make_group(store, name, rank, size, timeout);
+  };
   c->groups_->world = make_group(store, "world", layout.rank, layout.world_size, timeout);
   // Each group on its own store prefix: only its members take part in making it.
   const std::string stage = std::to_string(layout.stage);
   if (layout.dp() > 1)
-    c->groups_->dp = make_group(store, "dp" + stage + "." + std::to_string(layout.tp_rank), layout.dp_rank,
-                                layout.dp(), timeout);
+    c->groups_->dp = group("dp" + stage + "." + std::to_string(layout.tp_rank), layout.dp_rank, layout.dp());
   if (layout.tp() > 1)
-    c->groups_->tp = make_group(store, "tp" + stage + "." + std::to_string(layout.dp_rank), layout.tp_rank,
-                                layout.tp(), timeout);
+    c->groups_->tp = group("tp" + stage + "." + std::to_string(layout.dp_rank), layout.tp_rank, layout.tp());
   if (tied_group) {
     const std::vector<int> members = tied_group_members(layout);
     for (int i = 0; i < static_cast<int>(members.size()); ++i)
-      if (members[i] == layout.rank)
-        c->groups_->tied = make_group(store, "tied", i, static_cast<int>(members.size()), timeout);
+      if (members[i] == layout.rank) c->groups_->tied = group("tied", i, static_cast<int>(members.size()));
+  }
+  if (nccl) {
+    // Every rank walks the links in the same sorted order, creating and first using its
+    // own: the pair that comes first among those not yet set up always has both its
+    // ranks at it, so NCCL's blocking set-up cannot wait in a cycle.
+    for (const auto& [from, to] : layout.links()) {
+      if (from != layout.rank && to != layout.rank) continue;
+      auto g = make_nccl_group(store, "link" + std::to_string(from) + "." + std::to_string(to),
+                               from == layout.rank ? 0 : 1, 2, timeout);
+      // A first message over it: NCCL sets up its point-to-point communicator now.
+      std::vector<at::Tensor> one{torch::zeros({1}, torch::TensorOptions().device(device))};
+      const std::string what = "setting up the NCCL link " + std::to_string(from) + " -> " + std::to_string(to);
+      if (from == layout.rank)
+        wait_or_throw(g->send(one, 1, 0), timeout, what);
+      else
+        wait_or_throw(g->recv(one, 0, 0), timeout, what);
+      c->groups_->links.emplace(std::make_pair(from, to), std::move(g));
+    }
   }
   return c;
 }
@@ -115,13 +181,21 @@ void C10dTransport::abort(const std::string& reason) {
 Transfer C10dTransport::isend(torch::Tensor& t, int peer, int tag, const std::string& what) {
   check_open();
   std::vector<at::Tensor> v{t};
-  return Transfer(std::make_shared<C10dOp>(groups_->world->send(v, peer, tag)), what, peer);
+  if (groups_->links.empty())
+    return Transfer(std::make_shared<C10dOp>(groups_->world->send(v, peer, tag)), what, peer);
+  const auto link = groups_->links.find({layout().rank, peer});
+  HARP_CHECK(link != groups_->links.end()) << "rank " << layout().rank << " has no link to rank " << peer;
+  return Transfer(std::make_shared<C10dOp>(link->second->send(v, 1, tag)), what, peer);
 }
 
 Transfer C10dTransport::irecv(torch::Tensor& t, int peer, int tag, const std::string& what) {
   check_open();
   std::vector<at::Tensor> v{t};
-  return Transfer(std::make_shared<C10dOp>(groups_->world->recv(v, peer, tag)), what, peer);
+  if (groups_->links.empty())
+    return Transfer(std::make_shared<C10dOp>(groups_->world->recv(v, peer, tag)), what, peer);
+  const auto link = groups_->links.find({peer, layout().rank});
+  HARP_CHECK(link != groups_->links.end()) << "rank " << layout().rank << " has no link from rank " << peer;
+  return Transfer(std::make_shared<C10dOp>(link->second->recv(v, 0, tag)), what, peer);
 }
 
 void C10dTransport::allreduce_dp(torch::Tensor& t, const std::string& what) {

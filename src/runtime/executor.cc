@@ -2,7 +2,10 @@
 #include "harp/runtime/executor.h"
 
 #include <algorithm>
+#include <cmath>
 #include <thread>
+
+#include <torch/cuda.h>
 
 
 namespace harp::runtime {
@@ -35,7 +38,8 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
   samples_ = plan.microbatch_size / st.dp;
   sample_offset_ = layout_.dp_rank * samples_;
   global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
-  bf16_ = config.dtype == torch::kBFloat16;
+  scaler_.scale = config.loss_scale;
+  scaler_.growth_interval = config.loss_scale_growth_interval;
   if (layout_.tp() > 1) {
     tp_ = std::make_shared<TensorParallel>();
     tp_->size = layout_.tp();
@@ -44,7 +48,7 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
       comm_.allreduce_tp(t, where(layout_, step_) + " in a tensor-parallel all-reduce");
     };
   }
-  layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, param_dtype(config.dtype), torch::kCPU, tp_);
+  layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, param_dtype(config.dtype), config.device, tp_);
   for (const auto& layer : layers_) shards_.insert(layer->shards().begin(), layer->shards().end());
   const Recompute recompute = config.recompute.value_or(st.recompute);
   if (recompute == Recompute::kSelective)
@@ -65,22 +69,10 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
 }
 
 std::vector<Executor::Part> Executor::peers_of(int other_stage, bool sending) const {
-  // Replica d of a stage owns samples [d * n, (d + 1) * n) of every microbatch. Every tp
-  // rank of a replica holds the whole cut tensor: tp rank u of the receiving replica
-  // takes it from tp rank u mod (the sender's tp).
   std::vector<Part> parts;
-  const int replicas = layout_.dp_of(other_stage), other_tp = layout_.tp_of(other_stage);
-  const int n = plan_.microbatch_size / replicas;
-  for (int d = 0; d < replicas; ++d) {
-    const int lo = std::max(d * n, sample_offset_), hi = std::min((d + 1) * n, sample_offset_ + samples_);
-    if (lo >= hi) continue;
-    if (!sending) {
-      parts.push_back(Part{layout_.rank_of(other_stage, d, layout_.tp_rank % other_tp), lo - sample_offset_, hi - lo, {}, {}});
-      continue;
-    }
-    for (int u = layout_.tp_rank; u < other_tp; u += layout_.tp())
-      parts.push_back(Part{layout_.rank_of(other_stage, d, u), lo - sample_offset_, hi - lo, {}, {}});
-  }
+  for (const RankLayout::Exchange& e :
+       layout_.exchanges(layout_.stage, layout_.dp_rank, layout_.tp_rank, other_stage, sending))
+    parts.push_back(Part{e.peer, e.first, e.count, {}, {}});
   return parts;
 }
 
@@ -95,7 +87,7 @@ void Executor::post_recv(int mb, bool forward_direction, int step) {
   for (Part& p : parts) {
     std::vector<std::int64_t> sizes = {p.count};
     sizes.insert(sizes.end(), shape.begin(), shape.end());
-    p.buffer = torch::empty(sizes, torch::TensorOptions().dtype(config_.dtype));
+    p.buffer = torch::empty(sizes, torch::TensorOptions().dtype(config_.dtype).device(config_.device));
     p.transfer = comm_.irecv(p.buffer, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
                              where(layout_, step) + " waiting for " + schedule::to_string(a) + " from rank");
   }
@@ -138,10 +130,11 @@ void Executor::forward(int step, int mb) {
   if (has_head(layers_) || has_tail(layers_))
     tokens = sample_tokens(*data_, data_seed_, step, mb * plan_.microbatch_size + sample_offset_, samples_,
                            model_.gpt.seq_len);
+  if (tokens.defined() && !config_.device.is_cpu()) tokens = tokens.to(config_.device);
   if (has_head(layers_)) x = tokens.slice(1, 0, model_.gpt.seq_len);
   if (has_tail(layers_)) s.targets = tokens.slice(1, 1, model_.gpt.seq_len + 1);
   torch::Tensor y;
-  AutocastGuard autocast(bf16_);
+  AutocastGuard autocast(config_.dtype, config_.device);
   if (units_.empty() || !torch::GradMode::is_enabled()) {
     y = run_layers(0, static_cast<int>(layers_.size()), x, s.targets);
   } else {
@@ -184,10 +177,13 @@ void Executor::backward(int mb) {
   if (!has_tail(layers_)) dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
   const auto begin = std::chrono::steady_clock::now();
   // The gradient pass from `out` (the stage's output, or a unit's): the loss scaled to
-  // the global batch at the tail, else the gradient received (or the next unit's).
+  // the global batch at the tail (then by the loss scale, exactly: a power of two), else
+  // the gradient received (or the next unit's).
   auto from = [&](const torch::Tensor& out, const torch::Tensor& grad) {
     if (grad.defined())
       torch::autograd::backward({out}, {grad.to(out.scalar_type())});  // a bf16 wire into a float32 output
+    else if (scaler_.enabled())
+      ((out / global_tokens_) * scaler_.scale).backward();
     else
       (out / global_tokens_).backward();
   };
@@ -199,7 +195,7 @@ void Executor::backward(int mb) {
       const Unit& u = units_[j];
       torch::Tensor out;
       if (u.recompute) {
-        AutocastGuard autocast(bf16_);  // the forward's precision again
+        AutocastGuard autocast(config_.dtype, config_.device);  // the forward's precision again
         out = run_layers(u.begin, u.end, s.unit_inputs[j], s.targets);
       } else {
         out = std::move(s.unit_outputs[j]);
@@ -234,6 +230,8 @@ double Executor::finish_compute(std::chrono::steady_clock::time_point begin) {
   // An emulated slower device (DESIGN.md, last section) sleeps (factor - 1) x the
   // measured time; the span and the stage's measured time include the sleep, since
   // that is how long the emulated device is busy.
+  // On CUDA the host runs ahead of the kernels: a span ends when the device is done.
+  if (config_.device.is_cuda()) torch::cuda::synchronize(config_.device.index());
   const double factor = plan_.stages[layout_.stage].emulated_slowdown;
   if (config_.emulate && factor > 1.0) {
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
@@ -278,7 +276,13 @@ void Executor::reduce_grads(int step) {
     for (auto& g : grads) v.push_back(g.reshape({-1}));
     return v;
   }());
-  comm_.allreduce_dp(flat, what);
+  if (config_.grad_reduce_dtype && *config_.grad_reduce_dtype != flat.scalar_type()) {  // summed in the wire dtype
+    torch::Tensor wire = flat.to(*config_.grad_reduce_dtype);
+    comm_.allreduce_dp(wire, what);
+    flat = wire.to(flat.scalar_type());
+  } else {
+    comm_.allreduce_dp(flat, what);
+  }
   std::int64_t offset = 0;
   for (auto& g : grads) {
     g.copy_(flat.slice(0, offset, offset + g.numel()).view_as(g));
@@ -299,9 +303,17 @@ void Executor::apply_step(int step, StepResult* result) {
   // Every last-stage replica holds the loss of its own samples: the sum is the total.
   torch::Tensor shared = torch::tensor({optimizer_->grad_squared_norm(count), loss_sum_}, torch::kFloat64);
   comm_.allreduce_world(shared, where(layout_, step) + " in STEP");
-  result->grad_norm = std::sqrt(shared[0].item<double>());
+  // With loss scaling the gradients are the scale times the true ones, exactly: so is
+  // their norm. A norm that is not finite means an overflow on some rank, and every
+  // rank sees the same sum: all skip the update together.
+  const double squared = shared[0].item<double>();
+  const double scale = scaler_.enabled() ? scaler_.scale : 1.0;
+  result->loss_scale = scaler_.scale;
+  result->grad_norm = std::sqrt(squared) / scale;
   result->loss = shared[1].item<double>() / global_tokens_;
-  optimizer_->step(step, optimizer_->clip_scale(result->grad_norm));
+  result->skipped = !scaler_.update(std::isfinite(squared));
+  if (result->skipped) return;
+  optimizer_->step(step, optimizer_->clip_scale(result->grad_norm) / scale);
 }
 
 StepResult Executor::run_step(int step, bool trace) {

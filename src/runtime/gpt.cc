@@ -95,7 +95,10 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v) {
     ctx->save_for_backward({q, k, v});
-    ctx->saved_data["bf16"] = AutocastGuard::active();  // rerun in the forward's precision
+    const AutocastState autocast = AutocastGuard::current();  // rerun in the forward's precision
+    ctx->saved_data["autocast"] = autocast.on;
+    ctx->saved_data["autocast_device"] = static_cast<std::int64_t>(autocast.device);
+    ctx->saved_data["autocast_dtype"] = static_cast<std::int64_t>(autocast.dtype);
     return libtorch_attention(q, k, v);  // Function::apply runs this without a graph
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -106,7 +109,9 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
     torch::AutoGradMode enable(true);
     torch::Tensor out;
     {
-      AutocastGuard autocast(ctx->saved_data["bf16"].toBool());
+      AutocastGuard autocast(AutocastState{ctx->saved_data["autocast"].toBool(),
+                                           static_cast<c10::DeviceType>(ctx->saved_data["autocast_device"].toInt()),
+                                           static_cast<at::ScalarType>(ctx->saved_data["autocast_dtype"].toInt())});
       out = libtorch_attention(in[0], in[1], in[2]);
     }
     return torch::autograd::grad({out}, in, {grad[0]});

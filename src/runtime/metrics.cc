@@ -29,11 +29,16 @@ void MetricsLog::write(const StepMetrics& m, bool progress, std::ostream& log) {
                {"tflops", m.flops / m.iteration_s / 1e12},
                {"lr", m.lr},
                {"busy_fraction", m.busy_fraction}};
+  if (m.loss_scale > 0) {
+    line["loss_scale"] = m.loss_scale;
+    line["skipped"] = m.skipped;
+  }
   file_ << line.dump() << "\n" << std::flush;
   if (!progress) return;
-  char buf[200];
-  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s\n", m.step + 1,
-                m.total_steps, m.loss, m.iteration_s * 1e3, tokens_per_s);
+  char buf[240];
+  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s%s\n", m.step + 1,
+                m.total_steps, m.loss, m.iteration_s * 1e3, tokens_per_s,
+                m.skipped ? "  (update skipped: the scaled gradients overflowed; loss scale halved)" : "");
   log << buf << std::flush;
 }
 

@@ -28,8 +28,22 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
     return bad("weight_decay", weight_decay, "must be a finite number >= 0", "use e.g. 0.1");
   if (!std::isfinite(grad_clip) || grad_clip < 0)
     return bad("grad_clip", grad_clip, "must be a finite number >= 0", "use 1.0, or 0 to disable clipping");
-  if (dtype != "float32" && dtype != "float64" && dtype != "bfloat16")
-    return bad("dtype", dtype, "must be float32, float64 or bfloat16", "write `dtype: float32`");
+  if (dtype != "float32" && dtype != "float64" && dtype != "bfloat16" && dtype != "float16")
+    return bad("dtype", dtype, "must be float32, float64, bfloat16 or float16", "write `dtype: float32`");
+  if (device != "auto" && device != "cpu" && device != "cuda")
+    return bad("device", device, "must be auto, cpu or cuda", "write `device: auto`");
+  if (dtype == "float16" && device == "cpu")
+    return bad("dtype", dtype, "computes on CUDA only (libtorch's CPU autocast is bf16)",
+               "use `dtype: bfloat16` on the CPU, or `device: cuda`");
+  if (loss_scale != "auto" && loss_scale != "dynamic" && loss_scale != "none")
+    return bad("loss_scale", loss_scale, "must be auto, dynamic or none", "write `loss_scale: auto` (dynamic for float16)");
+  if (grad_reduce_dtype != "auto" && grad_reduce_dtype != "float32" && grad_reduce_dtype != "float16" &&
+      grad_reduce_dtype != "bfloat16")
+    return bad("grad_reduce_dtype", grad_reduce_dtype, "must be auto, float32, float16 or bfloat16",
+               "write `grad_reduce_dtype: auto` (the gradients' own dtype)");
+  if (grad_reduce_dtype == "bfloat16" && device == "cpu")
+    return bad("grad_reduce_dtype", grad_reduce_dtype, "needs NCCL: Gloo (the CPU's) cannot all-reduce bfloat16",
+               "use float16 or float32 on the CPU, or `device: cuda`");
   Recompute mode;
   if (recompute != "plan" && !parse_recompute(recompute, &mode))
     return bad("recompute", recompute, "must be plan, none, selective or full", "write `recompute: plan`");
@@ -66,7 +80,10 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.decay_steps = static_cast<int>(r.integer("decay_steps", 0, c.decay_steps));
   c.weight_decay = r.non_negative("weight_decay", c.weight_decay);
   c.grad_clip = r.non_negative("grad_clip", c.grad_clip);
-  c.dtype = r.choice("dtype", {"float32", "float64", "bfloat16"}, c.dtype);
+  c.dtype = r.choice("dtype", {"float32", "float64", "bfloat16", "float16"}, c.dtype);
+  c.device = r.choice("device", {"auto", "cpu", "cuda"}, c.device);
+  c.loss_scale = r.choice("loss_scale", {"auto", "dynamic", "none"}, c.loss_scale);
+  c.grad_reduce_dtype = r.choice("grad_reduce_dtype", {"auto", "float32", "float16", "bfloat16"}, c.grad_reduce_dtype);
   c.recompute = r.choice("recompute", {"plan", "none", "selective", "full"}, c.recompute);
   c.out = r.string("out", c.out);
   c.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 0, c.checkpoint_every));
@@ -107,6 +124,9 @@ Json train_config_to_json(const TrainConfig& c) {
           {"weight_decay", c.weight_decay},
           {"grad_clip", c.grad_clip},
           {"dtype", c.dtype},
+          {"device", c.device},
+          {"loss_scale", c.loss_scale},
+          {"grad_reduce_dtype", c.grad_reduce_dtype},
           {"recompute", c.recompute},
           {"out", c.out},
           {"checkpoint_every", c.checkpoint_every},

@@ -17,6 +17,9 @@
 #include <set>
 #include <thread>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
+
 #include "harp/common/document.h"
 #include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
@@ -37,13 +40,38 @@ std::string trace_file(const std::string& dir, int rank) {
 }  // namespace
 
 torch::Dtype torch_dtype(const std::string& name) {
-  return name == "float64" ? torch::kFloat64 : name == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
+  if (name == "float64") return torch::kFloat64;
+  if (name == "bfloat16") return torch::kBFloat16;
+  if (name == "float16") return torch::kHalf;
+  return torch::kFloat32;
+}
+
+StatusOr<torch::Device> resolve_device(const std::string& name, int local_rank) {
+  const bool cuda = torch::cuda::is_available();
+  if (name == "cpu" || (name == "auto" && !cuda)) return torch::Device(torch::kCPU);
+  if (!cuda)
+    return failed_precondition("device cuda: libtorch sees no CUDA device (a CPU build of libtorch, or no GPU); use "
+                               "`--device cpu`, or build against a CUDA libtorch (docs/runtime.md, \"GPUs\")");
+  const int count = static_cast<int>(torch::cuda::device_count());
+  if (local_rank < 0 || local_rank >= count)
+    return failed_precondition("LOCAL_RANK " + std::to_string(local_rank) + " but this machine has " +
+                               std::to_string(count) + " CUDA device(s); launch at most " + std::to_string(count) +
+                               " ranks per machine");
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
+void set_current_device(const torch::Device& device) {
+  HARP_CHECK(device.is_cuda()) << "set_current_device takes a CUDA device";
+  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
 }
 
 TrainOptions train_options(const TrainConfig& c) {
   TrainOptions t;
   t.exec.seed = c.seed;
   t.exec.dtype = torch_dtype(c.dtype);
+  // GradScaler's first scale, 2^16; powers of two keep scaling exact (precision.h).
+  if (c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.dtype == "float16")) t.exec.loss_scale = 65536.0;
+  if (c.grad_reduce_dtype != "auto") t.exec.grad_reduce_dtype = torch_dtype(c.grad_reduce_dtype);
   Recompute r;
   if (parse_recompute(c.recompute, &r)) t.exec.recompute = r;
   t.exec.optim.lr = c.lr;
@@ -92,7 +120,8 @@ void set_compute_threads(int threads, torch::Dtype dtype) {
   auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
   // float32 products in oneDNN and bf16 ones in libtorch's oneDNN both run on torch's
   // OpenMP pool; only float64 (or a build without oneDNN) leaves them to OpenBLAS.
-  const bool on_torch_pool = dtype == torch::kBFloat16 || (dtype == torch::kFloat32 && onednn_available());
+  const bool on_torch_pool =
+      dtype == torch::kBFloat16 || dtype == torch::kHalf || (dtype == torch::kFloat32 && onednn_available());
   const bool blas = set_blas != nullptr && !on_torch_pool;
   torch::set_num_threads(blas ? 1 : threads);
   if (set_blas) set_blas(blas ? threads : 1);
@@ -283,6 +312,8 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     m.tokens = tokens;
     m.flops = flops;
     m.busy_fraction.assign(busy.data_ptr<double>(), busy.data_ptr<double>() + S);
+    m.loss_scale = r.loss_scale;
+    m.skipped = r.skipped;
     metrics.write(m, options.progress, log);
     if (evaluating && ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) validate(step + 1);
     if ((options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0) || step + 1 == stop_at) {

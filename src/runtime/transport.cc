@@ -34,6 +34,7 @@ StatusOr<RankLayout> layout_for(const plan::Plan& plan, int world_size, int rank
                                "; launch with --nproc " + std::to_string(needed));
   if (rank < 0 || rank >= world_size)
     return failed_precondition("RANK " + std::to_string(rank) + " is outside [0, " + std::to_string(world_size) + ")");
+  l.microbatch_size = plan.microbatch_size;
   l.stage_ranks.resize(plan.num_stages());
   l.rank_device.assign(world_size, -1);
   if (all_devices) {
@@ -76,6 +77,37 @@ std::vector<int> RankLayout::tp_group() const {
   std::vector<int> members;
   for (int t = 0; t < tp(); ++t) members.push_back(rank_of(stage, dp_rank, t));
   return members;
+}
+
+std::vector<RankLayout::Exchange> RankLayout::exchanges(int s, int dp_rank, int tp_rank, int other_stage,
+                                                       bool sending) const {
+  std::vector<Exchange> out;
+  const int replicas = dp_of(other_stage), other_tp = tp_of(other_stage), own_tp = tp_of(s);
+  const int n = microbatch_size / replicas, own = microbatch_size / dp_of(s), offset = dp_rank * own;
+  for (int d = 0; d < replicas; ++d) {
+    const int lo = std::max(d * n, offset), hi = std::min((d + 1) * n, offset + own);
+    if (lo >= hi) continue;
+    if (!sending) {
+      out.push_back(Exchange{rank_of(other_stage, d, tp_rank % other_tp), lo - offset, hi - lo});
+      continue;
+    }
+    for (int u = tp_rank; u < other_tp; u += own_tp) out.push_back(Exchange{rank_of(other_stage, d, u), lo - offset, hi - lo});
+  }
+  return out;
+}
+
+std::vector<std::pair<int, int>> RankLayout::links() const {
+  std::vector<std::pair<int, int>> out;
+  for (int s = 0; s < num_stages(); ++s)
+    for (int other : {s - 1, s + 1}) {
+      if (other < 0 || other >= num_stages()) continue;
+      for (int d = 0; d < dp_of(s); ++d)
+        for (int t = 0; t < tp_of(s); ++t)
+          for (const Exchange& e : exchanges(s, d, t, other, true)) out.emplace_back(rank_of(s, d, t), e.peer);
+    }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 std::vector<int> tied_group_members(const RankLayout& layout) {

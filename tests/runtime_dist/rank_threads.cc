@@ -43,16 +43,18 @@ std::vector<std::string> for_each_rank_on(const plan::Plan& plan, const Connect&
 }
 
 // Gloo ranks over one in-process store.
-Connect gloo(const model::ModelSpec& model) {
+// c10d's transport: Gloo on the CPU, NCCL for CUDA tensors (comm.h).
+Connect gloo(const model::ModelSpec& model, const torch::Device& device = torch::kCPU) {
   auto store = runtime::hash_store();
-  return [store, tied = model.gpt.tied_embeddings](const runtime::RankLayout& l) -> std::unique_ptr<runtime::Transport> {
-    return runtime::C10dTransport::create(store, l, kTimeout, tied);
+  return [store, tied = model.gpt.tied_embeddings, device](const runtime::RankLayout& l) -> std::unique_ptr<runtime::Transport> {
+    return runtime::C10dTransport::create(store, l, kTimeout, tied, device);
   };
 }
 
 template <typename Body>
-void for_each_rank(const plan::Plan& plan, const model::ModelSpec& model, Body body) {
-  auto errors = for_each_rank_on(plan, gloo(model), body);
+void for_each_rank(const plan::Plan& plan, const model::ModelSpec& model, Body body,
+                   const torch::Device& device = torch::kCPU) {
+  auto errors = for_each_rank_on(plan, gloo(model, device), body);
   for (size_t r = 0; r < errors.size(); ++r)
     if (!errors[r].empty()) ADD_FAILURE() << "rank " << r << ": " << errors[r];
 }
@@ -98,10 +100,10 @@ RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
     std::lock_guard<std::mutex> lock(mu);
     if (comm.layout().rank == 0) out.losses = losses;
     if (keep && comm.layout().tp_rank == 0) {
-      for (const auto& [name, p] : params) out.params.emplace_back(name, p.detach().clone());
-      for (const auto& [name, g] : grads) out.grads.emplace_back(name, g.detach().clone());
+      for (const auto& [name, p] : params) out.params.emplace_back(name, p.detach().to(torch::kCPU).clone());
+      for (const auto& [name, g] : grads) out.grads.emplace_back(name, g.detach().to(torch::kCPU).clone());
     }
-  });
+  }, config.device);
   return out;
 }
 
@@ -115,7 +117,7 @@ runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::P
     if (!s.ok()) throw std::runtime_error(s.status().to_string());
     std::lock_guard<std::mutex> lock(mu);
     if (comm.layout().rank == 0) out = *s;
-  });
+  }, options.exec.device);
   return out;
 }
 

@@ -46,6 +46,10 @@ struct MeasureOptions {
   // stage, the other layers and microbatches run in between (see evict_private_caches).
   bool evict_caches = true;
   double emulated_slowdown = 1;  // > 1: sleep (factor - 1) t after each compute t, as the runtime
+  // Where the layers run (CUDA: each timed span ends when the device is done). The
+  // counting allocator sees the CPU's tensors only: on CUDA the activation and peak bytes
+  // of a measurement are the model spec's, in the measured dtype (profile_model).
+  torch::Device compute = torch::kCPU;
 };
 
 struct Timing {

@@ -41,9 +41,19 @@ namespace harp::runtime {
 
 struct ExecConfig {
   std::uint64_t seed = 1234;   // weights and data
-  // The compute dtype: kFloat32, kFloat64, or kBFloat16 (float32 master weights and
-  // state, bf16 autocast, bf16 cut tensors: runtime/precision.h).
+  // The compute dtype: kFloat32, kFloat64, kBFloat16 or kHalf (the last two: float32
+  // master weights and state, autocast, cut tensors in that dtype: runtime/precision.h).
   torch::Dtype dtype = torch::kFloat32;
+  // Where this rank's layers, activations and gradients live (CUDA: the transport must
+  // be c10d's with NCCL, comm.h). Token ids are drawn on the CPU and copied over.
+  torch::Device device = torch::kCPU;
+  // Dynamic loss scaling's first scale (a power of two; 0: off) and growth interval
+  // (precision.h).
+  double loss_scale = 0;
+  int loss_scale_growth_interval = 2000;
+  // The data-parallel gradient all-reduce's dtype (the gradients are cast to it and
+  // back); unset: the gradients' own.
+  std::optional<torch::Dtype> grad_reduce_dtype;
   // Every stage's activation recomputation; unset: each stage's plan::Stage::recompute.
   std::optional<Recompute> recompute;
   OptimConfig optim;
@@ -60,6 +70,10 @@ struct StepResult {
   double seconds = 0;          // wall time of the step on this rank
   double compute_seconds = 0;  // time in F and B (with an emulated device's sleep)
   double forward_seconds = 0, backward_seconds = 0;  // their parts (all microbatches)
+  // Dynamic loss scaling: the scale this step's backward ran with, and whether its
+  // gradients overflowed on some rank, so that every rank skipped the update.
+  double loss_scale = 0;
+  bool skipped = false;
 };
 
 class Executor {
@@ -84,6 +98,7 @@ class Executor {
   double evaluate(const TokenSource& source, int batch);
 
   AdamW& optimizer() { return *optimizer_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
   std::uint64_t seed() const { return config_.seed; }
   const std::vector<GptLayer>& layers() const { return layers_; }
   // Named parameters and their gradients of the last step (global names; this rank's
@@ -145,7 +160,7 @@ class Executor {
   std::uint64_t data_seed_ = 0;
   ExecConfig config_;
   RankLayout layout_;
-  bool bf16_ = false;  // autocast the forward (precision.h); cut tensors travel in config_.dtype
+  LossScaler scaler_;
   int first_layer_ = 0, last_layer_ = 0;
   int samples_ = 1, sample_offset_ = 0;  // this replica's share of a microbatch
   double global_tokens_ = 1;

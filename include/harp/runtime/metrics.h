@@ -20,6 +20,8 @@ struct StepMetrics {
   double iteration_s = 0;
   double tokens = 0, flops = 0;       // per step, for tokens/s and TFLOP/s
   std::vector<double> busy_fraction;  // per stage
+  double loss_scale = 0;              // dynamic loss scaling's scale (0: off)
+  bool skipped = false;               // the update was skipped: the scaled gradients overflowed
 };
 
 class MetricsLog {

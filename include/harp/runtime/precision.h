@@ -1,9 +1,10 @@
 // Mixed precision (docs/runtime.md, Mixed precision). A run's compute dtype is float32,
-// float64 or bfloat16; bfloat16 means float32 parameters, gradients and AdamW state (the
-// master weights) with the forward under libtorch's autocast to bfloat16 (matrix
-// products in bf16, the loss and the norms' statistics in float32), and the tensors
-// crossing stage cuts in bfloat16. libtorch's CPU autocast supports only bf16; fp16 with
-// dynamic loss scaling is the CUDA path (not built here).
+// float64, bfloat16 or float16; bfloat16 and float16 mean float32 parameters, gradients
+// and AdamW state (the master weights) with the forward under libtorch's autocast to that
+// dtype (matrix products in it, the loss and the norms' statistics in float32), and the
+// tensors crossing stage cuts in it. libtorch 1.13's CPU autocast supports bf16 only, so
+// float16 is the CUDA path; it comes with dynamic loss scaling (LossScaler), which runs
+// and is tested on any dtype.
 #pragma once
 
 #include <torch/torch.h>
@@ -12,24 +13,59 @@ namespace harp::runtime {
 
 // The dtype parameters are built and trained in for a compute dtype.
 inline torch::Dtype param_dtype(torch::Dtype compute) {
-  return compute == torch::kBFloat16 ? torch::kFloat32 : compute;
+  return compute == torch::kBFloat16 || compute == torch::kHalf ? torch::kFloat32 : compute;
 }
 
-// Autocast to bf16 on this thread while alive, when `on` (else nothing); nests, and
-// restores the previous state (libtorch has no C++ guard; Python's torch.autocast does
-// the same). The state is thread-local: construct it on the thread that computes.
+// A thread's autocast: whether it is on, for which device type, to which dtype.
+struct AutocastState {
+  bool on = false;
+  c10::DeviceType device = c10::DeviceType::CPU;
+  at::ScalarType dtype = at::kBFloat16;
+};
+
+// Autocast on this thread while alive (libtorch has no C++ guard; Python's torch.autocast
+// does the same): nests, and restores the previous state. The state is thread-local:
+// construct it on the thread that computes.
 class AutocastGuard {
  public:
-  explicit AutocastGuard(bool on);
+  // Autocast to `compute` on `device`'s type when `compute` is bf16 or fp16; nothing for
+  // float32 and float64.
+  AutocastGuard(torch::Dtype compute, const torch::Device& device);
+  // bf16 on the CPU when `on`.
+  explicit AutocastGuard(bool on) : AutocastGuard(on ? torch::kBFloat16 : torch::kFloat32, torch::kCPU) {}
+  // Re-establishes a state captured with current() (a recomputation reruns its forward
+  // in the forward's precision).
+  explicit AutocastGuard(const AutocastState& state)
+      : AutocastGuard(state.on ? state.dtype : torch::kFloat32, torch::Device(state.device)) {}
   ~AutocastGuard();
   AutocastGuard(const AutocastGuard&) = delete;
   AutocastGuard& operator=(const AutocastGuard&) = delete;
-  // Whether autocast to bf16 is on for this thread now.
+  // Whether autocast is on for this thread now, on the CPU or on CUDA.
   static bool active();
+  // This thread's autocast now (the CPU's if both were on).
+  static AutocastState current();
 
  private:
   bool on_ = false, was_enabled_ = false;
+  c10::DeviceType device_ = c10::DeviceType::CPU;
   at::ScalarType was_dtype_ = at::kBFloat16;
+};
+
+// Dynamic loss scaling, as torch.cuda.amp.GradScaler does it: the loss is multiplied by
+// `scale` before the backward, so that float16 gradients do not underflow; a step whose
+// gradients are not all finite (on any rank) is skipped and the scale halved; after
+// `growth_interval` finite steps in a row it doubles. The scales are powers of two, so
+// scaling and unscaling are exact: a run with scaling has the gradients, and so the
+// parameters, of the run without, bit for bit, as long as nothing overflows.
+struct LossScaler {
+  double scale = 0;  // 0: off
+  int growth_interval = 2000;
+  int good_steps = 0;  // finite steps since the scale last changed
+  static constexpr double kMinScale = 1.0, kMaxScale = 0x1p64;
+
+  bool enabled() const { return scale > 0; }
+  // After a step's gradients are known: whether to apply the step; moves the scale.
+  bool update(bool finite);
 };
 
 }  // namespace harp::runtime

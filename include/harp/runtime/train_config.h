@@ -25,9 +25,20 @@ struct TrainConfig {
   int decay_steps = 0;             // cosine decay ends here; 0: max(steps, warmup_steps + 1)
   double weight_decay = 0.1;       // AdamW, on 2+-dimensional parameters, >= 0
   double grad_clip = 1.0;          // max global gradient norm; 0 disables clipping
-  // float32 | float64 | bfloat16 (float32 master weights and state, bf16 autocast
-  // compute and cut tensors: runtime/precision.h)
+  // float32 | float64 | bfloat16 | float16 (float32 master weights and state, autocast
+  // compute and cut tensors in the low-precision dtype: runtime/precision.h; float16
+  // computes on CUDA only, with dynamic loss scaling)
   std::string dtype = "float32";
+  // cpu | cuda | auto: the GPU LOCAL_RANK names (cuda:LOCAL_RANK, as torchrun's ranks
+  // use) when libtorch sees CUDA, else the CPU. On CUDA the ranks exchange tensors over
+  // NCCL (comm.h).
+  std::string device = "auto";
+  // Dynamic loss scaling (precision.h): auto (on for float16) | dynamic | none.
+  std::string loss_scale = "auto";
+  // The dtype of the data-parallel gradient all-reduce: auto (the gradients' own:
+  // float32, or float64 in a float64 run) | float32 | float16 | bfloat16 (the gradients
+  // are cast for the reduction and back; Gloo cannot reduce bfloat16).
+  std::string grad_reduce_dtype = "auto";
   // Activation recomputation (common/recompute.h): "plan" (each stage as its plan says),
   // or none | selective | full for every stage.
   std::string recompute = "plan";

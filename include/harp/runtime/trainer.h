@@ -48,9 +48,17 @@ struct TrainOptions {
   int eval_batches = 2;
 };
 
-// The compute dtype of a TrainConfig dtype name ("float32" | "float64" | "bfloat16";
-// ExecConfig::dtype).
+// The torch dtype of a TrainConfig dtype name ("float32" | "float64" | "bfloat16" |
+// "float16"; ExecConfig::dtype, ExecConfig::grad_reduce_dtype).
 torch::Dtype torch_dtype(const std::string& name);
+
+// The device of a TrainConfig device ("auto" | "cpu" | "cuda") for the rank that
+// LOCAL_RANK `local_rank` names: cuda:LOCAL_RANK, as torchrun's ranks take theirs.
+// FailedPrecondition when CUDA is asked for and libtorch sees none, or too few devices.
+StatusOr<torch::Device> resolve_device(const std::string& name, int local_rank);
+// Makes `device` this process's current CUDA device (NCCL's groups and the caching
+// allocator use it). REQUIRES: device.is_cuda().
+void set_current_device(const torch::Device& device);
 
 // The options of a run from its validated configuration (the resolved config included).
 // REQUIRES: config.validate() passed.

@@ -41,6 +41,7 @@ struct RankLayout {
   std::vector<std::vector<int>> stage_ranks;
   std::vector<int> stage_tp;                  // tp per stage (empty: 1 everywhere)
   std::vector<int> rank_device;               // global device id per rank; -1 unknown
+  int microbatch_size = 1;                    // samples per microbatch, split over a stage's replicas
 
   int num_stages() const { return static_cast<int>(stage_ranks.size()); }
   int tp_of(int s) const { return stage_tp.empty() ? 1 : stage_tp[s]; }
@@ -52,6 +53,21 @@ struct RankLayout {
   // tensor-parallel group (its replica's tp ranks), in group order.
   std::vector<int> dp_group() const;
   std::vector<int> tp_group() const;
+
+  // A slice of a microbatch a rank exchanges with one rank of a neighbouring stage:
+  // samples [first, first + count) of its own share.
+  struct Exchange {
+    int peer, first, count;
+  };
+  // What the rank at (stage, dp_rank, tp_rank) sends to `other_stage` (sending) or
+  // receives from it. Replica d of a stage owns samples [d n, (d + 1) n) of every
+  // microbatch (n = microbatch_size / dp); it exchanges with every replica whose samples
+  // overlap. Every tp rank of a replica holds the whole cut tensor: tp rank u of the
+  // receiving replica takes it from tp rank u mod (the sender's tp).
+  std::vector<Exchange> exchanges(int stage, int dp_rank, int tp_rank, int other_stage, bool sending) const;
+  // Every directed pair (sender, receiver) of ranks that exchange cut tensors, forward or
+  // backward, sorted: the channels of the schedule's point-to-point messages.
+  std::vector<std::pair<int, int>> links() const;
 };
 
 // FailedPrecondition when the plan needs a different number of ranks or lists a device

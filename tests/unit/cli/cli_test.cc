@@ -306,7 +306,8 @@ TEST(Cli, FlagSurfaceIsFrozen) {
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds
   for (const char* f : {"--plan", "--model", "--schedule", "--granularity", "--job", "--data", "--steps", "--seed", "--lr",
-                        "--warmup-steps", "--grad-clip", "--dtype", "--recompute", "--out", "--checkpoint-every", "--keep-checkpoints", "--async-checkpoints",
+                        "--warmup-steps", "--grad-clip", "--dtype", "--device", "--loss-scale", "--grad-reduce-dtype", "--recompute", "--out",
+                        "--checkpoint-every", "--keep-checkpoints", "--async-checkpoints",
                         "--resume",
                         "--trace-steps", "--timeout-s", "--threads", "--emulate", "--init-from", "--val-data",
                         "--eval-every", "--eval-batches", "--quiet"})

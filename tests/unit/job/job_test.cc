@@ -53,6 +53,7 @@ TEST(Job, PlannerBytesFollowTheTrainingDtype) {
   EXPECT_EQ(load("training: {steps: 2}\n"), P(2, 2));  // float32, the default
   EXPECT_EQ(load("training: {dtype: float64}\n"), P(4, 4));
   EXPECT_EQ(load("training: {dtype: bfloat16}\n"), P(1, 1));
+  EXPECT_EQ(load("training: {dtype: float16}\n"), P(1, 1));
   EXPECT_EQ(load("training: {dtype: float64}\ncost: {activation_bytes_scale: 3}\n"), P(3, 4));
   EXPECT_EQ(load("training: {steps: 2}\ncost: {gradient_bytes_per_param_byte: 1}\n"), P(2, 1));
 }
@@ -85,7 +86,13 @@ TEST(TrainConfig, ReadFromTheJobAndValidated) {
            {"training: {dtype: fp8}\n", "training.dtype"},
            {"training: {timeout_s: 0}\n", "training.timeout_s"},
            {"training: {keep_checkpoints: -1}\n", "training.keep_checkpoints"},
-           {"training: {lrate: 1}\n", "training.lrate"}}) {
+           {"training: {lrate: 1}\n", "training.lrate"},
+           {"training: {device: tpu}\n", "training.device"},
+           {"training: {dtype: float16, device: cpu}\n", "training.dtype = \"float16\": computes on CUDA only"},
+           {"training: {loss_scale: 128}\n", "training.loss_scale"},
+           {"training: {grad_reduce_dtype: float64}\n", "training.grad_reduce_dtype"},
+           {"training: {grad_reduce_dtype: bfloat16, device: cpu}\n",
+            "training.grad_reduce_dtype = \"bfloat16\": needs NCCL"}}) {
     auto bad = load(yaml);
     ASSERT_FALSE(bad.ok()) << yaml;
     EXPECT_NE(bad.status().message().find(path), std::string::npos) << bad.status().message();

@@ -1,0 +1,91 @@
+// The runtime on CUDA (label gpu: `make test` leaves them out; scripts/gpu_check.sh runs
+// them on a GPU machine). Each test skips itself where libtorch sees no CUDA device.
+// One GPU holds one NCCL rank, so these run one rank: the layers, the optimizer and
+// the executor on the GPU (NCCL in its one-rank tied-embedding group), against the same
+// run on the CPU; float32 within the GPU's own rounding, bf16 and fp16 (with dynamic loss
+// scaling) within their precision of float32.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include <torch/cuda.h>
+
+#include "harp/runtime/comm.h"
+#include "harp/runtime/trainer.h"
+#include "rank_threads.h"
+
+namespace harp::testing {
+namespace {
+
+using plan::ScheduleKind;
+
+class Gpu : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "libtorch sees no CUDA device";
+    if (!runtime::C10dTransport::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
+    runtime::set_current_device(torch::Device(torch::kCUDA, 0));
+  }
+  runtime::ExecConfig config(torch::Dtype dtype, const torch::Device& device) const {
+    runtime::ExecConfig c;
+    c.seed = 21;
+    c.optim = equivalence_optim();
+    c.dtype = dtype;
+    c.device = device;
+    if (dtype == torch::kHalf) c.loss_scale = 65536;
+    return c;
+  }
+};
+
+double max_relative(const RankRun& got, const RankRun& want) {
+  double worst = 0;
+  std::map<std::string, torch::Tensor> g(got.params.begin(), got.params.end());
+  for (const auto& [name, w] : want.params) {
+    const double scale = std::max(1e-12, w.abs().max().item<double>());
+    worst = std::max(worst, (g.at(name).to(torch::kFloat64) - w.to(torch::kFloat64)).abs().max().item<double>() / scale);
+  }
+  return worst;
+}
+
+// Two stages on one rank each would need two GPUs; one stage of the whole model on one
+// GPU: every layer, the loss and AdamW on CUDA.
+TEST_F(Gpu, Float32OnCudaIsTheCpuRun) {
+  const model::ModelSpec m = three_block_model(2);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const plan::Plan p = make_plan(m, {}, {1}, 3, 2, ScheduleKind::k1F1B);
+  const RankRun cpu = run_plan_threads(m, p, *data, 3, config(torch::kFloat32, torch::kCPU));
+  const RankRun gpu = run_plan_threads(m, p, *data, 3, config(torch::kFloat32, torch::Device(torch::kCUDA, 0)));
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t s = 0; s < cpu.losses.size(); ++s) {
+    std::printf("step %zu: loss cpu %.7f cuda %.7f\n", s, cpu.losses[s], gpu.losses[s]);
+    EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5 * cpu.losses[s]);
+  }
+  const double rel = max_relative(gpu, cpu);
+  std::printf("parameters after 3 steps: max |cuda - cpu| / max |cpu| = %.2e\n", rel);
+  EXPECT_LT(rel, 1e-4);
+}
+
+// bf16 and fp16 autocast on CUDA against float32 on CUDA: the losses within 2%; fp16's
+// loss scale stays a power of two and the steps go through.
+TEST_F(Gpu, Bf16AndFp16TrainWithinTheirPrecision) {
+  const model::ModelSpec m = three_block_model(2);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const plan::Plan p = make_plan(m, {}, {1}, 3, 2, ScheduleKind::k1F1B);
+  const torch::Device cuda(torch::kCUDA, 0);
+  const RankRun f32 = run_plan_threads(m, p, *data, 4, config(torch::kFloat32, cuda));
+  for (torch::Dtype low : {torch::kBFloat16, torch::kHalf}) {
+    const RankRun got = run_plan_threads(m, p, *data, 4, config(low, cuda));
+    ASSERT_EQ(got.losses.size(), f32.losses.size());
+    for (size_t s = 0; s < f32.losses.size(); ++s) {
+      std::printf("%s step %zu: loss %.5f (float32 %.5f)\n", low == torch::kHalf ? "fp16" : "bf16", s, got.losses[s],
+                  f32.losses[s]);
+      EXPECT_NEAR(got.losses[s], f32.losses[s], 0.02 * f32.losses[s]);
+    }
+    std::printf("%s: parameters max relative difference to float32 %.2e\n", low == torch::kHalf ? "fp16" : "bf16",
+                max_relative(got, f32));
+  }
+}
+
+}  // namespace
+}  // namespace harp::testing

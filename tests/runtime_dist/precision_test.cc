@@ -1,0 +1,161 @@
+// Mixed precision's pieces that run on the CPU (precision.h, executor.h): dynamic loss
+// scaling against the unscaled run (bit for bit: the scales are powers of two), an
+// overflowing step skipped on every rank with the scale halved, the scaler's rule by
+// hand, and the data-parallel gradient all-reduce in float16 over Gloo against float32.
+// float16 compute itself needs CUDA (scripts/gpu_check.sh).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "harp/common/document.h"
+#include "harp/runtime/precision.h"
+#include "rank_threads.h"
+
+namespace harp::testing {
+namespace {
+
+using plan::ScheduleKind;
+using Named = std::vector<std::pair<std::string, torch::Tensor>>;
+
+runtime::ExecConfig config() {
+  runtime::ExecConfig cfg;
+  cfg.seed = 11;
+  cfg.optim = equivalence_optim();
+  return cfg;
+}
+
+std::map<std::string, torch::Tensor> by_name(const Named& named) { return {named.begin(), named.end()}; }
+
+// Three stages (cuts inside blocks), dp 2 in the middle: the loss scale crosses cuts
+// in the backward's gradients and meets the data-parallel reduction.
+plan::Plan three_stage_plan(const model::ModelSpec& m) {
+  return make_plan(m, {2, 7}, {1, 2, 1}, 3, 2, ScheduleKind::kHarp1F1B);
+}
+
+TEST(LossScaling, DynamicScalingIsBitForBitTheUnscaledRun) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = three_block_model(4);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const plan::Plan p = three_stage_plan(m);
+  const RankRun want = run_plan_threads(m, p, *data, 3, config());
+  runtime::ExecConfig scaled = config();
+  scaled.loss_scale = 65536;  // GradScaler's first scale
+  const RankRun got = run_plan_threads(m, p, *data, 3, scaled);
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (size_t s = 0; s < want.losses.size(); ++s) EXPECT_EQ(got.losses[s], want.losses[s]) << "step " << s;
+  auto params = by_name(got.params), grads = by_name(got.grads);
+  for (const auto& [name, w] : want.params) EXPECT_TRUE(torch::equal(params.at(name), w)) << name;
+  // The gradients left in .grad() are the scaled ones: exactly the scale times.
+  for (const auto& [name, w] : want.grads) EXPECT_TRUE(torch::equal(grads.at(name) / 65536.0, w)) << name;
+}
+
+std::vector<Json> metric_lines(const std::string& dir) {
+  std::vector<Json> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(Json::parse(line));
+  return out;
+}
+
+// A scale so large that the scaled loss overflows float32: every rank skips the update
+// together, the parameters stay bit for bit what they were (a run with lr 0 gives those),
+// the scale halves at every skip until a step goes through.
+TEST(LossScaling, AnOverflowSkipsTheUpdateOnEveryRankAndHalvesTheScale) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = three_block_model(4);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const plan::Plan p = three_stage_plan(m);
+  runtime::ExecConfig huge = config();
+  huge.loss_scale = std::ldexp(1.0, 127);
+  runtime::ExecConfig frozen = config();
+  frozen.optim.lr = frozen.optim.min_lr = 0;  // AdamW with lr 0 leaves every parameter as it was
+  const RankRun skipped = run_plan_threads(m, p, *data, 1, huge);
+  const RankRun untouched = run_plan_threads(m, p, *data, 1, frozen);
+  EXPECT_EQ(skipped.losses, untouched.losses);  // the forward is unaffected
+  auto params = by_name(skipped.params);
+  for (const auto& [name, w] : untouched.params) EXPECT_TRUE(torch::equal(params.at(name), w)) << name;
+
+  runtime::TrainOptions o;
+  o.exec = huge;
+  o.steps = 6;
+  o.progress = false;
+  o.out_dir = std::string(HARP_BINARY_DIR) + "/precision_test/overflow";
+  std::filesystem::remove_all(o.out_dir);
+  const runtime::TrainSummary s = train_threads(m, p, *data, o);
+  ASSERT_EQ(s.losses.size(), 6u);
+  const std::vector<Json> lines = metric_lines(o.out_dir);
+  ASSERT_EQ(lines.size(), 6u);
+  double scale = huge.loss_scale;
+  int skips = 0;
+  for (const Json& line : lines) {
+    EXPECT_DOUBLE_EQ(line["loss_scale"].get<double>(), scale) << line.dump();
+    if (line["skipped"].get<bool>()) {
+      ++skips;
+      scale /= 2;
+    } else {
+      EXPECT_TRUE(std::isfinite(line["grad_norm"].get<double>())) << line.dump();
+    }
+  }
+  EXPECT_GE(skips, 1);
+  EXPECT_FALSE(lines.back()["skipped"].get<bool>()) << "the scale came down to a finite step";
+  EXPECT_LT(s.losses.back(), s.losses.front()) << "the run trains once the scale fits";
+}
+
+TEST(LossScaling, TheScalersRuleByHand) {
+  runtime::LossScaler off;
+  EXPECT_FALSE(off.enabled());
+  EXPECT_TRUE(off.update(true));
+  EXPECT_FALSE(off.update(false));  // off, an overflow still skips; nothing to move
+  runtime::LossScaler s;
+  s.scale = 1024;
+  s.growth_interval = 3;
+  EXPECT_TRUE(s.update(true));
+  EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale, 1024);
+  EXPECT_TRUE(s.update(true));  // the third good step in a row doubles it
+  EXPECT_EQ(s.scale, 2048);
+  EXPECT_TRUE(s.update(true));
+  EXPECT_FALSE(s.update(false));  // an overflow halves it and restarts the count
+  EXPECT_EQ(s.scale, 1024);
+  EXPECT_EQ(s.good_steps, 0);
+  s.scale = 1;
+  EXPECT_FALSE(s.update(false));
+  EXPECT_EQ(s.scale, runtime::LossScaler::kMinScale);  // never below 1
+}
+
+// dp 2 reducing in float16 over Gloo (with the loss scaled, as float16 training does):
+// within float16's rounding of the float32 reduction, and not identical to it (the
+// gradients really were reduced in float16).
+TEST(GradReduceDtype, Float16ReductionIsWithinItsRoundingOfFloat32) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = three_block_model(4);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const plan::Plan p = make_plan(m, {}, {2}, 2, 2, ScheduleKind::k1F1B);
+  runtime::ExecConfig f32 = config();
+  f32.loss_scale = 256;
+  runtime::ExecConfig f16 = f32;
+  f16.grad_reduce_dtype = torch::kHalf;
+  // One step: the same parameters, so the gradients differ by the reduction alone.
+  const RankRun want = run_plan_threads(m, p, *data, 1, f32);
+  const RankRun got = run_plan_threads(m, p, *data, 1, f16);
+  auto grads = by_name(got.grads);
+  bool any_differs = false;
+  for (const auto& [name, w] : want.grads) {
+    const torch::Tensor g = grads.at(name);
+    // float16 keeps 11 bits: two roundings of the replicas' gradients and one of their
+    // sum, each within 2^-11 of the tensor's largest element.
+    const double bound = 3 * std::ldexp(1.0, -11) * w.abs().max().item<double>();
+    EXPECT_LE((g - w).abs().max().item<double>(), bound) << name;
+    any_differs = any_differs || !torch::equal(g, w);
+  }
+  // Over three steps the runs stay within float16's rounding of each other.
+  const RankRun want3 = run_plan_threads(m, p, *data, 3, f32), got3 = run_plan_threads(m, p, *data, 3, f16);
+  for (size_t s = 0; s < want3.losses.size(); ++s) EXPECT_NEAR(got3.losses[s], want3.losses[s], 1e-3 * want3.losses[s]);
+  EXPECT_TRUE(any_differs) << "float16 reduction gave float32's bits: was it reduced in float16?";
+}
+
+}  // namespace
+}  // namespace harp::testing
