@@ -302,7 +302,8 @@ torch::Tensor causal_attention(const torch::Tensor& q, const torch::Tensor& k, c
   HARP_CHECK(fused_kernels_apply(q) && q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
       << "causal_attention takes float32 CPU tensors [b, s, heads, d]";
 #ifdef HARP_WITH_ONEDNN
-  return CausalAttention::apply(q, k, v, recompute);
+  // Without a graph (evaluation) nothing is kept for a backward.
+  return CausalAttention::apply(q, k, v, recompute || !torch::GradMode::is_enabled());
 #else
   (void)k, (void)v, (void)recompute;
   return {};
@@ -314,7 +315,7 @@ torch::Tensor causal_attention_packed(const torch::Tensor& qkv, int heads, int k
       << "causal_attention_packed takes a float32 CPU tensor [b, s, (heads + 2 kv_heads) d]";
 #ifdef HARP_WITH_ONEDNN
   return PackedCausalAttention::apply(qkv, static_cast<std::int64_t>(heads), static_cast<std::int64_t>(kv_heads),
-                                      recompute);
+                                      recompute || !torch::GradMode::is_enabled());
 #else
   (void)recompute;
   return {};

@@ -106,6 +106,14 @@ TEST_P(AttentionMatchesTorch, ForwardGradientsAndRecomputation) {
   out.backward(dout.to(torch::kFloat32));
   EXPECT_TRUE(torch::equal(out, kept.out));
   EXPECT_TRUE(torch::equal(torch::cat({q.grad().flatten(2), k.grad().flatten(2), v.grad().flatten(2)}, -1), kept.dqkv));
+  // Evaluation (no graph) keeps no probabilities and gives the same output.
+  {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor qkv = wide.narrow(-1, 0, width).to(torch::kFloat32);
+    const torch::Tensor eval_out = causal_attention_packed(qkv, c.a, c.g, false);
+    EXPECT_FALSE(eval_out.requires_grad());
+    EXPECT_TRUE(torch::equal(eval_out, kept.out));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, AttentionMatchesTorch,
