@@ -4,6 +4,7 @@
 #include "harp/runtime/checkpoint.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -237,6 +238,31 @@ const char* resume_fix(const std::string& key) {
   return "keep microbatches x microbatch_size equal to the checkpoint's (re-plan with its global batch)";
 }
 
+// Dynamic loss scaling's state, as GradScaler's state_dict: a run without scaling
+// ignores it; one with scaling resumed from a checkpoint without it (a float32 run
+// continued in float16) starts at its first scale.
+Status load_loss_scaler(LossScaler& scaler, const std::string& file) {
+  if (!scaler.enabled()) return Status();
+  HARP_ASSIGN_OR_RETURN(Json manifest, load_document(file));
+  if (!manifest.is_object() || !manifest.contains("loss_scaler")) return Status();
+  const Json& state = manifest["loss_scaler"];
+  const char* fix = "the manifest was edited or damaged: restore it, or resume from an earlier step";
+  const Json* scale = state.is_object() && state.contains("scale") ? &state["scale"] : nullptr;
+  int exponent = 0;
+  if (scale == nullptr || !scale->is_number() || !std::isfinite(scale->get<double>()) ||
+      std::frexp(scale->get<double>(), &exponent) != 0.5 || scale->get<double>() < LossScaler::kMinScale)
+    return field_error(file, "loss_scaler.scale", scale ? scale->dump() : "(missing)",
+                       "must be a finite power of two, at least 1", fix);
+  const Json* good = state.contains("good_steps") ? &state["good_steps"] : nullptr;
+  if (good == nullptr || !good->is_number_integer() || good->get<long long>() < 0 ||
+      good->get<long long>() >= scaler.growth_interval)
+    return field_error(file, "loss_scaler.good_steps", good ? good->dump() : "(missing)",
+                       "must be an integer in [0, " + std::to_string(scaler.growth_interval) + ")", fix);
+  scaler.scale = scale->get<double>();
+  scaler.good_steps = static_cast<int>(good->get<long long>());
+  return Status();
+}
+
 }  // namespace
 
 Status check_checkpoint_layout(const std::string& dir, int step, const Json& layout) {
@@ -282,7 +308,7 @@ Status load_checkpoint(Executor& ex, const std::string& dir, int step, const Jso
   std::string error;
   if (!ex.optimizer().load_state(state, opt_steps, &error))
     return invalid_argument(checkpoint_step_dir(dir, step) + ": optimizer state: " + error);
-  return Status();
+  return load_loss_scaler(ex.loss_scaler(), checkpoint_step_dir(dir, step) + "/manifest.json");
 }
 
 }  // namespace harp::runtime

@@ -52,12 +52,14 @@ Status CheckpointWriter::save(Executor& ex, Transport& comm, int steps_done, con
     return s;
   };
   pending_step_ = steps_done;
-  pending_manifest_ = Json{{"version", 3},
-                           {"step", steps_done},
-                           {"world_size", l.world_size},
-                           {"layout", checkpoint_layout(plan, ex.seed())}}
-                          .dump(2) +
-                      "\n";
+  Json manifest = {{"version", 3},
+                   {"step", steps_done},
+                   {"world_size", l.world_size},
+                   {"layout", checkpoint_layout(plan, ex.seed())}};
+  // The same on every rank (an overflow skips everywhere), so the manifest holds it.
+  if (const LossScaler& ls = ex.loss_scaler(); ls.enabled())
+    manifest["loss_scaler"] = {{"scale", ls.scale}, {"good_steps", ls.good_steps}};
+  pending_manifest_ = manifest.dump(2) + "\n";
   write_checked_ = false;
   write_status_ = Status();
   if (async_) {

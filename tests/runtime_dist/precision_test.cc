@@ -9,8 +9,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "harp/common/document.h"
+#include "harp/runtime/checkpoint.h"
 #include "harp/runtime/precision.h"
 #include "rank_threads.h"
 
@@ -104,6 +106,71 @@ TEST(LossScaling, AnOverflowSkipsTheUpdateOnEveryRankAndHalvesTheScale) {
   EXPECT_LT(s.losses.back(), s.losses.front()) << "the run trains once the scale fits";
 }
 
+// Dynamic loss scaling's state is in the checkpoint (as GradScaler's state_dict): a run
+// stopped while the scale is still coming down, or counting good steps towards a
+// doubling, resumes with the scale and count it had, so the resumed run's losses and
+// scales are the uninterrupted run's bit for bit. A damaged state is refused by name.
+TEST(LossScaling, TheScaleAndItsCountResumeFromTheCheckpoint) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = three_block_model(4);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  const plan::Plan p = three_stage_plan(m);
+  const std::string root = std::string(HARP_BINARY_DIR) + "/precision_test/resume";
+  std::filesystem::remove_all(root);
+  runtime::TrainOptions o;
+  o.exec = config();
+  o.exec.loss_scale = std::ldexp(1.0, 127);  // overflows: skips until it comes down
+  o.exec.loss_scale_growth_interval = 3;     // and then doubles within the run
+  o.progress = false;
+  o.checkpoint_every = 2;
+  o.steps = 8;
+  o.out_dir = root + "/straight";
+  const runtime::TrainSummary straight = train_threads(m, p, *data, o);
+  o.out_dir = root + "/stopped";
+  for (int steps : {2, 4, 6, 8}) {  // stopped three times, while skipping and while counting
+    o.steps = steps;
+    o.resume = steps > 2;
+    train_threads(m, p, *data, o);
+  }
+  const std::vector<Json> want = metric_lines(root + "/straight"), got = metric_lines(root + "/stopped");
+  ASSERT_EQ(want.size(), 8u);
+  ASSERT_EQ(got.size(), 8u);
+  std::set<double> scales;
+  int skips = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(got[i]["loss"], want[i]["loss"]) << "step " << i;
+    EXPECT_EQ(got[i]["loss_scale"], want[i]["loss_scale"]) << "step " << i;
+    EXPECT_EQ(got[i]["skipped"], want[i]["skipped"]) << "step " << i;
+    scales.insert(want[i]["loss_scale"].get<double>());
+    skips += want[i]["skipped"].get<bool>() ? 1 : 0;
+  }
+  EXPECT_GE(skips, 2) << "the scale came down after the first checkpoint";
+  EXPECT_GE(scales.size(), 3u) << "the scale moved";
+  EXPECT_GT(want.back()["loss_scale"].get<double>(), std::ldexp(1.0, 125)) << "a doubling after the lowest scale";
+  int counting = 0;  // checkpoints taken part way to a doubling
+  for (int step : {2, 4, 6}) {
+    const Json manifest =
+        load_document(runtime::checkpoint_step_dir(root + "/stopped/checkpoints", step) + "/manifest.json").value();
+    counting += manifest["loss_scaler"]["good_steps"].get<int>() > 0 ? 1 : 0;
+  }
+  EXPECT_GE(counting, 1);
+
+  // A damaged state: one line naming the file, the field and the rule.
+  const std::string file = root + "/stopped/checkpoints/step_000008/manifest.json";
+  Json edited = load_document(file).value();
+  edited["loss_scaler"]["scale"] = 3.0;
+  std::ofstream(file) << edited.dump(2);
+  o.steps = 9;
+  o.resume = true;
+  const std::vector<std::string> errors = train_threads_errors(m, p, *data, o);
+  ASSERT_FALSE(errors.empty());
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("manifest.json"), std::string::npos) << e;
+    EXPECT_NE(e.find("loss_scaler.scale"), std::string::npos) << e;
+    EXPECT_NE(e.find("power of two"), std::string::npos) << e;
+  }
+}
+
 TEST(LossScaling, TheScalersRuleByHand) {
   runtime::LossScaler off;
   EXPECT_FALSE(off.enabled());
@@ -124,6 +191,9 @@ TEST(LossScaling, TheScalersRuleByHand) {
   s.scale = 1;
   EXPECT_FALSE(s.update(false));
   EXPECT_EQ(s.scale, runtime::LossScaler::kMinScale);  // never below 1
+  s.scale = runtime::LossScaler::kMaxScale;
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(s.update(true));
+  EXPECT_EQ(s.scale, runtime::LossScaler::kMaxScale);  // nor above float32's largest power of two
 }
 
 // dp 2 reducing in float16 over Gloo (with the loss scaled, as float16 training does):

@@ -99,6 +99,7 @@ class Executor {
 
   AdamW& optimizer() { return *optimizer_; }
   const LossScaler& loss_scaler() const { return scaler_; }
+  LossScaler& loss_scaler() { return scaler_; }  // a resume restores its state
   std::uint64_t seed() const { return config_.seed; }
   const std::vector<GptLayer>& layers() const { return layers_; }
   // Named parameters and their gradients of the last step (global names; this rank's

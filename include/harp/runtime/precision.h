@@ -61,7 +61,9 @@ struct LossScaler {
   double scale = 0;  // 0: off
   int growth_interval = 2000;
   int good_steps = 0;  // finite steps since the scale last changed
-  static constexpr double kMinScale = 1.0, kMaxScale = 0x1p64;
+  // The cap: float32's largest power of two (GradScaler has none; any float32 loss of 2
+  // or more overflows above it).
+  static constexpr double kMinScale = 1.0, kMaxScale = 0x1p127;
 
   bool enabled() const { return scale > 0; }
   // After a step's gradients are known: whether to apply the step; moves the scale.
