@@ -2,7 +2,11 @@
 // MASTER_ADDR, MASTER_PORT as torchrun sets them; `harp launch` starts several locally).
 // Built only with libtorch.
 #include <algorithm>
+#include <atomic>
 #include <csignal>
+#include <mutex>
+
+#include <pthread.h>
 #include <cstdlib>
 #include <thread>
 
@@ -49,10 +53,30 @@ StatusOr<runtime::TrainConfig> resolve_config(const Opts& o) {
 }
 
 // SIGUSR1: stop after the next checkpoint (harp launch passes it on; elastic training
-// re-plans then, e.g. to re-admit devices). Installed first thing, so that a signal
-// during set-up is not fatal.
-volatile std::sig_atomic_t g_stop_requested = 0;
-void on_stop_request(int) { g_stop_requested = 1; }
+// re-plans then, e.g. to re-admit devices). It is blocked first thing, before any other
+// thread exists (threads inherit the mask), and one thread takes it with sigwait: a
+// handler would run on whichever thread the kernel picks and interrupt its system call,
+// and a SIGUSR1 that interrupted a Gloo or OpenMP thread mid-step corrupted the heap
+// (about 1 run in 4 under load, `Elastic.SignalReadmitsTheDevicesOfTheClusterFile`).
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+void on_stop_request(int) { g_stop_requested = true; }  // a thread started before the block
+void take_stop_requests_on_one_thread() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::signal(SIGUSR1, on_stop_request);
+    sigset_t usr1;
+    sigemptyset(&usr1);
+    sigaddset(&usr1, SIGUSR1);
+    pthread_sigmask(SIG_BLOCK, &usr1, nullptr);
+    std::thread([usr1] {
+      for (;;) {
+        int sig = 0;
+        if (sigwait(&usr1, &sig) == 0 && sig == SIGUSR1) g_stop_requested = true;
+      }
+    }).detach();
+  });
+}
 
 int env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
@@ -60,8 +84,8 @@ int env_int(const char* name, int fallback) {
 }
 
 int run_train(const Opts& o, Context& ctx) {
-  g_stop_requested = 0;
-  std::signal(SIGUSR1, on_stop_request);
+  g_stop_requested = false;
+  take_stop_requests_on_one_thread();
   auto config = resolve_config(o);
   if (!config.ok()) return ctx.fail("train", config.status());
   const runtime::TrainConfig& c = *config;
@@ -144,7 +168,7 @@ int run_train(const Opts& o, Context& ctx) {
   t.measure_memory = device->is_cpu();  // the counting allocator sees the CPU's tensors only
   t.resume = o.resume;
   t.val_data = val_data.get();
-  t.stop_requested = [] { return g_stop_requested != 0; };
+  t.stop_requested = [] { return g_stop_requested.load(); };
   t.exec.emulate = c.emulate || env_int("HARP_EMULATE", 0) != 0;  // harp launch --emulate
   if (const char* origin = std::getenv("HARP_CLOCK_ORIGIN_NS")) {  // harp launch: one clock for all ranks
     char* end = nullptr;
