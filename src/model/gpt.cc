@@ -84,12 +84,13 @@ PieceCost piece_cost(int piece, const GptConfig& c) {
   switch (piece) {
     case kAttnIn:  // LayerNorm 1 + QKV projection; the residual travels with q, k, v
       return {6 * h * h, 2 * h + 3 * h * h + 3 * h, 4 * h, 2 * (3 * h + h)};
-    case kAttnOut:  // scores, softmax, weighted sum, output projection, residual add
-      return {4 * s * h + 2 * h * h, h * h + h, 9 * h + 5 * a * s, 2 * h};
+    case kAttnOut:  // scores, softmax, weighted sum, output projection, residual add: q, k,
+                    // v, the probabilities and the projection's input (no dropout)
+      return {4 * s * h + 2 * h * h, h * h + h, 8 * h + 2 * a * s, 2 * h};
     case kMlpIn:  // LayerNorm 2 + FC1 + GELU; the residual travels with the hidden state
       return {2 * h * f, 2 * h + h * f + f, 4 * h + 2 * f, 2 * (f + h)};
-    default:  // FC2 + residual add
-      return {2 * f * h, f * h + h, 2 * f + h, 2 * h};
+    default:  // FC2 + residual add: FC2's input (no dropout mask)
+      return {2 * f * h, f * h + h, 2 * f, 2 * h};
   }
 }
 
@@ -219,9 +220,10 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
         l.fwd_flops += pc.flops * s;
         if (piece == kAttnOut) {
           l.attention_flops = 4 * s * h * s;  // q kᵀ and the weighted sum of v
-          // GPT: scores, softmax and its dropout mask (5·a·s per token, Korthikanti);
-          // LLaMA's memory-efficient core keeps only its output and log-sum-exp.
-          l.attention_score_bytes = (llama ? 2 * h + 4 * c.heads : 5 * c.heads * s) * s;
+          // GPT: the softmax's probabilities (2·a·s per token: Korthikanti's 5·a·s less
+          // dropout's mask and output; HARP trains without dropout); LLaMA's
+          // memory-efficient core keeps only its output and log-sum-exp.
+          l.attention_score_bytes = (llama ? 2 * h + 4 * c.heads : 2 * c.heads * s) * s;
         }
         l.param_count += static_cast<std::int64_t>(pc.params);
         l.activation_bytes += pc.act_bytes * s;

@@ -88,42 +88,66 @@ TEST_P(RecomputeBitIdentical, ForEveryModeAndLayout) {
 
 INSTANTIATE_TEST_SUITE_P(Families, RecomputeBitIdentical, ::testing::Values("gpt", "llama"));
 
-// One stage and one rank (the process's counter is the rank's), GPipe with B microbatches
-// in flight at the step's peak: what each keeps shrinks by the attention probabilities
-// under selective, and to little more than the blocks' inputs and the
-// head's and tail's activations under full.
-TEST(RecomputeMemory, EachModeKeepsLessPerMicrobatch) {
+// What a one-stage, one-rank run keeps per microbatch in flight, (peak - base) / B, for
+// each recomputation mode, GPipe with B microbatches in flight at the step's peak (the
+// process's counter is the rank's).
+constexpr int kBlocks = 4, kB = 4, kMbs = 2, kSeq = 64, kHeads = 4;
+std::map<Recompute, double> kept_per_microbatch(torch::Dtype dtype) {
   torch::set_num_threads(1);
   runtime::install_counting_allocator();
-  const int blocks = 4, B = 4, mbs = 2, seq = 64, hidden = 32, heads = 4, vocab = 64;
-  const model::ModelSpec m = tiny_gpt(2, /*tied=*/false, blocks, hidden, heads, seq, vocab);
+  const model::ModelSpec m = tiny_gpt(2, /*tied=*/false, kBlocks, /*hidden=*/32, kHeads, kSeq, /*vocab=*/64);
   auto data = runtime::synthetic_tokens(5, 1 << 15, m.gpt.vocab);
-  std::map<Recompute, double> kept;  // per microbatch in flight: (peak - base) / B
+  std::map<Recompute, double> kept;
   for (Recompute r : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
-    plan::Plan p = make_plan(m, {}, {1}, B, mbs, ScheduleKind::kGpipe);
+    plan::Plan p = make_plan(m, {}, {1}, kB, kMbs, ScheduleKind::kGpipe);
     runtime::TrainOptions o;
     o.exec = config();
+    o.exec.dtype = dtype;
     o.exec.recompute = r;
     o.progress = false;
     o.steps = 3;
     o.measure_memory = true;
-    o.out_dir = std::string(HARP_BINARY_DIR) + "/recompute_test/" + recompute_name(r);
+    o.out_dir = std::string(HARP_BINARY_DIR) + "/recompute_test/" + std::string(c10::toString(dtype)) + "_" +
+                recompute_name(r);
     std::filesystem::remove_all(o.out_dir);
     const runtime::TrainSummary s = train_threads(m, p, *data, o);
-    ASSERT_EQ(s.peak_bytes.size(), 1u);
-    kept[r] = (s.peak_bytes[0] - s.base_bytes[0]) / B;
-    std::printf("recompute %-9s peak %.0f bytes above the state (%.0f per microbatch in flight)\n",
-                recompute_name(r), s.peak_bytes[0] - s.base_bytes[0], kept[r]);
+    EXPECT_EQ(s.peak_bytes.size(), 1u);
+    if (s.peak_bytes.size() != 1) return kept;
+    kept[r] = (s.peak_bytes[0] - s.base_bytes[0]) / kB;
+    std::printf("%s recompute %-9s peak %.0f bytes above the state (%.0f per microbatch in flight)\n",
+                c10::toString(dtype), recompute_name(r), s.peak_bytes[0] - s.base_bytes[0], kept[r]);
   }
+  return kept;
+}
+
+// What each mode keeps shrinks by the attention probabilities under selective, and to
+// little more than the blocks' inputs and the head's and tail's activations under full.
+TEST(RecomputeMemory, EachModeKeepsLessPerMicrobatch) {
+  std::map<Recompute, double> kept = kept_per_microbatch(torch::kFloat32);
+  ASSERT_EQ(kept.size(), 3u);
   // Selective frees the float32 softmax output of every block ([b, a, s, s]) of every
   // microbatch in flight, less what the backward's rerun of one block's core holds at a
   // time (its scores, scaled and masked scores and probabilities: at most 4 such).
-  const double probs_per_block = 4.0 * mbs * heads * seq * seq;
-  EXPECT_GE(B * (kept[Recompute::kNone] - kept[Recompute::kSelective]),
-            B * blocks * probs_per_block - 4 * probs_per_block);
+  const double probs_per_block = 4.0 * kMbs * kHeads * kSeq * kSeq;
+  EXPECT_GE(kB * (kept[Recompute::kNone] - kept[Recompute::kSelective]),
+            kB * kBlocks * probs_per_block - 4 * probs_per_block);
   // Full keeps less than selective, and under half of no recomputation here.
   EXPECT_LT(kept[Recompute::kFull], kept[Recompute::kSelective]);
   EXPECT_LT(kept[Recompute::kFull], 0.5 * kept[Recompute::kNone]);
+}
+
+// Under bf16 autocast the softmax runs in float32 but keeps its probabilities in bf16
+// only: 2 bytes per score, what selective frees (libtorch's softmax with a float32 dtype
+// kept its float32 output and the product with v a bf16 copy: 6 bytes).
+TEST(RecomputeMemory, Bf16KeepsTheProbabilitiesInBf16) {
+  std::map<Recompute, double> kept = kept_per_microbatch(torch::kBFloat16);
+  ASSERT_EQ(kept.size(), 3u);
+  const double probs_per_block = 2.0 * kMbs * kHeads * kSeq * kSeq;  // bf16 [b, a, s, s]
+  const double freed = kB * (kept[Recompute::kNone] - kept[Recompute::kSelective]);
+  // The rerun of one block's core holds up to 6 float32-sized score tensors at a time.
+  EXPECT_GE(freed, kB * kBlocks * probs_per_block - 12 * probs_per_block);
+  EXPECT_LE(freed, kB * kBlocks * probs_per_block * 1.25);
+  EXPECT_LT(kept[Recompute::kFull], kept[Recompute::kSelective]);
 }
 
 }  // namespace

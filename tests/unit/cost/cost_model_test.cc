@@ -132,7 +132,7 @@ TEST(StageCosts, AllreduceUsesTheNodeLinkInsideANode) {
 }
 
 // Recomputation against closed forms: Korthikanti et al.'s 34·s·h per block under
-// selective (the 5·a·s² scores freed), a block's 2·s·h input under full, and the
+// selective (the 2·a·s² probabilities freed), a block's 2·s·h input under full, and the
 // repeated forward (the whole block's, or the attention core's 4·s²·h share).
 TEST(StageCosts, RecomputationByHand) {
   auto c = test_cluster();
@@ -147,8 +147,8 @@ TEST(StageCosts, RecomputationByHand) {
     const RangeView v = sc.view(0, 1, 1);
     // Two whole blocks.
     const int first = 1 + 3 * k, last = 1 + 5 * k;
-    EXPECT_DOUBLE_EQ(sc.kept_bytes(first, last, Recompute::kNone), 2 * s * (34 * h + 5 * a * s));
-    EXPECT_DOUBLE_EQ(sc.kept_bytes(first, last, Recompute::kSelective), 2 * s * 34 * h);
+    EXPECT_DOUBLE_EQ(sc.kept_bytes(first, last, Recompute::kNone), 2 * s * (32 * h + 2 * a * s));
+    EXPECT_DOUBLE_EQ(sc.kept_bytes(first, last, Recompute::kSelective), 2 * s * 32 * h);
     EXPECT_DOUBLE_EQ(sc.kept_bytes(first, last, Recompute::kFull), 2 * 2 * s * h);
     // The embedding and the LM head keep their activations under full.
     const int L = m->num_layers();
