@@ -1,5 +1,5 @@
-// What gpt.cc and gpt_tp.cc share inside the runtime: the block pieces' bits (a layer's
-// `pieces`) and the low-precision test. Not a public header.
+// What gpt.cc, gpt_tp.cc and attention.cc share inside the runtime: the block pieces' bits
+// (a layer's `pieces`), the low-precision test and libtorch's attention. Not a public header.
 #pragma once
 
 #include <torch/torch.h>
@@ -13,5 +13,12 @@ enum Piece { kAttnIn = 1, kAttnOut = 2, kMlpIn = 4, kMlpOut = 8 };
 inline bool low_precision(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
 }
+
+// softmax(q kᵀ / √d + causal mask) v for q, k, v of [b, heads, s, d] on libtorch's
+// operations (attention.cc), returning [b, heads, s, d]. With `recompute` (selective
+// recomputation) and a graph being built, only q, k and v are kept and the backward
+// reruns the forward: gradients bit for bit those of the kept version on the CPU.
+torch::Tensor libtorch_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                        bool recompute);
 
 }  // namespace harp::runtime
