@@ -100,9 +100,8 @@ int run_measure(const ProfileOpts& o, Context& ctx) {
   // The job's training device (auto: the first GPU when libtorch sees CUDA).
   auto compute = runtime::resolve_device(job->training.device, 0);
   if (!compute.ok()) return ctx.fail("profile", compute.status());
-  if (compute->is_cpu() && job->training.dtype == "float16")
-    return ctx.fail("profile", failed_precondition(o.job_file + ": training.dtype float16 computes on CUDA only, and "
-                                                   "this profile runs on the CPU; profile in bfloat16 or on a GPU"));
+  if (Status s = runtime::check_dtype_on_device(job->training.dtype, *compute); !s.ok())
+    return ctx.fail("profile", Status(s.code(), o.job_file + ": training." + s.message()));
   r.options.compute = *compute;
   if (compute->is_cuda()) runtime::set_current_device(*compute);
   const auto& m = job->model;

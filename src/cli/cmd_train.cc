@@ -1,13 +1,13 @@
 // `harp train --plan PLAN.json`: one rank of a training run (RANK, WORLD_SIZE,
 // MASTER_ADDR, MASTER_PORT as torchrun sets them; `harp launch` starts several locally).
 // Built only with libtorch.
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <csignal>
-#include <mutex>
-
-#include <pthread.h>
 #include <cstdlib>
+#include <mutex>
 #include <thread>
 
 #include "commands.h"
@@ -143,11 +143,7 @@ int run_train(const Opts& o, Context& ctx) {
   // exchange tensors over NCCL.
   auto device = runtime::resolve_device(c.device, env_int("LOCAL_RANK", 0));
   if (!device.ok()) return ctx.fail("train", device.status());
-  if (device->is_cpu() && c.dtype == "float16") {
-    ctx.err << "harp train: dtype float16 computes on CUDA only, and this rank runs on the CPU; use bfloat16 on the "
-               "CPU\n";
-    return ctx.rc = kExitInput;
-  }
+  if (Status s = runtime::check_dtype_on_device(c.dtype, *device); !s.ok()) return ctx.fail("train", s);
   if (device->is_cpu() && c.grad_reduce_dtype == "bfloat16") {
     ctx.err << "harp train: grad_reduce_dtype bfloat16 needs NCCL, and this rank runs on the CPU (Gloo cannot "
                "all-reduce bfloat16); use float16 or float32\n";

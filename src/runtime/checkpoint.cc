@@ -241,10 +241,8 @@ const char* resume_fix(const std::string& key) {
 // Dynamic loss scaling's state, as GradScaler's state_dict: a run without scaling
 // ignores it; one with scaling resumed from a checkpoint without it (a float32 run
 // continued in float16) starts at its first scale.
-Status load_loss_scaler(LossScaler& scaler, const std::string& file) {
-  if (!scaler.enabled()) return Status();
-  HARP_ASSIGN_OR_RETURN(Json manifest, load_document(file));
-  if (!manifest.is_object() || !manifest.contains("loss_scaler")) return Status();
+Status load_loss_scaler(LossScaler& scaler, const Json& manifest, const std::string& file) {
+  if (!scaler.enabled() || !manifest.contains("loss_scaler")) return Status();
   const Json& state = manifest["loss_scaler"];
   const char* fix = "the manifest was edited or damaged: restore it, or resume from an earlier step";
   const Json* scale = state.is_object() && state.contains("scale") ? &state["scale"] : nullptr;
@@ -263,10 +261,8 @@ Status load_loss_scaler(LossScaler& scaler, const std::string& file) {
   return Status();
 }
 
-}  // namespace
-
-Status check_checkpoint_layout(const std::string& dir, int step, const Json& layout) {
-  const std::string file = checkpoint_step_dir(dir, step) + "/manifest.json";
+// A checkpoint's manifest (FILE), once its layout is checked against this run's.
+StatusOr<Json> checked_manifest(const std::string& file, const Json& layout) {
   HARP_ASSIGN_OR_RETURN(Json manifest, load_document(file));
   if (!manifest.is_object() || !manifest.contains("layout") || !manifest["layout"].is_object())
     return field_error(file, "layout", "", "is missing: the checkpoint's layout is unknown",
@@ -278,11 +274,14 @@ Status check_checkpoint_layout(const std::string& dir, int step, const Json& lay
     return failed_precondition(file + ": the checkpoint was written with " + key + " = " + was[key].dump() +
                                ", this run has " + value.dump() + "; " + resume_fix(key));
   }
-  return Status();
+  return manifest;
 }
 
+}  // namespace
+
 Status load_checkpoint(Executor& ex, const std::string& dir, int step, const Json& layout) {
-  HARP_RETURN_IF_ERROR(check_checkpoint_layout(dir, step, layout));
+  const std::string manifest_file = checkpoint_step_dir(dir, step) + "/manifest.json";
+  HARP_ASSIGN_OR_RETURN(const Json manifest, checked_manifest(manifest_file, layout));
   long long opt_steps = 0;
   HARP_ASSIGN_OR_RETURN(NamedTensors all, read_checkpoint(dir, step, &opt_steps));
   std::map<std::string, torch::Tensor> by_name(all.begin(), all.end());
@@ -308,7 +307,7 @@ Status load_checkpoint(Executor& ex, const std::string& dir, int step, const Jso
   std::string error;
   if (!ex.optimizer().load_state(state, opt_steps, &error))
     return invalid_argument(checkpoint_step_dir(dir, step) + ": optimizer state: " + error);
-  return load_loss_scaler(ex.loss_scaler(), checkpoint_step_dir(dir, step) + "/manifest.json");
+  return load_loss_scaler(ex.loss_scaler(), manifest, manifest_file);
 }
 
 }  // namespace harp::runtime

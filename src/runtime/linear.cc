@@ -7,7 +7,7 @@
 #include <ATen/Parallel.h>
 
 #include "harp/common/check.h"
-#include "harp/runtime/precision.h"
+#include "harp/runtime/kernels.h"
 #include "cpu_gemm.h"
 
 #ifdef HARP_WITH_ONEDNN
@@ -25,9 +25,7 @@ bool onednn_available() {
 }
 
 bool linear_uses_onednn(const torch::Tensor& x, const torch::Tensor& w) {
-  return onednn_available() && x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == torch::kFloat32 &&
-         w.scalar_type() == torch::kFloat32 && w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1) &&
-         !AutocastGuard::active();
+  return fused_kernels_apply(x) && fused_kernels_apply(w) && w.dim() == 2 && x.dim() >= 1 && x.size(-1) == w.size(1);
 }
 
 #ifdef HARP_WITH_ONEDNN

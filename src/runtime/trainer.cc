@@ -60,6 +60,13 @@ StatusOr<torch::Device> resolve_device(const std::string& name, int local_rank) 
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
 }
 
+Status check_dtype_on_device(const std::string& dtype, const torch::Device& device) {
+  if (device.is_cpu() && dtype == "float16")
+    return failed_precondition("dtype float16 computes on CUDA only, and this runs on the CPU; use bfloat16 on the "
+                               "CPU, or a GPU");
+  return Status();
+}
+
 void set_current_device(const torch::Device& device) {
   HARP_CHECK(device.is_cuda()) << "set_current_device takes a CUDA device";
   c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);

@@ -18,7 +18,7 @@
 // A (sample, head) is always computed by one thread with the same kernels, so the
 // attention's results do not depend on the thread count. Everything the kernels do not
 // take (CUDA, float64, bf16 autocast, a build without oneDNN) stays on the libtorch
-// operations in gpt.cc; fused_kernels_apply says which.
+// operations (attention.cc); fused_kernels_apply says which, for linear.h's products too.
 #pragma once
 
 #include <torch/torch.h>

@@ -56,6 +56,10 @@ torch::Dtype torch_dtype(const std::string& name);
 // LOCAL_RANK `local_rank` names: cuda:LOCAL_RANK, as torchrun's ranks take theirs.
 // FailedPrecondition when CUDA is asked for and libtorch sees none, or too few devices.
 StatusOr<torch::Device> resolve_device(const std::string& name, int local_rank);
+// FailedPrecondition when a TrainConfig dtype cannot compute on `device` (float16 needs
+// CUDA: libtorch's CPU autocast is bf16 only). TrainConfig::validate refuses `device:
+// cpu` with float16; this covers `auto` once resolved.
+Status check_dtype_on_device(const std::string& dtype, const torch::Device& device);
 // Makes `device` this process's current CUDA device (NCCL's groups and the caching
 // allocator use it). REQUIRES: device.is_cuda().
 void set_current_device(const torch::Device& device);
