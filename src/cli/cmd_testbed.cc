@@ -2,9 +2,14 @@
 // cluster on this machine (harp/testbed/testbed.h). Without root or namespaces, `up` says
 // so in one line and exits 3 (the machine cannot do what was asked); `status` and
 // `down` still work where `ip` runs.
+#include <cmath>
+
 #include "commands.h"
 #include "harp/cluster/cluster_io.h"
+#include "harp/common/document.h"
+#include "harp/testbed/probe.h"
 #include "harp/testbed/testbed.h"
+#include "table.h"
 
 namespace harp::cli {
 namespace {
@@ -13,7 +18,30 @@ struct Opts {
   std::string cluster_file;
   std::string prefix;
   bool dry_run = false;
+  // probe
+  std::vector<std::string> sizes;
+  int repeats = 5;
+  double max_message_s = 0.5;
+  std::string csv_file, svg_file;
 };
+
+StatusOr<std::int64_t> parse_size(const std::string& text) {
+  std::size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &end);
+  } catch (...) {
+    end = 0;
+  }
+  const std::string unit = text.substr(end);
+  const double mult = unit.empty() || unit == "B" ? 1 : unit == "K" || unit == "KiB" ? 1024
+                      : unit == "M" || unit == "MiB"                                   ? 1 << 20
+                                                                                       : 0;
+  if (end == 0 || mult == 0 || !(v >= 1) || v * mult > (256 << 20))
+    return invalid_argument("--sizes: '" + text.substr(0, 40) +
+                            "' is not a message size from 1 B to 256 MiB; e.g. 512, 16K or 4M");
+  return static_cast<std::int64_t>(v * mult);
+}
 
 StatusOr<testbed::Topology> topology_of(const Opts& o, cluster::Cluster* cluster) {
   HARP_ASSIGN_OR_RETURN(*cluster, cluster::load_cluster(o.cluster_file));
@@ -70,6 +98,65 @@ int run_status(const Opts& o, Context& ctx) {
   return kExitOk;
 }
 
+int run_probe(const Opts& o, Context& ctx) {
+  cluster::Cluster c;
+  auto t = topology_of(o, &c);
+  if (!t.ok()) return ctx.fail("testbed probe", t.status());
+  testbed::ProbeOptions po;
+  if (!o.sizes.empty()) {
+    po.sizes.clear();
+    for (const std::string& s : o.sizes) {
+      auto b = parse_size(s);
+      if (!b.ok()) return ctx.fail("testbed probe", b.status());
+      po.sizes.push_back(*b);
+    }
+  }
+  po.repeats = o.repeats;
+  po.max_message_s = o.max_message_s;
+  if (Status s = testbed::available(); !s.ok()) {
+    ctx.err << "harp testbed probe: " << s.message() << "\n";
+    return kExitInfeasible;
+  }
+  // Up for the probe, and down again after, unless it was up before.
+  auto existing = testbed::namespaces_with_prefix(t->prefix);
+  if (!existing.ok()) return ctx.fail("testbed probe", existing.status());
+  const bool was_up = !existing->empty();
+  if (Status s = testbed::up(*t); !s.ok()) return ctx.fail("testbed probe", s);
+  ctx.out << "probing " << t->wires.size() << " link(s) of testbed " << t->prefix << ", " << po.repeats
+          << " messages per cell; sizes whose model time exceeds " << po.max_message_s << " s are skipped\n";
+  auto rows = testbed::probe_links(*t, po, [&](const std::string& line) { ctx.out << line << std::endl; });
+  if (!was_up) {
+    auto down = testbed::down(t->prefix);
+    (void)down;
+  }
+  if (!rows.ok()) return ctx.fail("testbed probe", rows.status());
+  Table table({"link", "direction", "pattern", "size", "model", "measured", "error"});
+  double worst = 0;
+  std::string worst_cell = "-";
+  for (const auto& r : *rows) {
+    const auto& w = t->wires[r.wire];
+    table.add({std::to_string(w.a) + "-" + std::to_string(w.b) + " (" + fmt("%g", w.link.bandwidth_gbps) + " Gbit/s)",
+               std::to_string(r.from) + "->" + std::to_string(r.to), testbed::pattern_name(r.pattern),
+               std::to_string(r.bytes), fmt_time(r.model_s), fmt_time(r.measured_s), fmt("%+.1f%%", 100 * r.error())});
+    if (r.bytes >= (16 << 10) && std::abs(r.error()) > std::abs(worst)) {
+      worst = r.error();
+      worst_cell = std::to_string(r.bytes) + " B, " + testbed::pattern_name(r.pattern);
+    }
+  }
+  ctx.out << "\n";
+  table.print(ctx.out);
+  ctx.out << "\nmodel: latency + bytes / bandwidth (the cost model's); spaced: send to last byte received, median; "
+             "back-to-back: time between arrivals, median\nworst error for messages of 16 KiB or more: "
+          << fmt("%+.1f%%", 100 * worst) << " (" << worst_cell << ")\n";
+  for (const auto& [file, text] : {std::pair{o.csv_file, testbed::probe_csv(*t, *rows)},
+                                   std::pair{o.svg_file, testbed::probe_svg(*t, *rows)}}) {
+    if (file.empty()) continue;
+    if (Status s = write_text_file_atomic(file, text); !s.ok()) return ctx.fail("testbed probe", s);
+    ctx.out << "wrote " << file << "\n";
+  }
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_testbed_command(CLI::App& root, Context& ctx) {
@@ -94,6 +181,14 @@ void add_testbed_command(CLI::App& root, Context& ctx) {
     }
     ctx.rc = run_down(*o, ctx);
   });
+  auto* probe = add("probe", "Time messages over every link (sizes x traffic patterns) against the link model");
+  probe->add_option("--sizes", o->sizes, "Message sizes (e.g. 1K,16K,1M; default 1K to 4M)")->delimiter(',');
+  probe->add_option("--repeats", o->repeats, "Timed messages per cell")->check(CLI::Range(2, 1000));
+  probe->add_option("--max-message-s", o->max_message_s, "Skip sizes whose modelled time exceeds this")
+      ->check(CLI::Range(0.001, 60.0));
+  probe->add_option("--csv", o->csv_file, "Write the rows as CSV");
+  probe->add_option("--svg", o->svg_file, "Draw measured / model against size, per link");
+  probe->callback([o, &ctx] { ctx.rc = run_probe(*o, ctx); });
   add("status", "Show the testbed's hosts, links and the qdiscs found on them")->callback([o, &ctx] {
     ctx.rc = run_status(*o, ctx);
   });

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "harp/schedule/timeline.h"
+#include "harp/sim/run_check.h"
 #include "harp/sim/svg.h"
 #include "table.h"
 
@@ -74,6 +75,8 @@ int run_compare(const Opts& o, Context& ctx) {
 struct RunsOpts {
   std::vector<std::string> dirs;
   std::string baseline;
+  std::string check;  // the run that must win
+  double min_speedup = 1.0, max_error = 0;
 };
 
 // A summary's optional text field, "-" when it is missing or not text.
@@ -125,6 +128,21 @@ int run_runs(const RunsOpts& o, Context& ctx) {
   t.print(ctx.out);
   ctx.out << "\nmeasured: median iteration of each run; predicted: the plan's simulated iteration; speedup over "
           << (base ? base->name : std::string("(no uniform run: --baseline NAME)")) << "\n";
+  if (o.check.empty() && o.max_error <= 0) return kExitOk;
+  std::vector<sim::RunRow> rows;
+  for (const Run& r : runs)
+    rows.push_back({r.name, text_of(r.s, "strategy"), text_of(r.s, "schedule"), text_of(r.s, "planned_schedule"),
+                    r.s["predicted_s"].get<double>(), r.s["measured_median_s"].get<double>()});
+  const Status s = sim::check_runs(rows, {o.check, o.min_speedup, o.max_error});
+  if (s.code() == StatusCode::kInvalidArgument) return ctx.fail("trace runs", s);
+  if (!s.ok()) {
+    ctx.err << "harp trace runs: " << s.message() << "\n";
+    return kExitCheck;
+  }
+  ctx.out << "check: ";
+  if (!o.check.empty()) ctx.out << o.check << fmt(" at least %.2fx over every baseline, measured", o.min_speedup);
+  if (o.max_error > 0) ctx.out << (o.check.empty() ? "" : "; ") << fmt("every prediction within ±%.0f%%", 100 * o.max_error);
+  ctx.out << ": holds\n";
   return kExitOk;
 }
 
@@ -144,6 +162,11 @@ void add_trace_command(CLI::App& root, Context& ctx) {
   auto r = std::make_shared<RunsOpts>();
   runs->add_option("dirs", r->dirs, "Run folders (harp train --out), each with its summary.json")->required();
   runs->add_option("--baseline", r->baseline, "The run the speedups are over (default: the uniform plan's)");
+  runs->add_option("--check", r->check, "Require this run to beat every baseline by --min-speedup (exit 4 if not)");
+  runs->add_option("--min-speedup", r->min_speedup, "With --check: the speedup required, measured")
+      ->check(CLI::Range(1.0, 100.0));
+  runs->add_option("--max-error", r->max_error, "Require every prediction within this fraction of its measurement")
+      ->check(CLI::Range(0.0, 10.0));
   runs->callback([r, &ctx] { ctx.rc = run_runs(*r, ctx); });
 }
 

@@ -19,6 +19,7 @@ constexpr int kExitOk = 0;
 constexpr int kExitInput = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitInfeasible = 3;
+constexpr int kExitCheck = 4;  // a --check did not hold (harp trace runs)
 
 struct Context {
   std::ostream& out;

@@ -18,6 +18,7 @@
 #include "harp/common/check.h"
 #include "harp/profile/unique_layers.h"
 #include "harp/runtime/comm.h"
+#include "harp/runtime/emulation.h"
 #include "harp/runtime/gpt.h"
 #include "harp/runtime/memory.h"
 #include "harp/runtime/trainer.h"
@@ -61,13 +62,6 @@ void evict_private_caches() {
     sink = static_cast<char>(sink + buffer[i]);
   }
   (void)sink;
-}
-
-// As the runtime's executor does on an emulated device: after a compute of t, sleep
-// (factor - 1) t, so the next compute starts as it would there (after the core idled).
-void emulate(double factor, Clock::time_point begin) {
-  if (factor > 1.0)
-    std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * seconds_since(begin)));
 }
 
 double tensor_bytes(const torch::Tensor& t) {
@@ -123,7 +117,9 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     const double base = runtime::live_tensor_bytes();
     if (options.evict_caches) evict_private_caches();
     runtime::reset_peak_tensor_bytes();
-    auto t0 = Clock::now();
+    // As the executor times an emulated device (runtime/emulation.h).
+    runtime::ComputeStart c0 = runtime::start_compute();
+    auto t0 = c0.wall;
     torch::Tensor y = input;
     {
       runtime::AutocastGuard autocast(dtype, device);  // as the executor's forward
@@ -132,7 +128,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     }
     if (tail) (void)y.item<double>();  // the runtime reads the loss sum here
     done();
-    emulate(options.emulated_slowdown, t0);
+    runtime::finish_emulated_compute(c0, options.emulated_slowdown);
     const double f = seconds_since(t0);
     if (count_bytes) {
       m.activation_bytes = runtime::live_tensor_bytes() - base;
@@ -140,13 +136,14 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     }
     if (!tail && !dy.defined()) dy = torch::randn_like(y);  // y's dtype: what the executor's wire casts to
     if (options.evict_caches) evict_private_caches();
-    t0 = Clock::now();
+    c0 = runtime::start_compute();
+    t0 = c0.wall;
     if (tail)
       (y / tokens).backward();
     else
       torch::autograd::backward({y}, {dy});
     done();
-    emulate(options.emulated_slowdown, t0);
+    runtime::finish_emulated_compute(c0, options.emulated_slowdown);
     const double b = seconds_since(t0);
     if (count_bytes) m.peak_bytes = runtime::peak_tensor_bytes() - base;
     y = torch::Tensor();

@@ -66,6 +66,26 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
   HARP_CHECK(lowered.check.ok) << lowered.require_drains().message();
   actions_ = lowered.lowered.actions[layout_.stage];
   stash_.resize(plan.microbatches);
+  if (layout_.stage > 0) upstream_launches_ = lowered.launch_counts[layout_.stage - 1];
+}
+
+void Executor::post_ahead(int step, int forwards_done) {
+  // Receives are posted ahead of the list, so that a transfer starts when its sender is
+  // ready (Gloo, like NCCL, moves a payload only once its receive is posted; posted
+  // where the list has them, standard 1F1B's activations waited for the receiver to
+  // reach them: +30-125% waiting on the testbed, docs/testbed.md). The upstream stage
+  // keeps at most N = its launch count microbatches in flight, so when it sends the
+  // activation of microbatch m this rank has finished forward m - N: activations are
+  // posted through forwards_done - 1 + N, N + 1 buffers at most. A gradient is posted
+  // once this rank's forward of it is done, since the downstream backward needs it.
+  const int M = static_cast<int>(stash_.size());
+  if (layout_.stage > 0)
+    for (; posted_f_upto_ < std::min(M, forwards_done + upstream_launches_); ++posted_f_upto_)
+      post_recv(posted_f_upto_, true, step);
+  if (forwards_done > 0 && layout_.stage + 1 < plan_.num_stages() && !posted_b_[forwards_done - 1]) {
+    post_recv(forwards_done - 1, false, step);
+    posted_b_[forwards_done - 1] = 1;
+  }
 }
 
 std::vector<Executor::Part> Executor::peers_of(int other_stage, bool sending) const {
@@ -125,7 +145,7 @@ void Executor::forward(int step, int mb) {
     x = gather(s.recv_f, {layout_.stage, schedule::ActionKind::kRecvF, mb}).requires_grad_(true);
     s.input = x;
   }
-  const auto begin = std::chrono::steady_clock::now();
+  const auto begin = begin_compute();
   torch::Tensor tokens;
   if (has_head(layers_) || has_tail(layers_))
     tokens = sample_tokens(*data_, data_seed_, step, mb * plan_.microbatch_size + sample_offset_, samples_,
@@ -175,7 +195,7 @@ void Executor::backward(int mb) {
   Stash& s = stash_[mb];
   torch::Tensor dy;
   if (!has_tail(layers_)) dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
-  const auto begin = std::chrono::steady_clock::now();
+  const auto begin = begin_compute();
   // The gradient pass from `out` (the stage's output, or a unit's): the loss scaled to
   // the global batch at the tail (then by the loss scale, exactly: a power of two), else
   // the gradient received (or the next unit's).
@@ -226,17 +246,17 @@ void Executor::send(int mb, bool forward_direction) {
   if (!forward_direction) s.input = torch::Tensor();  // the gradient has been handed over
 }
 
+std::chrono::steady_clock::time_point Executor::begin_compute() {
+  compute_start_ = start_compute();
+  return compute_start_.wall;
+}
+
 double Executor::finish_compute(std::chrono::steady_clock::time_point begin) {
-  // An emulated slower device (DESIGN.md, last section) sleeps (factor - 1) x the
-  // measured time; the span and the stage's measured time include the sleep, since
-  // that is how long the emulated device is busy.
   // On CUDA the host runs ahead of the kernels: a span ends when the device is done.
   if (config_.device.is_cuda()) torch::cuda::synchronize(config_.device.index());
-  const double factor = plan_.stages[layout_.stage].emulated_slowdown;
-  if (config_.emulate && factor > 1.0) {
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-    std::this_thread::sleep_for(std::chrono::duration<double>((factor - 1.0) * secs));
-  }
+  // An emulated slower device (emulation.h) is busy factor x what the compute needed;
+  // the span and the stage's measured time include the sleep.
+  if (config_.emulate) finish_emulated_compute(compute_start_, plan_.stages[layout_.stage].emulated_slowdown);
   compute_begin_ = begin;
   compute_end_ = std::chrono::steady_clock::now();
   return std::chrono::duration<double>(compute_end_ - begin).count();
@@ -332,13 +352,29 @@ StepResult Executor::run_step(int step, bool trace) {
                   : begin;
     traced_before_ = true;
   }
+  posted_f_upto_ = 0;
+  posted_b_.assign(stash_.size(), 0);
+  int forwards_done = 0;
+  post_ahead(step, forwards_done);
   for (const schedule::Action& a : actions_) {
     comm_.before_action(step, a);
     const auto start = std::chrono::steady_clock::now();
     switch (a.kind) {
-      case schedule::ActionKind::kRecvF: post_recv(a.microbatch, true, step); break;
-      case schedule::ActionKind::kRecvB: post_recv(a.microbatch, false, step); break;
-      case schedule::ActionKind::kF: forward(step, a.microbatch); break;
+      case schedule::ActionKind::kRecvF:  // posted ahead (post_ahead), unless the list runs further ahead
+        if (a.microbatch >= posted_f_upto_) {
+          for (; posted_f_upto_ <= a.microbatch; ++posted_f_upto_) post_recv(posted_f_upto_, true, step);
+        }
+        break;
+      case schedule::ActionKind::kRecvB:
+        if (!posted_b_[a.microbatch]) {
+          post_recv(a.microbatch, false, step);
+          posted_b_[a.microbatch] = 1;
+        }
+        break;
+      case schedule::ActionKind::kF:
+        forward(step, a.microbatch);
+        post_ahead(step, ++forwards_done);
+        break;
       case schedule::ActionKind::kB: backward(a.microbatch); break;
       case schedule::ActionKind::kSendF: send(a.microbatch, true); break;
       case schedule::ActionKind::kSendB: send(a.microbatch, false); break;

@@ -261,6 +261,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     const double base_bytes = live_tensor_bytes();
     if (options.measure_memory) reset_peak_tensor_bytes();
     StepResult r = ex.run_step(step, trace);
+    const auto step_end = std::chrono::steady_clock::now();
     const double peak_bytes = peak_tensor_bytes();
     if (trace)
       for (auto& e : ex.take_trace()) timeline.events.push_back(e);
@@ -280,6 +281,9 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
     stats[5 * S] = checkpoints.vote();
     stats[5 * S + 1] = options.stop_requested && options.stop_requested() ? 1.0 : 0.0;
     comm.allreduce_world(stats, "rank " + std::to_string(l.rank) + " at step " + std::to_string(step) + " in metrics");
+    // The iteration ends when every rank may start the next one: the metrics reduction
+    // (which waits for the rank whose optimizer ends last) is part of it.
+    r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_end).count();
     HARP_RETURN_IF_ERROR(checkpoints.tally(stats[5 * S].item<double>(), l));
     if (stop_at < 0 && stats[5 * S + 1].item<double>() > 0) {  // every rank sees it at this step
       const int every = options.checkpoint_every;

@@ -1,5 +1,6 @@
 // Discrete-event simulation of a lowered schedule: ranks run their lists in order, F/B
-// wait for their input to arrive, sends queue FIFO on their link direction.
+// wait for their input to arrive, sends queue FIFO on their link direction, STEP waits
+// for every rank (the runtime's all-ranks reduction of the gradient norm and the loss).
 // Not modelled: bandwidth sharing between concurrent transfers of one direction (they
 // queue instead), compute/communication interference, dp replicas, jitter.
 #include "harp/sim/simulator.h"
@@ -157,7 +158,7 @@ Status check_lists(const schedule::Schedule& s) {
 
 class Simulation {
  public:
-  Simulation(const schedule::Schedule& s, std::vector<StageNanos> times,
+  Simulation(const schedule::Schedule& s, std::vector<StageNanos> times, Nanos sync_ns,
              const SimOptions& options)
       : lists_(s.actions),
         times_(std::move(times)),
@@ -169,8 +170,13 @@ class Simulation {
         act_arrival_ns_(static_cast<std::size_t>(S_) * M_, kNotYet),
         grad_arrival_ns_(static_cast<std::size_t>(S_) * M_, kNotYet),
         fwd_link_free_ns_(static_cast<std::size_t>(S_), 0),
-        bwd_link_free_ns_(static_cast<std::size_t>(S_), 0) {
+        bwd_link_free_ns_(static_cast<std::size_t>(S_), 0),
+
+        step_reach_ns_(static_cast<std::size_t>(S_), kNotYet),
+        sync_ns_(sync_ns) {
     result_.ranks.resize(static_cast<std::size_t>(S_));
+    for (const auto& list : lists_)
+      step_ranks_ += std::any_of(list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::kStep; });
     if (options_.record_spans) result_.spans.reserve(s.total_actions());
   }
   Simulation(const Simulation&) = delete;
@@ -179,7 +185,7 @@ class Simulation {
   StatusOr<SimResult> run();
 
  private:
-  enum class Wait : std::uint8_t { kNone, kActivation, kGradient };
+  enum class Wait : std::uint8_t { kNone, kActivation, kGradient, kStep };
   struct RankState {
     std::size_t pc = 0;
     int inflight = 0;
@@ -188,6 +194,7 @@ class Simulation {
   };
 
   void advance(int rank, Nanos now);
+
   void deliver(int rank, Wait kind, int microbatch, Nanos arrive_ns);
   void record(int rank, const Action& a, Nanos start, Nanos end, Nanos link_start = 0,
               Nanos link_end = 0, Nanos arrive = 0) {
@@ -207,6 +214,12 @@ class Simulation {
   std::vector<Nanos> act_arrival_ns_, grad_arrival_ns_;
   // Indexed by boundary i (between stage i and i + 1): when the direction is free.
   std::vector<Nanos> fwd_link_free_ns_, bwd_link_free_ns_;
+  // The STEP barrier: ranks whose list has a STEP, how many have reached it and when
+  // (kNotYet before), and when every one of them may step (kNotYet until all have).
+  int step_ranks_ = 0, step_reached_ = 0;
+  std::vector<Nanos> step_reach_ns_;
+  Nanos step_release_ns_ = kNotYet;
+  const Nanos sync_ns_;  // one all-ranks reduction of a few numbers
   SimResult result_;
 };
 
@@ -278,8 +291,30 @@ void Simulation::advance(int rank, Nanos now) {
         duration = t.allreduce;
         break;
       case ActionKind::kStep:
+        if (step_release_ns_ == kNotYet) {
+          // Reached: the all-ranks reduction waits for the last rank, then costs sync_ns.
+          step_reach_ns_[rank] = now;
+          if (++step_reached_ < step_ranks_) {
+            st.wait = Wait::kStep;
+            return;
+          }
+          step_release_ns_ = *std::max_element(step_reach_ns_.begin(), step_reach_ns_.end()) + sync_ns_;
+          for (int r = 0; r < S_; ++r)
+            if (r != rank && ranks_[r].wait == Wait::kStep) {
+              ranks_[r].wait = Wait::kNone;
+              queue_.push(step_release_ns_, r);
+            }
+        }
+        start = step_release_ns_;
         duration = t.optimizer;
-        break;
+        // The span runs from reaching the STEP, as the runtime's does (its wait included).
+        stats.busy_ns += duration;
+        record(rank, a, step_reach_ns_[rank], start + duration);
+        ++st.pc;
+        now = start + duration;
+        if (queue_.would_run_next(now)) continue;
+        queue_.push(now, rank);
+        return;
     }
     stats.busy_ns += duration;
     record(rank, a, start, start + duration);
@@ -305,6 +340,10 @@ Status Simulation::stuck_error() const {
     HARP_CHECK(st.wait != Wait::kNone) << "rank " << r;
     ++stuck;
     if (shown == 8) continue;
+    if (st.wait == Wait::kStep) {
+      msg << (shown++ ? "; " : "") << "rank " << r << " waits at STEP for the ranks that never reach theirs";
+      continue;
+    }
     const bool act = st.wait == Wait::kActivation;
     msg << (shown++ ? "; " : "") << "rank " << r << " waits at action " << st.pc << " ("
         << schedule::to_string(lists_[r][st.pc]) << ") for the "
@@ -337,6 +376,9 @@ StatusOr<SimResult> Simulation::run() {
     result_.iteration_ns = std::max(result_.iteration_ns, rs.finish_ns);
     compute_total += rs.compute_ns;
   }
+  // The step's metrics reduction: the next iteration starts on every rank once the last
+  // has finished this one.
+  if (step_ranks_ > 0) result_.iteration_ns += sync_ns_;
   result_.bubble_fraction =
       result_.iteration_ns > 0
           ? 1.0 - static_cast<double>(compute_total) /
@@ -354,6 +396,16 @@ StatusOr<SimResult> Simulation::run() {
 }
 
 }  // namespace
+
+Seconds step_sync_s(const plan::Plan& plan) {
+  // A ring all-reduce of two numbers over the stages: 2 (S - 1) messages of a few bytes,
+  // each over a stage boundary's link; the slowest latency stands for each (Gloo's small
+  // all-reduce, latency-bound; dp and tp replicas are not counted).
+  const int S = plan.num_stages();
+  Seconds latency = 0;
+  for (const plan::Stage& s : plan.stages) latency = std::max(latency, s.comm_latency_s);
+  return S > 1 ? 2.0 * (S - 1) * latency : 0.0;
+}
 
 StatusOr<SimResult> simulate(const plan::Plan& plan, const schedule::Schedule& lowered,
                              const SimOptions& options) {
@@ -381,7 +433,8 @@ StatusOr<SimResult> simulate(const plan::Plan& plan, const schedule::Schedule& l
                             " microbatches add up to more than 4e18 ns; check the units of "
                             "fwd_s, bwd_s and comm_s (seconds)");
 
-  Simulation sim(lowered, std::move(times), options);
+  const Nanos sync_ns = s_to_ns(step_sync_s(plan));
+  Simulation sim(lowered, std::move(times), sync_ns, options);
   HARP_ASSIGN_OR_RETURN(SimResult result, sim.run());
   for (int i = 0; i < S; ++i) {
     RankStats& rs = result.ranks[i];

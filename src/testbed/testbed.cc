@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kMaxHosts = 64;  // a full mesh: 2016 veth pairs at most
 constexpr std::size_t kMaxOutput = 1 << 20;
+constexpr int kMtu = 1500;  // the veths' (Linux's default)
 
 std::string format_double(double v) {
   std::ostringstream s;
@@ -31,15 +32,35 @@ std::string address_of(int host) {
   return "10.99." + std::to_string(host / 250) + "." + std::to_string(host % 250 + 1);
 }
 
+}  // namespace
+
+double wire_rate_factor() {
+  // A full-size frame on the veth (what htb counts) against the TCP payload it carries:
+  // MTU 1500 + 14 bytes of Ethernet header, less 20 (IP) and 32 (TCP with timestamps).
+  return (kMtu + 14.0) / (kMtu - 52.0);
+}
+
+int gso_segments(const cluster::Link& link) {
+  // A GSO packet leaves htb as one unit whenever its class is not in debt, so a message
+  // can arrive one GSO packet early. One segment per packet up to ~0.12 Gbit/s (exact);
+  // above, as many as the link sends in 100 us, since this machine cannot push one
+  // 1514-byte packet at a time through veth and htb much faster (docs/testbed.md).
+  const double per_100us = link.bandwidth_gbps * 1e9 / 8 * 1e-4 / (kMtu + 14.0);
+  return static_cast<int>(std::clamp(std::floor(per_100us), 1.0, 64.0));
+}
+
+namespace {
+
 // The commands that shape one veth end. netem delays each packet by the latency and
 // paces it to the rate; htb only paces (a kernel without sch_netem, as on the CI
 // machines, keeps the veth's own latency, tens of microseconds). htb rather than tbf:
-// tbf's bucket must hold the largest segment the veth hands it (64 KiB with GSO), and a
-// full bucket lets that much through at once, which halves the time of a 128 KiB
-// activation at 100 Mbit/s; htb lets a large packet borrow and pays it back.
+// tbf's bucket must hold the largest packet the veth hands it, and a full bucket lets
+// that much through at once.
 std::vector<std::vector<std::string>> shape_commands(const std::string& netns, const std::string& dev,
                                                      const cluster::Link& link, Shaper shaper) {
-  const std::string rate = std::to_string(std::llround(link.bandwidth_gbps * 1e9)) + "bit";
+  // The cluster file's bandwidth is what a transfer achieves (what `harp profile links`
+  // measures): the wire rate carries the headers on top of it.
+  const std::string rate = std::to_string(std::llround(link.bandwidth_gbps * 1e9 * wire_rate_factor())) + "bit";
   const std::vector<std::string> tc = {"tc", "-n", netns};
   auto cmd = [&](std::vector<std::string> rest) {
     std::vector<std::string> c = tc;
@@ -50,16 +71,17 @@ std::vector<std::vector<std::string>> shape_commands(const std::string& netns, c
     const std::string delay = std::to_string(std::llround(link.latency_s * 1e6)) + "us";
     return {cmd({"qdisc", "replace", "dev", dev, "root", "netem", "delay", delay, "rate", rate, "limit", "100000"})};
   }
-  // The bucket: 100 us at the rate, at least one full-size frame (htb's own default
-  // overflows to 0 above a few Gbit/s).
-  const std::string burst =
-      std::to_string(std::max<long long>(1600, std::llround(link.bandwidth_gbps * 1e9 / 8 * 1e-4)));
-  // One FIFO at the link's rate, as a bottleneck queue is: the other direction's data
-  // and this direction's ACKs wait in it alike. (Putting packets under 128 bytes first,
-  // in a class of their own, was tried: standard 1F1B then ran 35% faster at 10 Mbit/s and
-  // HARP's 1F1B as fast as before; docs/testbed.md.) The quantum only divides a surplus
-  // among classes (there is one); set, it keeps htb from warning that the default
-  // (rate / 10) is too big.
+  // A bucket of 50 us at the rate (at least 1 byte; tc reads 0 as "unset" and makes it
+  // one frame). A packet leaves when the class is out of debt and its length is then
+  // charged, so a message crosses at most one frame plus the bucket early. Without a
+  // bucket a late wake-up of htb's timer is never made up: 10-20 us a packet on this VM,
+  // +17-22% at 0.1 Gbit/s (8,600 packets/s); a bucket of one frame let a 16 KiB message
+  // arrive two frames early (12.2 ms for 13.1 at 10 Mbit/s). One FIFO at the link's
+  // rate, as a bottleneck queue is: the other direction's data and this direction's
+  // ACKs wait in it alike. The quantum only divides a surplus among classes (there is
+  // one); set, it keeps htb from warning that the default (rate / 10) is too big.
+  const std::string burst = std::to_string(
+      std::max<long long>(1, std::llround(link.bandwidth_gbps * 1e9 * wire_rate_factor() / 8 * 50e-6)));
   // htb cannot be changed in place: the old root goes first (that fails harmlessly when
   // there is none, and up() lets it).
   return {cmd({"qdisc", "del", "dev", dev, "root"}),
@@ -161,11 +183,9 @@ std::vector<std::vector<std::string>> up_commands(const Topology& t, Shaper shap
       const Host& from = t.hosts[side == 0 ? w.a : w.b];
       const Host& to = t.hosts[side == 0 ? w.b : w.a];
       const std::string dev = Topology::veth_name(side == 0 ? w.b : w.a);
-      // GSO stays on: htb lets a packet through whenever its class is not in debt, so a
-      // message can arrive up to one 64 KiB GSO packet early (measured once: 8.5 ms for
-      // 10.5 ms at 100 Mbit/s); one segment per packet (gso_max_segs 1) fixed that but
-      // made pipelined runs over a 10 Mbit/s link 53% slower (1.81 s against 1.18 s for
-      // the same plan, predicted 1.30 s), so the average rate is what is kept right.
+      // A GSO packet is shaped as one: few segments per packet, so that no message
+      // crosses early (gso_segments).
+      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "gso_max_segs", std::to_string(gso_segments(w.link))});
       cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "up"});
       cmds.push_back({"ip", "-n", from.netns, "route", "replace", to.address + "/32", "dev", dev, "src", from.address});
       for (auto& c : shape_commands(from.netns, dev, w.link, shaper)) cmds.push_back(std::move(c));

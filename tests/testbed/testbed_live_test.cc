@@ -16,6 +16,7 @@
 
 #include "harp/cluster/cluster_io.h"
 #include "harp/common/document.h"
+#include "harp/testbed/probe.h"
 #include "harp/testbed/testbed.h"
 #include "testutil/temp_dir.h"
 
@@ -225,6 +226,74 @@ training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
   EXPECT_GT(quartile, 0.85 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
   EXPECT_LT(quartile, 1.25 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
   EXPECT_GT(fastest, 0.45 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
+}
+
+// Two hosts joined by a 10 Mbit/s link, up for one test and down after it.
+class ShapedPair {
+ public:
+  explicit ShapedPair(const char* what) {
+    std::ofstream(dir_.file("pair.yaml")) << R"(version: 1
+name: probe-pair
+subclusters:
+  - {name: left, device: cpu, nodes: 1, devices_per_node: 1}
+  - {name: right, device: cpu, nodes: 1, devices_per_node: 1}
+links:
+  - {between: [left, right], bandwidth_gbps: 0.01, latency_ms: 0.05}
+)";
+    auto c = cluster::load_cluster(dir_.file("pair.yaml"));
+    EXPECT_TRUE(c.ok()) << c.status().message();
+    auto t = topology_for(*c, unique_prefix(what));
+    EXPECT_TRUE(t.ok()) << t.status().message();
+    topology_ = *t;
+    const Status s = up(topology_);
+    EXPECT_TRUE(s.ok()) << s.message();
+  }
+  ~ShapedPair() {
+    auto n = down(topology_.prefix);
+    EXPECT_TRUE(n.ok());
+  }
+  std::vector<ProbeRow> probe(std::vector<std::int64_t> sizes, std::vector<Pattern> patterns) {
+    ProbeOptions o;
+    o.sizes = std::move(sizes);
+    o.patterns = std::move(patterns);
+    o.repeats = 5;
+    auto rows = probe_links(topology_, o);
+    EXPECT_TRUE(rows.ok()) << rows.status().message();
+    for (const ProbeRow& r : *rows)
+      std::printf("%-24s %7lld B  %d->%d  model %8.3f ms  measured %8.3f ms  %+6.1f%%\n", pattern_name(r.pattern),
+                  static_cast<long long>(r.bytes), r.from, r.to, r.model_s * 1e3, r.measured_s * 1e3,
+                  100 * r.error());
+    return rows.ok() ? *rows : std::vector<ProbeRow>{};
+  }
+
+ private:
+  testing::TempDir dir_;
+  Topology topology_;
+};
+
+// One 32 KiB message over a 10 Mbit/s link takes latency + bytes / bandwidth (26.3 ms).
+// A link whose qdisc lets one segmentation-offload packet (64 KiB) through at once, as
+// the testbed's did, delivered it in 0.24 ms.
+TEST(TestbedLive, ASmallMessageTakesTheShapedLinksTime) {
+  SKIP_WITHOUT_TESTBED();
+  ShapedPair pair("s");
+  const auto rows = pair.probe({32 << 10}, {Pattern::kOneWaySpaced});
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_GE(rows[0].measured_s, 0.85 * rows[0].model_s);
+  EXPECT_LE(rows[0].measured_s, 1.15 * rows[0].model_s);
+}
+
+// Both directions loaded at once, as a pipeline's activations and gradients are: each
+// direction still takes the link model's time (links are full duplex), spaced and back
+// to back.
+TEST(TestbedLive, BothDirectionsAtOnceHoldTheLinkModel) {
+  SKIP_WITHOUT_TESTBED();
+  ShapedPair pair("b");
+  const auto rows = pair.probe({32 << 10, 128 << 10}, {Pattern::kBothSpaced, Pattern::kBothBurst});
+  ASSERT_EQ(rows.size(), 8u);  // 2 sizes x 2 patterns x 2 directions
+  for (const ProbeRow& r : rows)
+    EXPECT_LE(std::abs(r.error()), 0.15) << pattern_name(r.pattern) << " " << r.bytes << " B " << r.from << "->"
+                                         << r.to << ": " << r.measured_s * 1e3 << " ms for " << r.model_s * 1e3;
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 #include "harp/plan/plan.h"
 #include "harp/runtime/transport.h"
 #include "harp/runtime/data.h"
+#include "harp/runtime/emulation.h"
 #include "harp/runtime/gpt.h"
 #include "harp/runtime/optimizer.h"
 #include "harp/runtime/precision.h"
@@ -146,12 +147,17 @@ class Executor {
   void backward(int mb);
   void send(int mb, bool forward_direction);
   void post_recv(int mb, bool forward_direction, int step);
+  // Posts the receives that may be needed before this rank's next forward (see .cc).
+  void post_ahead(int step, int forwards_done);
   // Waits for every part (a traced step records each wait as a recv-lane event).
   torch::Tensor gather(std::vector<Part>& parts, const schedule::Action& recv);
   void reduce_grads(int step);
   void apply_step(int step, StepResult* result);
   // Ends a compute span started at `begin` (sleeping first on an emulated device);
   // returns its seconds.
+  // A compute's start (and this thread's CPU clock then), and its end: the seconds it
+  // took, emulated slowdown included.
+  std::chrono::steady_clock::time_point begin_compute();
   double finish_compute(std::chrono::steady_clock::time_point begin);
 
   const model::ModelSpec& model_;
@@ -177,6 +183,10 @@ class Executor {
   int step_ = 0;
   bool tracing_ = false, traced_before_ = false;
   std::chrono::steady_clock::time_point origin_, compute_begin_, compute_end_;
+  ComputeStart compute_start_;  // of the compute running now (begin_compute)
+  int upstream_launches_ = 0;   // the previous stage's launch count (0 on the first stage)
+  int posted_f_upto_ = 0;       // this step's activation receives posted: microbatches below it
+  std::vector<char> posted_b_;  // this step's gradient receives posted, by microbatch
   std::vector<schedule::TimelineEvent> trace_;
   double us_since_origin(std::chrono::steady_clock::time_point t) const {
     return std::chrono::duration<double, std::micro>(t - origin_).count();

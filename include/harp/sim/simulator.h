@@ -5,7 +5,11 @@
 // a compute waits until its input has arrived. RECV is a post and takes no time. SEND
 // is asynchronous: the transfer queues on its link direction (one direction per stage
 // boundary and direction, links are full duplex), occupies it for comm_s − latency and
-// arrives latency later. REDUCE_GRAD takes allreduce_s, STEP optimizer_s.
+// arrives latency later. REDUCE_GRAD takes allreduce_s. STEP waits until every rank
+// with a STEP has reached it, plus step_sync_s (the runtime's all-ranks reduction of the
+// gradient norm and loss, which every stage waits in for the slowest), then takes
+// optimizer_s; its span starts when the rank reached it. The iteration ends step_sync_s
+// after the last rank finishes (the runtime's per-step metrics reduction).
 // Not modelled: compute/communication interference on a device, bandwidth sharing
 // between different boundaries (each boundary has its own link), dp replicas (a stage
 // runs as one rank), jitter.
@@ -52,6 +56,10 @@ struct SimResult {
 struct SimOptions {
   bool record_spans = true;
 };
+
+// The cost of one all-ranks reduction of a few numbers: 2 (S − 1) × the largest boundary
+// latency of the plan (0 for one stage).
+Seconds step_sync_s(const plan::Plan& plan);
 
 // Simulates `lowered` with the stage times of `plan`. Returns InvalidArgument if the
 // schedule and plan disagree (stage counts), FailedPrecondition with the stuck ranks if

@@ -67,6 +67,15 @@ StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::stri
 enum class Shaper { kNetem, kHtb };
 const char* shaper_name(Shaper shaper);
 
+// The veths' wire rate per unit of the cluster file's bandwidth: a frame's bytes over
+// the TCP payload it carries (1514 / 1448 at MTU 1500). The testbed shapes each link to
+// bandwidth x this, so that a transfer moves its payload at the declared bandwidth.
+double wire_rate_factor();
+
+// Segments per GSO packet on a link's veths (`gso_max_segs`): 1 up to ~0.12 Gbit/s,
+// else what the link sends in 100 us (at most 64).
+int gso_segments(const cluster::Link& link);
+
 // What makes a host's namespace, and the veth pair of a wire (inside its two
 // namespaces); `up` runs each only when the thing is missing.
 std::vector<std::string> netns_add_command(const Host& host);

@@ -291,6 +291,9 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp trace compare --svg",
       "harp trace runs dirs",
       "harp trace runs --baseline",
+      "harp trace runs --check",
+      "harp trace runs --min-speedup",
+      "harp trace runs --max-error",
       "harp profile --job", "harp profile --output", "harp profile --device", "harp profile --microbatch-sizes",
       "harp profile --per-layer", "harp profile --quick", "harp profile --threads",
       "harp profile check --plan", "harp profile check --quick", "harp profile check --threads",
@@ -301,6 +304,9 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp profile import --output",
       "harp testbed up --cluster", "harp testbed up --prefix", "harp testbed up --dry-run",
       "harp testbed down --cluster", "harp testbed down --prefix",
+      "harp testbed probe --cluster", "harp testbed probe --prefix", "harp testbed probe --sizes",
+      "harp testbed probe --repeats", "harp testbed probe --max-message-s", "harp testbed probe --csv",
+      "harp testbed probe --svg",
       "harp testbed status --cluster", "harp testbed status --prefix",
   };
 #if HARP_WITH_TORCH

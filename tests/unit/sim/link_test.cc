@@ -56,7 +56,10 @@ TEST(LinkTest, TransfersQueueFifoOnTheirDirection) {
   expect_compute(r, 0, ActionKind::kB, 0, 3900);
   expect_compute(r, 0, ActionKind::kB, 1, 4700);
   expect_compute(r, 0, ActionKind::kB, 2, 5500);
-  EXPECT_EQ(r.iteration_ns, 5600);
+  // Then the step's two all-ranks reductions, 2 (S − 1) × 200 ns of latency each.
+  const Nanos sync = s_to_ns(step_sync_s(two_stage_plan(3)));
+  EXPECT_EQ(sync, 400);
+  EXPECT_EQ(r.iteration_ns, 5600 + 2 * sync);
   // The receive spans carry the arrival of their data.
   EXPECT_EQ(find_span(r, 1, ActionKind::kRecvF, 2).arrive_ns, 2700);
 }
@@ -85,8 +88,12 @@ TEST(LinkTest, DirectionsAreFullDuplex) {
   expect_compute(r, 0, ActionKind::kB, 1, 3100);
   expect_compute(r, 1, ActionKind::kF, 2, 3500);
   expect_compute(r, 0, ActionKind::kB, 2, 4700);
-  EXPECT_EQ(r.iteration_ns, 4800);
-  EXPECT_EQ(r.ranks[1].finish_ns, 3700);  // its last action is the SEND_B2 at 3700
+  const Nanos sync = s_to_ns(step_sync_s(two_stage_plan(3)));  // 400: see above
+  EXPECT_EQ(r.iteration_ns, 4800 + 2 * sync);
+  // Its last action, STEP, waits from the SEND_B2 at 3700 for stage 0 (4800) and the
+  // reduction.
+  EXPECT_EQ(find_span(r, 1, ActionKind::kStep, -1).start_ns, 3700);
+  EXPECT_EQ(r.ranks[1].finish_ns, 4800 + sync);
 }
 
 // A link whose transfers are all latency (bandwidth term zero) never queues.

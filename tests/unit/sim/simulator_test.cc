@@ -65,9 +65,45 @@ TEST(SimulatorTest, ActionCountAndEndOfStepTerms) {
   const SimResult r = simulate_ok(plan, s);
   EXPECT_EQ(r.actions_executed, s.total_actions());
   EXPECT_EQ(r.spans.size(), s.total_actions());
-  // REDUCE_GRAD and STEP follow stage 0's last backward.
+  // REDUCE_GRAD and STEP follow stage 0's last backward; the others wait for it at STEP.
   EXPECT_EQ(r.iteration_ns, (4 + 3 - 1) * (kF + kB) + 700 + 300);
   for (const RankStats& st : r.ranks) EXPECT_EQ(st.busy_ns, st.compute_ns + 1000);
+}
+
+// The step's end as the runtime runs it: STEP waits until every rank has reached it
+// (the all-ranks reduction of the gradient norm), plus one small reduction's time, then
+// each rank steps; the iteration ends one more reduction after the last rank. Held
+// against that closed form, read off the spans: reach_r = STEP's start on rank r.
+TEST(SimulatorTest, StepWaitsForEveryRankAndTheReductionsCostTheirLatency) {
+  for (const std::int64_t latency : {0, 40000}) {
+    plan::Plan plan = equal_plan(3, 4, kF, kB);
+    const std::int64_t allreduce[] = {700, 0, 0}, optimizer[] = {100, 200, 900};
+    for (int i = 0; i < 3; ++i) {
+      plan.stages[i].allreduce_s = testing::ns(allreduce[i]);
+      plan.stages[i].optimizer_s = testing::ns(optimizer[i]);
+      if (i < 2) plan.stages[i].comm_s = plan.stages[i].comm_latency_s = testing::ns(latency);
+    }
+    const Nanos sync = 2 * (3 - 1) * latency;
+    EXPECT_EQ(s_to_ns(step_sync_s(plan)), sync);
+    const SimResult r = simulate_ok(plan, lowered(3, 4, {3, 2, 1}));
+    Nanos last_reach = 0;
+    for (int rank = 0; rank < 3; ++rank) last_reach = std::max(last_reach, testing::find_span(r, rank, ActionKind::kStep, -1).start_ns);
+    Nanos last_end = 0;
+    for (int rank = 0; rank < 3; ++rank) {
+      const Span& step = testing::find_span(r, rank, ActionKind::kStep, -1);
+      const Span& reduce = testing::find_span(r, rank, ActionKind::kReduceGrad, -1);
+      EXPECT_EQ(step.start_ns, reduce.end_ns) << "rank " << rank;  // the span starts where the rank reached it
+      EXPECT_EQ(step.end_ns, last_reach + sync + optimizer[rank]) << "rank " << rank;
+      EXPECT_EQ(r.ranks[rank].busy_ns, r.ranks[rank].compute_ns + allreduce[rank] + optimizer[rank]);
+      last_end = std::max(last_end, step.end_ns);
+    }
+    // Stage 0 runs the last backward and has the all-reduce: it reaches STEP last.
+    EXPECT_EQ(last_reach, testing::find_span(r, 0, ActionKind::kReduceGrad, -1).end_ns);
+    EXPECT_EQ(r.iteration_ns, last_end + sync);
+    if (latency == 0) {
+      EXPECT_EQ(r.iteration_ns, (4 + 3 - 1) * (kF + kB) + 700 + 900);
+    }
+  }
 }
 
 TEST(SimulatorTest, PeakInflightIsTheLaunchCountAndSetsMemory) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "harp/cluster/cluster_io.h"
 #include "harp/testbed/testbed.h"
@@ -84,7 +85,14 @@ TEST(TestbedTopology, CommandsShapeBothDirectionsOfEveryLink) {
       // Host 3 (c) towards host 2 (b): 0.5 Gbit/s, and 1 ms with netem.
       if (cmd[2] == "harpx-h3" && cmd[6] == "hb2") {
         saw_b_to_c = true;
-        EXPECT_EQ(*(rate + 1), "500000000bit");
+        // The declared bandwidth is the payload's: the wire rate adds the headers.
+        EXPECT_EQ(*(rate + 1), std::to_string(std::llround(0.5e9 * wire_rate_factor())) + "bit");
+        if (shaper == Shaper::kHtb) {
+          const auto burst = std::find(cmd.begin(), cmd.end(), "burst");
+          ASSERT_NE(burst, cmd.end());
+          // A bucket of 50 us at the wire rate: a message crosses at most that early.
+          EXPECT_EQ(*(burst + 1), std::to_string(std::llround(0.5e9 * wire_rate_factor() / 8 * 50e-6)));
+        }
         if (shaper == Shaper::kNetem) {
           EXPECT_EQ(cmd[10], "1000us");
         }
@@ -93,6 +101,26 @@ TEST(TestbedTopology, CommandsShapeBothDirectionsOfEveryLink) {
     EXPECT_EQ(rates, 12);  // 6 links x 2 directions
     EXPECT_TRUE(saw_b_to_c);
   }
+}
+
+TEST(TestbedTopology, SegmentsPerPacketAndWireRate) {
+  EXPECT_NEAR(wire_rate_factor(), 1514.0 / 1448.0, 1e-12);
+  auto link = [](double gbps) {
+    cluster::Link l;
+    l.bandwidth_gbps = gbps;
+    return l;
+  };
+  EXPECT_EQ(gso_segments(link(0.01)), 1);
+  EXPECT_EQ(gso_segments(link(0.1)), 1);
+  EXPECT_EQ(gso_segments(link(1)), 8);     // 1 Gbit/s x 100 us / 1514 bytes
+  EXPECT_EQ(gso_segments(link(100)), 64);  // capped
+  // Every veth end gets its segment count.
+  auto t = topology_for(three_pools(), "harpx");
+  ASSERT_TRUE(t.ok());
+  int gso = 0;
+  for (const auto& cmd : up_commands(*t, Shaper::kHtb))
+    if (std::find(cmd.begin(), cmd.end(), "gso_max_segs") != cmd.end()) ++gso;
+  EXPECT_EQ(gso, 12);
 }
 
 TEST(TestbedTopology, PrefixIsCheckedAndDefaultsToTheFingerprint) {
@@ -120,9 +148,12 @@ TEST(TestbedCli, DryRunPrintsTheCommandsWithoutRunningThem) {
                               "--prefix", "harpdry", "--dry-run"});
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("ip netns add harpdry-h2"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("tc -n harpdry-h2 qdisc replace dev hb0 root netem delay 500us rate 1000000000bit"),
+  // 1 Gbit/s of payload: the wire rate carries the headers too.
+  EXPECT_NE(r.out.find("tc -n harpdry-h2 qdisc replace dev hb0 root netem delay 500us rate " +
+                       std::to_string(std::llround(1e9 * wire_rate_factor())) + "bit"),
             std::string::npos)
       << r.out;
+  EXPECT_NE(r.out.find("ip -n harpdry-h2 link set hb0 gso_max_segs 8"), std::string::npos) << r.out;
   auto bad = testing::run_harp({"testbed", "down"});
   EXPECT_EQ(bad.rc, 2);
   EXPECT_NE(bad.err.find("--cluster FILE or --prefix P"), std::string::npos) << bad.err;
