@@ -51,7 +51,7 @@ bench: build
 	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
 	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
 
-# The simulator's accuracy over 27 plans trained on the emulated cluster (root; ~5 min).
+# The simulator's accuracy over 42 plans trained on the emulated cluster (root; ~9 min).
 bench-testbed: tools
 	python3 bench/testbed_accuracy.py --harp $(BUILD)/src/cli/harp
 

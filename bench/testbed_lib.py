@@ -21,9 +21,11 @@ DEVICES = {
 }
 
 MODELS = {
-    # name: (blocks, hidden, heads, seq)
-    "gpt-testbed": (8, 128, 4, 64),
-    "gpt-testbed-wide": (4, 192, 4, 64),
+    # name: (blocks, hidden, heads, seq). Hidden 256 and up: a block's compute is far above
+    # timer noise and the per-call costs a layer-by-layer profile leaves out (at hidden 128
+    # one-layer stages ran 40-80% over their profile; docs/testbed.md).
+    "gpt-testbed": (8, 256, 4, 64),
+    "gpt-testbed-wide": (4, 384, 6, 64),
 }
 
 
@@ -91,12 +93,19 @@ def profile(harp, job, path, microbatch_sizes=None):
     return path
 
 
-def plan(harp, job, profile_file, strategy, path):
-    # --max-tp 1: the runtime runs dp x pipeline plans (tensor parallelism is a later issue).
-    cmd = [harp, "plan", "--job", job, "--profile", profile_file, "--strategy", strategy, "--max-tp", "1",
+def plan(harp, job, profile_file, strategy, path, max_tp=1):
+    cmd = [harp, "plan", "--job", job, "--profile", profile_file, "--strategy", strategy, "--max-tp", str(max_tp),
            "--output", path]
     run(cmd)
     return json.load(open(path))
+
+
+def simulate(harp, plan_file, schedule):
+    """The plan's simulated iteration under `schedule` (harp simulate --json)."""
+    import subprocess
+    r = subprocess.run([harp, "simulate", "--plan", plan_file, "--schedule", schedule, "--json"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, check=True)
+    return json.loads(r.stdout)["iteration_s"]
 
 
 def train(harp, job, cluster_file, plan_file, data, out_dir, schedule=None):
@@ -192,10 +201,12 @@ def line_chart(path, title, xlabel, ylabel, series, log_x=False, note=""):
     write(path, "\n".join(o) + "\n")
 
 
-def scatter_chart(path, title, points, note=""):
-    """points: [(label, predicted_s, measured_s)] -> predicted against measured, y = x line."""
-    W, H, L, R, T, B = 640, 600, 80, 40, 50, 70
-    hi = max(max(p, m) for _, p, m in points) * 1.1
+def scatter_chart(path, title, points, note="", second=None, names=("predicted", "")):
+    """points: [(label, predicted_s, measured_s)] -> predicted against measured, y = x line;
+    `second`, another prediction of the same runs (drawn in a second colour, names[1])."""
+    extra = 14 * (len(note.split("\n")) - 1) if note else 0
+    W, H, L, R, T, B = 640, 600 + extra, 80, 40, 50, 70 + extra
+    hi = max(max(p, m) for _, p, m in points + (second or [])) * 1.1
     ticks = _ticks(0, hi)
     hi = ticks[-1]
     X = lambda v: L + v / hi * (W - L - R)
@@ -210,14 +221,20 @@ def scatter_chart(path, title, points, note=""):
     for lo_f, hi_f in ((0.9, 1.1),):
         o.append('<polygon points="%.1f,%.1f %.1f,%.1f %.1f,%.1f" fill="#4c78a8" fill-opacity="0.08"/>'
                  % (X(0), Y(0), X(hi), Y(hi * lo_f), X(hi / hi_f), Y(hi)))
-    for label, p, m in points:
-        o.append('<circle cx="%.1f" cy="%.1f" r="4" fill="#4c78a8" fill-opacity="0.8"><title>%s: predicted %.3f s, '
-                 'measured %.3f s (%+.1f%%)</title></circle>' % (X(m), Y(p), _esc(label), p, m, 100 * (p - m) / m))
-    o.append('<text x="%d" y="%d" text-anchor="middle">measured iteration (s)</text>' % ((L + W - R) / 2, H - 30))
+    for k, (series, colour) in enumerate(((points, "#4c78a8"), (second or [], "#f58518"))):
+        for label, p, m in series:
+            o.append('<circle cx="%.1f" cy="%.1f" r="4" fill="%s" fill-opacity="0.8"><title>%s: predicted %.3f s, '
+                     'measured %.3f s (%+.1f%%)</title></circle>' % (X(m), Y(p), colour, _esc(label), p, m,
+                                                                      100 * (p - m) / m))
+        if second:
+            o.append('<circle cx="%d" cy="%d" r="4" fill="%s"/><text x="%d" y="%d">%s</text>'
+                     % (L + 12, T + 12 + 18 * k, colour, L + 22, T + 16 + 18 * k, _esc(names[k])))
+    o.append('<text x="%d" y="%d" text-anchor="middle">measured iteration (s)</text>' % ((L + W - R) / 2, H - B + 40))
     o.append('<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">predicted iteration (s)</text>'
              % ((T + H - B) / 2, (T + H - B) / 2))
-    if note:
-        o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (L, H - 8, _esc(note)))
+    for i, line in enumerate(note.split("\n") if note else []):
+        o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (L, H - 8 - 14 * (len(note.split("\n")) - 1 - i),
+                                                               _esc(line)))
     o.append("</svg>")
     write(path, "\n".join(o) + "\n")
 

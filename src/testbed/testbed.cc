@@ -192,7 +192,7 @@ std::vector<std::vector<std::string>> up_commands(const Topology& t, Shaper shap
       // veth), so while the other direction's data queued in front of its ACKs, a
       // sender stalled: messages sent both ways at once took up to +78% (16 KiB at
       // 0.01 Gbit/s). CUBIC's window keeps growing without loss, as a fabric without
-      // TCP (NCCL over InfiniBand) would not stall either: within 7.5% (docs/testbed.md).
+      // TCP (NCCL over InfiniBand) would not stall either: within 9% (docs/testbed.md).
       cmds.push_back({"ip", "-n", from.netns, "route", "replace", to.address + "/32", "dev", dev, "src", from.address,
                       "congctl", "cubic"});
       for (auto& c : shape_commands(from.netns, dev, w.link, shaper)) cmds.push_back(std::move(c));

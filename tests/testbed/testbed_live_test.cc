@@ -59,6 +59,16 @@ void expect_nothing_left(const std::string& prefix) {
   EXPECT_EQ(qdiscs->find("htb"), std::string::npos) << *qdiscs;
 }
 
+// Two one-device pools joined by one link of `gbps`; 50 us is about a veth's own latency.
+std::string pair_cluster(const std::string& name, double gbps) {
+  return "version: 1\nname: " + name +
+         "\nsubclusters:\n"
+         "  - {name: left, device: cpu, nodes: 1, devices_per_node: 1}\n"
+         "  - {name: right, device: cpu, nodes: 1, devices_per_node: 1}\n"
+         "links:\n  - {between: [left, right], bandwidth_gbps: " +
+         std::to_string(gbps) + ", latency_ms: 0.05}\n";
+}
+
 cluster::Cluster hetero() {
   auto c = cluster::load_cluster(HARP_SOURCE_DIR "/examples/clusters/cpu_hetero.yaml");
   EXPECT_TRUE(c.ok()) << c.status().message();
@@ -171,14 +181,7 @@ TEST(TestbedLive, AnActivationTakesTheShapedLinksTime) {
   // 100 Mbit/s between the two pools; 50 us is about the veth's own latency, which is
   // what htb leaves when the kernel has no netem (netem would add the declared one).
   {
-    std::ofstream(dir.file("cluster.yaml")) << R"(version: 1
-name: shaped-pair
-subclusters:
-  - {name: left, device: cpu, nodes: 1, devices_per_node: 1}
-  - {name: right, device: cpu, nodes: 1, devices_per_node: 1}
-links:
-  - {between: [left, right], bandwidth_gbps: 0.1, latency_ms: 0.05}
-)";
+    std::ofstream(dir.file("cluster.yaml")) << pair_cluster("shaped-pair", 0.1);
     std::ofstream(dir.file("job.yaml")) << R"(version: 1
 cluster: cluster.yaml
 model: {family: gpt, name: gpt-shaped, num_blocks: 2, hidden: 128, heads: 4, seq_len: 128, vocab: 256, granularity: 1}
@@ -232,14 +235,7 @@ training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
 class ShapedPair {
  public:
   explicit ShapedPair(const char* what) {
-    std::ofstream(dir_.file("pair.yaml")) << R"(version: 1
-name: probe-pair
-subclusters:
-  - {name: left, device: cpu, nodes: 1, devices_per_node: 1}
-  - {name: right, device: cpu, nodes: 1, devices_per_node: 1}
-links:
-  - {between: [left, right], bandwidth_gbps: 0.01, latency_ms: 0.05}
-)";
+    std::ofstream(dir_.file("pair.yaml")) << pair_cluster("probe-pair", 0.01);
     auto c = cluster::load_cluster(dir_.file("pair.yaml"));
     EXPECT_TRUE(c.ok()) << c.status().message();
     auto t = topology_for(*c, unique_prefix(what));

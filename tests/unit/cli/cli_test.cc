@@ -4,12 +4,14 @@
 
 #include "testutil/status.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "commands.h"
 #include "testutil/run_harp.h"
+#include "testutil/temp_dir.h"
 #include "harp/common/document.h"
 
 namespace harp::cli {
@@ -379,6 +381,47 @@ TEST(Cli, TinyLlamaIsPlannedTrainedExportedAndReadBack) {
   EXPECT_EQ(eval["eval_after_steps"], 0);
   EXPECT_EQ(eval["val_loss"].get<double>(), (*summary)["val_loss"].get<double>());
 #endif
+}
+
+}  // namespace
+}  // namespace harp::cli
+
+namespace harp::cli {
+namespace {
+
+// The demo's self-check on fake run folders: `harp trace runs --check` exits 0 when HARP
+// beats both baselines by the margin and every prediction holds, 4 naming the run when not.
+TEST(Cli, TraceRunsCheckPassesAndFailsNamingTheRun) {
+  testing::TempDir dir;
+  auto run = [&](const std::string& name, const char* strategy, const char* schedule, double predicted,
+                 double measured) {
+    std::filesystem::create_directories(dir.file(name));
+    std::ofstream(dir.file(name + "/summary.json"))
+        << "{\"strategy\": \"" << strategy << "\", \"schedule\": \"" << schedule << "\", \"planned_schedule\": \""
+        << (std::string(name) == "harp_as_1f1b" ? "harp-1f1b" : schedule) << "\", \"stages\": 3, \"predicted_s\": "
+        << predicted << ", \"measured_median_s\": " << measured << "}";
+    return dir.file(name);
+  };
+  const std::string h = run("harp", "harp", "harp-1f1b", 1.25, 1.26);
+  const std::string o = run("homogeneous", "homogeneous", "1f1b", 2.3, 2.15);
+  const std::string u = run("uniform", "uniform", "1f1b", 2.3, 2.17);
+  const std::vector<std::string> check = {"--check", "harp", "--min-speedup", "1.3", "--max-error", "0.15"};
+  auto with = [&](std::vector<std::string> dirs) {
+    std::vector<std::string> args = {"trace", "runs"};
+    args.insert(args.end(), dirs.begin(), dirs.end());
+    args.insert(args.end(), check.begin(), check.end());
+    return harp(args);
+  };
+  Result ok = with({h, o, u});
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_NE(ok.out.find(": holds"), std::string::npos) << ok.out;
+  // A baseline only 1.1x slower, and a prediction 20% short.
+  const std::string close = run("uniform_close", "uniform", "1f1b", 1.11, 1.39);
+  Result bad = with({h, o, close});
+  EXPECT_EQ(bad.rc, kExitCheck) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("harp over uniform_close: 1.10x measured"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("uniform_close: predicted -20.1%"), std::string::npos) << bad.err;
+  EXPECT_EQ(std::count(bad.err.begin(), bad.err.end(), '\n'), 1) << bad.err;  // one line
 }
 
 }  // namespace
