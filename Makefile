@@ -56,7 +56,7 @@ bench-testbed: tools
 	python3 bench/testbed_accuracy.py --harp $(BUILD)/src/cli/harp
 
 # The paper's evaluation (docs/evaluation.md): every figure, simulated at paper scale
-# (~2 min) and measured on the emulated testbed (root, network namespaces; ~12 min).
+# (~2 min) and measured on the emulated testbed (root, network namespaces; ~18 min).
 # PART=simulated or PART=measured runs one half; the charts land in out/evaluation/.
 PART ?= all
 evaluation: tools
