@@ -164,11 +164,18 @@ TEST(LossScaling, TheScaleAndItsCountResumeFromTheCheckpoint) {
   o.resume = true;
   const std::vector<std::string> errors = train_threads_errors(m, p, *data, o);
   ASSERT_FALSE(errors.empty());
+  // Every rank reads the manifest and refuses it; a rank that was still setting up its
+  // groups when a peer had already refused and closed its connections reports that peer
+  // instead (seen once in a fresh-clone CI run: "Connection closed by peer"). At least
+  // one names the file, the field and the rule; none says anything else.
+  int named = 0;
   for (const std::string& e : errors) {
-    EXPECT_NE(e.find("manifest.json"), std::string::npos) << e;
-    EXPECT_NE(e.find("loss_scaler.scale"), std::string::npos) << e;
-    EXPECT_NE(e.find("power of two"), std::string::npos) << e;
+    const bool names = e.find("manifest.json") != std::string::npos && e.find("loss_scaler.scale") != std::string::npos &&
+                       e.find("power of two") != std::string::npos;
+    named += names ? 1 : 0;
+    EXPECT_TRUE(names || e.find("closed by peer") != std::string::npos) << e;
   }
+  EXPECT_GE(named, 1);
 }
 
 TEST(LossScaling, TheScalersRuleByHand) {
