@@ -69,11 +69,8 @@ Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* o
     ctx.err << "harp launch: note: no testbed (" << s.message() << "); the ranks talk over 127.0.0.1, unshaped\n";
     return Status();
   }
-  HARP_ASSIGN_OR_RETURN(testbed::Report report, testbed::status(c, t));
-  if (!report.up) {
-    HARP_RETURN_IF_ERROR(testbed::up(t));
-    if (report.namespaces == 0) *owned = t.prefix;
-  }
+  HARP_ASSIGN_OR_RETURN(const bool brought_up, testbed::ensure_up(c, t));
+  if (brought_up) *owned = t.prefix;
   std::string map;
   for (int r = 0; r < options->nproc; ++r) {
     const int h = t.host_of_device(devices[r]);

@@ -118,14 +118,12 @@ int run_probe(const Opts& o, Context& ctx) {
     return kExitInfeasible;
   }
   // Up for the probe, and down again after, unless it was up before.
-  auto existing = testbed::namespaces_with_prefix(t->prefix);
-  if (!existing.ok()) return ctx.fail("testbed probe", existing.status());
-  const bool was_up = !existing->empty();
-  if (Status s = testbed::up(*t); !s.ok()) return ctx.fail("testbed probe", s);
+  auto brought_up = testbed::ensure_up(c, *t);
+  if (!brought_up.ok()) return ctx.fail("testbed probe", brought_up.status());
   ctx.out << "probing " << t->wires.size() << " link(s) of testbed " << t->prefix << ", " << po.repeats
           << " messages per cell; sizes whose model time exceeds " << po.max_message_s << " s are skipped\n";
   auto rows = testbed::probe_links(*t, po, [&](const std::string& line) { ctx.out << line << std::endl; });
-  if (!was_up) {
+  if (*brought_up) {
     auto down = testbed::down(t->prefix);
     (void)down;
   }

@@ -21,7 +21,7 @@ double thread_cpu_s() {
 
 ComputeStart start_compute() { return {std::chrono::steady_clock::now(), thread_cpu_s()}; }
 
-double finish_emulated_compute(const ComputeStart& start, double factor) {
+void finish_emulated_compute(const ComputeStart& start, double factor) {
   using Seconds = std::chrono::duration<double>;
   const double wall = Seconds(std::chrono::steady_clock::now() - start.wall).count();
   // In-run compute of the demo's slow pools measured +40-114% over their profile when
@@ -31,7 +31,6 @@ double finish_emulated_compute(const ComputeStart& start, double factor) {
   if (factor > 1.0 && factor * needed > wall)
     std::this_thread::sleep_until(start.wall +
                                   std::chrono::duration_cast<std::chrono::steady_clock::duration>(Seconds(factor * needed)));
-  return needed;
 }
 
 }  // namespace harp::runtime

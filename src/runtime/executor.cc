@@ -82,10 +82,13 @@ void Executor::post_ahead(int step, int forwards_done) {
   if (layout_.stage > 0)
     for (; posted_f_upto_ < std::min(M, forwards_done + upstream_launches_); ++posted_f_upto_)
       post_recv(posted_f_upto_, true, step);
-  if (forwards_done > 0 && layout_.stage + 1 < plan_.num_stages() && !posted_b_[forwards_done - 1]) {
-    post_recv(forwards_done - 1, false, step);
-    posted_b_[forwards_done - 1] = 1;
-  }
+  if (forwards_done > 0 && layout_.stage + 1 < plan_.num_stages()) post_gradient_recv(forwards_done - 1, step);
+}
+
+void Executor::post_gradient_recv(int mb, int step) {
+  if (posted_b_[mb]) return;
+  post_recv(mb, false, step);
+  posted_b_[mb] = 1;
 }
 
 std::vector<Executor::Part> Executor::peers_of(int other_stage, bool sending) const {
@@ -145,7 +148,7 @@ void Executor::forward(int step, int mb) {
     x = gather(s.recv_f, {layout_.stage, schedule::ActionKind::kRecvF, mb}).requires_grad_(true);
     s.input = x;
   }
-  const auto begin = begin_compute();
+  begin_compute();
   torch::Tensor tokens;
   if (has_head(layers_) || has_tail(layers_))
     tokens = sample_tokens(*data_, data_seed_, step, mb * plan_.microbatch_size + sample_offset_, samples_,
@@ -176,7 +179,7 @@ void Executor::forward(int step, int mb) {
   }
   if (has_tail(layers_) && layout_.tp_rank == 0) loss_sum_ += y.item<double>();  // tp ranks hold the same loss
   s.output = y;
-  const double secs = finish_compute(begin);
+  const double secs = finish_compute();
   compute_s_ += secs;
   forward_s_ += secs;
 }
@@ -195,7 +198,7 @@ void Executor::backward(int mb) {
   Stash& s = stash_[mb];
   torch::Tensor dy;
   if (!has_tail(layers_)) dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
-  const auto begin = begin_compute();
+  begin_compute();
   // The gradient pass from `out` (the stage's output, or a unit's): the loss scaled to
   // the global batch at the tail (then by the loss scale, exactly: a power of two), else
   // the gradient received (or the next unit's).
@@ -227,7 +230,7 @@ void Executor::backward(int mb) {
     s.unit_outputs.clear();
   }
   s.output = torch::Tensor();
-  const double secs = finish_compute(begin);
+  const double secs = finish_compute();
   compute_s_ += secs;
   backward_s_ += secs;
 }
@@ -246,20 +249,16 @@ void Executor::send(int mb, bool forward_direction) {
   if (!forward_direction) s.input = torch::Tensor();  // the gradient has been handed over
 }
 
-std::chrono::steady_clock::time_point Executor::begin_compute() {
-  compute_start_ = start_compute();
-  return compute_start_.wall;
-}
+void Executor::begin_compute() { compute_start_ = start_compute(); }
 
-double Executor::finish_compute(std::chrono::steady_clock::time_point begin) {
+double Executor::finish_compute() {
   // On CUDA the host runs ahead of the kernels: a span ends when the device is done.
   if (config_.device.is_cuda()) torch::cuda::synchronize(config_.device.index());
   // An emulated slower device (emulation.h) is busy factor x what the compute needed;
   // the span and the stage's measured time include the sleep.
   if (config_.emulate) finish_emulated_compute(compute_start_, plan_.stages[layout_.stage].emulated_slowdown);
-  compute_begin_ = begin;
   compute_end_ = std::chrono::steady_clock::now();
-  return std::chrono::duration<double>(compute_end_ - begin).count();
+  return std::chrono::duration<double>(compute_end_ - compute_start_.wall).count();
 }
 
 void Executor::reduce_grads(int step) {
@@ -361,16 +360,9 @@ StepResult Executor::run_step(int step, bool trace) {
     const auto start = std::chrono::steady_clock::now();
     switch (a.kind) {
       case schedule::ActionKind::kRecvF:  // posted ahead (post_ahead), unless the list runs further ahead
-        if (a.microbatch >= posted_f_upto_) {
-          for (; posted_f_upto_ <= a.microbatch; ++posted_f_upto_) post_recv(posted_f_upto_, true, step);
-        }
+        for (; posted_f_upto_ <= a.microbatch; ++posted_f_upto_) post_recv(posted_f_upto_, true, step);
         break;
-      case schedule::ActionKind::kRecvB:
-        if (!posted_b_[a.microbatch]) {
-          post_recv(a.microbatch, false, step);
-          posted_b_[a.microbatch] = 1;
-        }
-        break;
+      case schedule::ActionKind::kRecvB: post_gradient_recv(a.microbatch, step); break;
       case schedule::ActionKind::kF:
         forward(step, a.microbatch);
         post_ahead(step, ++forwards_done);
@@ -384,7 +376,7 @@ StepResult Executor::run_step(int step, bool trace) {
     if (trace && (a.is_compute() || a.kind == schedule::ActionKind::kReduceGrad ||
                   a.kind == schedule::ActionKind::kStep)) {
       // Compute spans exclude the wait for their input, as in the simulator's trace.
-      const auto from = a.is_compute() ? compute_begin_ : start;
+      const auto from = a.is_compute() ? compute_start_.wall : start;
       const auto to = a.is_compute() ? compute_end_ : std::chrono::steady_clock::now();
       schedule::TimelineEvent e;
       e.rank = layout_.rank;

@@ -171,7 +171,6 @@ class Simulation {
         grad_arrival_ns_(static_cast<std::size_t>(S_) * M_, kNotYet),
         fwd_link_free_ns_(static_cast<std::size_t>(S_), 0),
         bwd_link_free_ns_(static_cast<std::size_t>(S_), 0),
-
         step_reach_ns_(static_cast<std::size_t>(S_), kNotYet),
         sync_ns_(sync_ns) {
     result_.ranks.resize(static_cast<std::size_t>(S_));
@@ -194,7 +193,6 @@ class Simulation {
   };
 
   void advance(int rank, Nanos now);
-
   void deliver(int rank, Wait kind, int microbatch, Nanos arrive_ns);
   void record(int rank, const Action& a, Nanos start, Nanos end, Nanos link_start = 0,
               Nanos link_end = 0, Nanos arrive = 0) {
@@ -307,17 +305,11 @@ void Simulation::advance(int rank, Nanos now) {
         }
         start = step_release_ns_;
         duration = t.optimizer;
-        // The span runs from reaching the STEP, as the runtime's does (its wait included).
-        stats.busy_ns += duration;
-        record(rank, a, step_reach_ns_[rank], start + duration);
-        ++st.pc;
-        now = start + duration;
-        if (queue_.would_run_next(now)) continue;
-        queue_.push(now, rank);
-        return;
+        break;
     }
     stats.busy_ns += duration;
-    record(rank, a, start, start + duration);
+    // STEP's span runs from reaching it, as the runtime's does (its wait included).
+    record(rank, a, a.kind == ActionKind::kStep ? step_reach_ns_[rank] : start, start + duration);
     ++st.pc;
     now = start + duration;
     // Its completion would be the very next event: run on without the heap round trip

@@ -333,6 +333,13 @@ Status up(const Topology& t) {
   return Status();
 }
 
+StatusOr<bool> ensure_up(const cluster::Cluster& cluster, const Topology& t) {
+  HARP_ASSIGN_OR_RETURN(Report report, status(cluster, t));
+  if (report.up) return false;
+  HARP_RETURN_IF_ERROR(up(t));
+  return report.namespaces == 0;
+}
+
 StatusOr<int> down(const std::string& prefix) {
   HARP_ASSIGN_OR_RETURN(std::vector<std::string> names, namespaces_with_prefix(prefix));
   int removed = 0;

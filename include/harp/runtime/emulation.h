@@ -21,8 +21,7 @@ struct ComputeStart {
 ComputeStart start_compute();
 
 // After the compute (on the same thread): sleeps until factor × what it needed has passed
-// since `start` (nothing when factor <= 1 or the compute already took longer). Returns
-// what it needed, in seconds.
-double finish_emulated_compute(const ComputeStart& start, double factor);
+// since `start` (nothing when factor <= 1 or the compute already took longer).
+void finish_emulated_compute(const ComputeStart& start, double factor);
 
 }  // namespace harp::runtime

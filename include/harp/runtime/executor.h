@@ -147,18 +147,18 @@ class Executor {
   void backward(int mb);
   void send(int mb, bool forward_direction);
   void post_recv(int mb, bool forward_direction, int step);
-  // Posts the receives that may be needed before this rank's next forward (see .cc).
+  // Posts the receives that may be needed before this rank's next forward (see .cc);
+  // a gradient's receive once per step.
   void post_ahead(int step, int forwards_done);
+  void post_gradient_recv(int mb, int step);
   // Waits for every part (a traced step records each wait as a recv-lane event).
   torch::Tensor gather(std::vector<Part>& parts, const schedule::Action& recv);
   void reduce_grads(int step);
   void apply_step(int step, StepResult* result);
-  // Ends a compute span started at `begin` (sleeping first on an emulated device);
-  // returns its seconds.
-  // A compute's start (and this thread's CPU clock then), and its end: the seconds it
-  // took, emulated slowdown included.
-  std::chrono::steady_clock::time_point begin_compute();
-  double finish_compute(std::chrono::steady_clock::time_point begin);
+  // Starts a compute span (its wall and this thread's CPU clock), and ends it, sleeping
+  // first on an emulated device; finish_compute returns its seconds, the sleep included.
+  void begin_compute();
+  double finish_compute();
 
   const model::ModelSpec& model_;
   const plan::Plan& plan_;
@@ -182,8 +182,8 @@ class Executor {
   double loss_sum_ = 0, compute_s_ = 0, forward_s_ = 0, backward_s_ = 0;
   int step_ = 0;
   bool tracing_ = false, traced_before_ = false;
-  std::chrono::steady_clock::time_point origin_, compute_begin_, compute_end_;
-  ComputeStart compute_start_;  // of the compute running now (begin_compute)
+  std::chrono::steady_clock::time_point origin_, compute_end_;
+  ComputeStart compute_start_;  // of the last compute begun (begin_compute)
   int upstream_launches_ = 0;   // the previous stage's launch count (0 on the first stage)
   int posted_f_upto_ = 0;       // this step's activation receives posted: microbatches below it
   std::vector<char> posted_b_;  // this step's gradient receives posted, by microbatch

@@ -99,6 +99,11 @@ Status available();
 // removed). On failure, what was made is removed again.
 Status up(const Topology& topology);
 
+// Brings the testbed up unless status() finds it fully up already. Returns true when no
+// namespace of its prefix existed before, so the caller brought it up and should take it
+// down when done (`harp launch --testbed`, `harp testbed probe`).
+StatusOr<bool> ensure_up(const cluster::Cluster& cluster, const Topology& topology);
+
 // Removes every namespace whose name starts with "<prefix>-" (and with it the veths and
 // qdiscs); returns how many it removed. Safe to call when nothing is up.
 StatusOr<int> down(const std::string& prefix);
