@@ -1,7 +1,7 @@
 // `harp cluster show FILE`: the cluster as a table.
 #include "commands.h"
 #include "harp/cluster/cluster_io.h"
-#include "table.h"
+#include "harp/common/table.h"
 
 namespace harp::cli {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "commands.h"
 #include "harp/plan/plan_io.h"
-#include "harp/runtime/checkpoint.h"
-#include "harp/runtime/hf_weights.h"
+#include "harp/runtime/io/checkpoint.h"
+#include "harp/runtime/io/hf_weights.h"
 
 namespace harp::cli {
 namespace {

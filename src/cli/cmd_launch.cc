@@ -5,14 +5,16 @@
 // to stderr. With --testbed each rank starts inside the namespace of its device's host
 // (harp/testbed/testbed.h) and binds Gloo to that host's address, so its messages cross
 // the shaped links; the testbed is brought up if it is not, and then taken down at the end.
-#include <algorithm>
+#include <optional>
 #include <thread>
 
 #include "cmd_launch.h"
 #include "commands.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/launch/launcher.h"
+#include "harp/launch/worker_env.h"
 #include "harp/plan/plan_io.h"
+#include "harp/testbed/launch_ranks.h"
 #include "harp/testbed/testbed.h"
 
 namespace harp::cli {
@@ -31,56 +33,25 @@ struct Opts {
   std::vector<std::string> command;
 };
 
-// The devices the ranks run: the plan's, in increasing id (the runtime's rank layout,
-// runtime/transport.h), or rank r on device r without a plan.
-StatusOr<std::vector<int>> rank_devices(const Opts& o, const cluster::Cluster& c, int* nproc) {
-  std::vector<int> devices;
-  if (!o.plan_file.empty()) {
-    HARP_ASSIGN_OR_RETURN(plan::Plan p, plan::load_plan(o.plan_file));
-    if (!p.cluster_fingerprint.empty() && p.cluster_fingerprint != c.fingerprint())
-      return invalid_argument(o.plan_file + ": the plan was made for another cluster (fingerprint " +
-                              p.cluster_fingerprint + ", " + o.testbed_file + " has " + c.fingerprint() +
-                              "); plan again with this cluster file");
-    devices = p.used_devices();
-    if (*nproc == 0) *nproc = static_cast<int>(devices.size());
-    if (*nproc != static_cast<int>(devices.size()))
-      return invalid_argument("--nproc " + std::to_string(*nproc) + ": the plan " + o.plan_file + " runs " +
-                              std::to_string(devices.size()) + " ranks; leave --nproc out or set it to that");
-  } else {
-    if (*nproc == 0) return invalid_argument("--nproc: give the number of ranks (or --plan to take it from a plan)");
-    if (*nproc > c.num_devices())
-      return invalid_argument("--nproc " + std::to_string(*nproc) + ": the cluster " + o.testbed_file + " has " +
-                              std::to_string(c.num_devices()) + " devices");
-    for (int r = 0; r < *nproc; ++r) devices.push_back(r);
-  }
-  for (int d : devices)
-    if (d < 0 || d >= c.num_devices())
-      return invalid_argument(o.plan_file + ": device " + std::to_string(d) + " is not in the cluster " + o.testbed_file);
-  return devices;
-}
-
 // Fills the per-rank namespace and address; `*owned` when this launch brought it up.
 Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* owned, Context& ctx) {
   HARP_ASSIGN_OR_RETURN(cluster::Cluster c, cluster::load_cluster(o.testbed_file));
-  HARP_ASSIGN_OR_RETURN(std::vector<int> devices, rank_devices(o, c, &options->nproc));
+  std::optional<plan::Plan> p;
+  if (!o.plan_file.empty()) {
+    HARP_ASSIGN_OR_RETURN(p, plan::load_plan(o.plan_file));
+  }
+  HARP_ASSIGN_OR_RETURN(std::vector<int> devices,
+                        testbed::rank_devices(c, p ? &*p : nullptr, o.plan_file, o.testbed_file, &options->nproc));
   HARP_ASSIGN_OR_RETURN(testbed::Topology t,
                         testbed::topology_for(c, o.prefix.empty() ? testbed::default_prefix(c) : o.prefix));
-  if (Status s = testbed::available(); !s.ok()) {
-    ctx.err << "harp launch: note: no testbed (" << s.message() << "); the ranks talk over 127.0.0.1, unshaped\n";
+  HARP_ASSIGN_OR_RETURN(testbed::RankPlacement placed, testbed::place_ranks(c, t, devices, options));
+  if (!placed.testbed) {
+    ctx.err << "harp launch: note: no testbed (" << placed.unavailable << "); the ranks talk over 127.0.0.1, unshaped\n";
     return Status();
   }
-  HARP_ASSIGN_OR_RETURN(const bool brought_up, testbed::ensure_up(c, t));
-  if (brought_up) *owned = t.prefix;
-  std::string map;
-  for (int r = 0; r < options->nproc; ++r) {
-    const int h = t.host_of_device(devices[r]);
-    const testbed::Host& host = t.hosts[h];
-    options->rank_prefix.push_back({"ip", "netns", "exec", host.netns});
-    options->rank_env.push_back({{"HARP_GLOO_ADDR", host.address}, {"HARP_TESTBED", t.prefix}});
-    map += (r ? ", " : "") + std::to_string(r) + "->" + c.subclusters[host.subcluster].name + "@" + host.address;
-  }
+  if (placed.brought_up) *owned = t.prefix;
   ctx.err << "harp launch: testbed " << t.prefix << (owned->empty() ? " (already up)" : " (brought up)")
-          << ", links shaped as " << o.testbed_file << " says; ranks " << map << "\n";
+          << ", links shaped as " << o.testbed_file << " says; ranks " << placed.map << "\n";
   return Status();
 }
 
@@ -96,7 +67,7 @@ int run_launch(const Opts& o, Context& ctx) {
               << ": a node's rank is 0.." << o.nnodes - 1 << "\n";
       return kExitUsage;
     }
-    ElasticOptions e;
+    launch::ElasticOptions e;
     e.job_file = o.job_file;
     e.max_restarts = o.max_restarts;
     e.grace_s = o.grace_s;
@@ -140,7 +111,9 @@ int run_launch(const Opts& o, Context& ctx) {
   options.grace_s = o.grace_s;
   // The trainer reads HARP_EMULATE to apply the plan's emulated slowdowns; an explicit
   // flag keeps them from ever being applied silently.
-  if (o.emulate) options.env["HARP_EMULATE"] = "1";
+  launch::WorkerEnv vars;
+  vars.emulate = o.emulate;
+  options.env = vars.harp_env();
   // More busy ranks than cores: they take turns, and every measured time (and so every
   // comparison with a prediction) is inflated by it.
   const unsigned cores = std::thread::hardware_concurrency();

@@ -1,7 +1,7 @@
 // `harp model show FILE|PRESET`: the fine-grained layer sequence.
 #include "commands.h"
 #include "harp/model/model_spec.h"
-#include "table.h"
+#include "harp/common/table.h"
 
 namespace harp::cli {
 namespace {

@@ -5,8 +5,6 @@
 // docs/file_formats.md.
 #include "cmd_profile.h"
 
-#include <cmath>
-#include <map>
 #include <memory>
 
 #include "harp/common/document.h"
@@ -61,46 +59,6 @@ struct ImportOpts {
   int microbatch_size = 0;        // with --as cost-table
 };
 
-// A cost table (docs/file_formats.md) for one microbatch size from the imported entries:
-// what bench/plan_process.py and `harp plan --costs` read.
-StatusOr<Json> as_cost_table(const profile::ProfileDb& db, const model::ModelSpec& model, int mbs) {
-  Json layers = Json::array();
-  Json devices = Json::object();
-  for (const auto& [name, d] : db.devices()) {
-    Json sizes = Json::object();
-    for (int samples = 1; samples <= mbs; ++samples) {
-      if (mbs % samples != 0) continue;
-      Json fwd = Json::array(), bwd = Json::array();
-      bool complete = true;
-      for (const auto& l : model.layers) {
-        auto e = db.find({name, l.signature, samples, 1});
-        if (!e) {
-          complete = false;
-          break;
-        }
-        fwd.push_back(e->fwd_s);
-        bwd.push_back(e->bwd_s);
-      }
-      if (complete) sizes[std::to_string(samples)] = {{"fwd_s", fwd}, {"bwd_s", bwd}};
-    }
-    // A device enters the table only with the full microbatch (check_cost_table's rule).
-    if (!sizes.contains(std::to_string(mbs))) continue;
-    devices[name] = sizes;
-  }
-  if (devices.empty())
-    return not_found("no imported device has every layer at microbatch size " + std::to_string(mbs) +
-                     "; use a size the profiles have (--microbatch-size)");
-  const std::string any = devices.begin().key();
-  for (const auto& l : model.layers) {
-    auto e = db.find({any, l.signature, mbs, 1});
-    layers.push_back({{"name", l.name},
-                      {"param_bytes", e->param_bytes},
-                      {"activation_bytes", e->activation_bytes / mbs},
-                      {"output_bytes", l.output_bytes}});
-  }
-  return Json{{"version", 1}, {"microbatch_size", mbs}, {"layers", layers}, {"devices", devices}};
-}
-
 int run_import(const ImportOpts& o, Context& ctx) {
   auto job = job::load_job(o.job_file);
   if (!job.ok()) return ctx.fail("profile import", job.status());
@@ -127,7 +85,7 @@ int run_import(const ImportOpts& o, Context& ctx) {
       ctx.err << "harp profile import: --as cost-table needs --microbatch-size N\n";
       return ctx.rc = kExitUsage;
     }
-    auto table = as_cost_table(*db, job->model, o.microbatch_size);
+    auto table = profile::cost_table_json(*db, job->model, o.microbatch_size);
     if (!table.ok()) return ctx.fail("profile import", table.status());
     s = write_text_file_atomic(o.output, table->dump(1) + "\n");
   } else {

@@ -71,7 +71,7 @@ void add_schedule_command(CLI::App& root, Context& ctx) {
   show->add_option("--microbatches", o->microbatches, "Microbatches per iteration M")
       ->required()->check(CLI::Range(1, 1 << 20));
   show->add_option("--kind", o->kind, "gpipe, 1f1b or harp-1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "harp-1f1b"}))->capture_default_str();
+      ->check(CLI::IsMember(plan::schedule_kind_names()))->capture_default_str();
   show->add_option("--launch-counts", o->launch_counts, "Launch count per stage, e.g. 3,2,1")
       ->delimiter(',')->check(CLI::PositiveNumber);
   show->add_flag("--lowered", o->lowered, "Also print the lowered action lists (with SEND/RECV)");

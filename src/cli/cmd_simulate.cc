@@ -6,7 +6,7 @@
 #include "harp/sim/run.h"
 #include "harp/sim/svg.h"
 #include "harp/sim/trace.h"
-#include "table.h"
+#include "harp/common/table.h"
 
 namespace harp::cli {
 namespace {
@@ -98,7 +98,7 @@ void add_simulate_command(CLI::App& root, Context& ctx) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--plan", o->plan_file, "Plan file (JSON)")->required();
   cmd->add_option("--schedule", o->schedule, "Override the plan's schedule: gpipe, 1f1b, harp-1f1b")
-      ->check(CLI::IsMember({"gpipe", "1f1b", "harp-1f1b"}));
+      ->check(CLI::IsMember(plan::schedule_kind_names()));
   cmd->add_option("--trace", o->trace_file, "Write a Chrome/Perfetto trace here");
   cmd->add_option("--svg", o->svg_file, "Write an SVG timeline here");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table");

@@ -2,14 +2,11 @@
 // cluster on this machine (harp/testbed/testbed.h). Without root or namespaces, `up` says
 // so in one line and exits 3 (the machine cannot do what was asked); `status` and
 // `down` still work where `ip` runs.
-#include <cmath>
-
 #include "commands.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/common/document.h"
 #include "harp/testbed/probe.h"
 #include "harp/testbed/testbed.h"
-#include "table.h"
 
 namespace harp::cli {
 namespace {
@@ -24,24 +21,6 @@ struct Opts {
   double max_message_s = 0.5;
   std::string csv_file, svg_file;
 };
-
-StatusOr<std::int64_t> parse_size(const std::string& text) {
-  std::size_t end = 0;
-  double v = 0;
-  try {
-    v = std::stod(text, &end);
-  } catch (...) {
-    end = 0;
-  }
-  const std::string unit = text.substr(end);
-  const double mult = unit.empty() || unit == "B" ? 1 : unit == "K" || unit == "KiB" ? 1024
-                      : unit == "M" || unit == "MiB"                                   ? 1 << 20
-                                                                                       : 0;
-  if (end == 0 || mult == 0 || !(v >= 1) || v * mult > (256 << 20))
-    return invalid_argument("--sizes: '" + text.substr(0, 40) +
-                            "' is not a message size from 1 B to 256 MiB; e.g. 512, 16K or 4M");
-  return static_cast<std::int64_t>(v * mult);
-}
 
 StatusOr<testbed::Topology> topology_of(const Opts& o, cluster::Cluster* cluster) {
   HARP_ASSIGN_OR_RETURN(*cluster, cluster::load_cluster(o.cluster_file));
@@ -106,7 +85,7 @@ int run_probe(const Opts& o, Context& ctx) {
   if (!o.sizes.empty()) {
     po.sizes.clear();
     for (const std::string& s : o.sizes) {
-      auto b = parse_size(s);
+      auto b = testbed::parse_message_size(s);
       if (!b.ok()) return ctx.fail("testbed probe", b.status());
       po.sizes.push_back(*b);
     }
@@ -128,24 +107,7 @@ int run_probe(const Opts& o, Context& ctx) {
     (void)down;
   }
   if (!rows.ok()) return ctx.fail("testbed probe", rows.status());
-  Table table({"link", "direction", "pattern", "size", "model", "measured", "error"});
-  double worst = 0;
-  std::string worst_cell = "-";
-  for (const auto& r : *rows) {
-    const auto& w = t->wires[r.wire];
-    table.add({std::to_string(w.a) + "-" + std::to_string(w.b) + " (" + fmt("%g", w.link.bandwidth_gbps) + " Gbit/s)",
-               std::to_string(r.from) + "->" + std::to_string(r.to), testbed::pattern_name(r.pattern),
-               std::to_string(r.bytes), fmt_time(r.model_s), fmt_time(r.measured_s), fmt("%+.1f%%", 100 * r.error())});
-    if (r.bytes >= (16 << 10) && std::abs(r.error()) > std::abs(worst)) {
-      worst = r.error();
-      worst_cell = std::to_string(r.bytes) + " B, " + testbed::pattern_name(r.pattern);
-    }
-  }
-  ctx.out << "\n";
-  table.print(ctx.out);
-  ctx.out << "\nmodel: latency + bytes / bandwidth (the cost model's); spaced: send to last byte received, median; "
-             "back-to-back: time between arrivals, median\nworst error for messages of 16 KiB or more: "
-          << fmt("%+.1f%%", 100 * worst) << " (" << worst_cell << ")\n";
+  testbed::write_probe_report(*t, *rows, ctx.out);
   for (const auto& [file, text] : {std::pair{o.csv_file, testbed::probe_csv(*t, *rows)},
                                    std::pair{o.svg_file, testbed::probe_svg(*t, *rows)}}) {
     if (file.empty()) continue;

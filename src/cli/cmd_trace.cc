@@ -6,13 +6,12 @@
 // summary.json harp train writes) in one table: predicted and measured iteration, the
 // error, and the speedup over a baseline run, measured and predicted.
 #include <cmath>
-#include <filesystem>
 
 #include "commands.h"
 #include "harp/schedule/timeline.h"
 #include "harp/sim/run_check.h"
 #include "harp/sim/svg.h"
-#include "table.h"
+#include "harp/common/table.h"
 
 namespace harp::cli {
 namespace {
@@ -79,61 +78,12 @@ struct RunsOpts {
   double min_speedup = 1.0, max_error = 0;
 };
 
-// A summary's optional text field, "-" when it is missing or not text.
-std::string text_of(const Json& s, const char* key) {
-  return s.contains(key) && s[key].is_string() ? s[key].get<std::string>() : std::string("-");
-}
-
 int run_runs(const RunsOpts& o, Context& ctx) {
-  struct Run {
-    std::string name;
-    Json s;
-  };
-  std::vector<Run> runs;
-  for (const std::string& dir : o.dirs) {
-    const std::string file = dir + "/summary.json";
-    auto doc = load_document(file);
-    if (!doc.ok()) return ctx.fail("trace runs", doc.status());
-    for (const char* key : {"predicted_s", "measured_median_s"})
-      if (!doc->contains(key) || !(*doc)[key].is_number() || !((*doc)[key].get<double>() > 0))
-        return ctx.fail("trace runs", invalid_argument(file + ": " + key + " is missing or not a positive number; "
-                                                                          "it is written by harp train at the end of a run"));
-    std::string name = std::filesystem::path(dir).filename().string();
-    if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
-    runs.push_back({name, std::move(*doc)});
-  }
-  // The baseline: the named run, else the first uniform plan run under its own schedule.
-  const Run* base = nullptr;
-  for (const Run& r : runs)
-    if (o.baseline.empty() ? text_of(r.s, "strategy") == "uniform" &&
-                                 text_of(r.s, "schedule") == text_of(r.s, "planned_schedule")
-                           : r.name == o.baseline) {
-      base = &r;
-      break;
-    }
-  if (!o.baseline.empty() && base == nullptr)
-    return ctx.fail("trace runs", invalid_argument("--baseline " + o.baseline + ": no run of that name; the names "
-                                                   "are the folders' last parts"));
-  Table t({"run", "strategy", "schedule", "stages", "predicted", "measured", "error", "speedup measured",
-           "speedup predicted"});
-  for (const Run& r : runs) {
-    const double pred = r.s["predicted_s"], meas = r.s["measured_median_s"];
-    const std::string stages =
-        r.s.contains("stages") && r.s["stages"].is_number_integer() ? std::to_string(r.s["stages"].get<int>()) : "-";
-    t.add({r.name, text_of(r.s, "strategy"), text_of(r.s, "schedule"), stages,
-           fmt_time(pred), fmt_time(meas), fmt("%+.1f%%", 100 * (pred - meas) / meas),
-           base ? fmt("%.2fx", base->s["measured_median_s"].get<double>() / meas) : "-",
-           base ? fmt("%.2fx", base->s["predicted_s"].get<double>() / pred) : "-"});
-  }
-  t.print(ctx.out);
-  ctx.out << "\nmeasured: median iteration of each run; predicted: the plan's simulated iteration; speedup over "
-          << (base ? base->name : std::string("(no uniform run: --baseline NAME)")) << "\n";
+  auto rows = sim::load_runs(o.dirs);
+  if (!rows.ok()) return ctx.fail("trace runs", rows.status());
+  if (Status s = sim::write_run_table(*rows, o.baseline, ctx.out); !s.ok()) return ctx.fail("trace runs", s);
   if (o.check.empty() && o.max_error <= 0) return kExitOk;
-  std::vector<sim::RunRow> rows;
-  for (const Run& r : runs)
-    rows.push_back({r.name, text_of(r.s, "strategy"), text_of(r.s, "schedule"), text_of(r.s, "planned_schedule"),
-                    r.s["predicted_s"].get<double>(), r.s["measured_median_s"].get<double>()});
-  const Status s = sim::check_runs(rows, {o.check, o.min_speedup, o.max_error});
+  const Status s = sim::check_runs(*rows, {o.check, o.min_speedup, o.max_error});
   if (s.code() == StatusCode::kInvalidArgument) return ctx.fail("trace runs", s);
   if (!s.ok()) {
     ctx.err << "harp trace runs: " << s.message() << "\n";

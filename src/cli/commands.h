@@ -9,17 +9,20 @@
 
 #include <CLI/CLI.hpp>
 
+#include "harp/common/exit_code.h"
 #include "harp/common/status.h"
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
 
 namespace harp::cli {
 
-constexpr int kExitOk = 0;
-constexpr int kExitInput = 1;
-constexpr int kExitUsage = 2;
-constexpr int kExitInfeasible = 3;
-constexpr int kExitCheck = 4;  // a --check did not hold (harp trace runs)
+// The exit codes (common/exit_code.h), also by their command-line names.
+using harp::kExitCheck;
+using harp::kExitInfeasible;
+using harp::kExitInput;
+using harp::kExitOk;
+using harp::kExitUsage;
+
 
 struct Context {
   std::ostream& out;

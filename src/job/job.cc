@@ -61,6 +61,12 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     job.planner.microbatch_size =
         static_cast<int>(pr.integer("microbatch_size", 1, job.planner.microbatch_size, 1 << 16));
     job.planner.recompute = pr.choice("recompute", {"none", "selective", "full", "auto"}, job.planner.recompute);
+    job.planner.max_tp = static_cast<int>(pr.integer("max_tp", 0, job.planner.max_tp, 1 << 16));
+    job.planner.allow_idle_devices = pr.boolean("allow_idle_devices", job.planner.allow_idle_devices);
+    job.planner.fixed_order = pr.boolean("fixed_order", job.planner.fixed_order);
+    job.planner.schedule_in_search =
+        pr.choice("search_schedule", {"harp-1f1b", "1f1b"}, job.planner.schedule_in_search ? "harp-1f1b" : "1f1b") ==
+        "harp-1f1b";
     if (!pr.failed() && static_cast<std::int64_t>(job.planner.microbatches) * job.planner.microbatch_size > (1 << 24))
       pr.fail("microbatch_size", std::to_string(job.planner.microbatch_size),
               "makes a global batch of " +
@@ -71,7 +77,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
   }
   if (schedule_node != nullptr) {
     FieldReader sr(*schedule_node, file, "schedule");
-    std::string kind = sr.choice("kind", {"gpipe", "1f1b", "harp-1f1b"}, std::string("harp-1f1b"));
+    std::string kind = sr.choice("kind", plan::schedule_kind_names(), plan::schedule_kind_name(plan::ScheduleKind::kHarp1F1B));
     HARP_RETURN_IF_ERROR(sr.finish());
     plan::parse_schedule_kind(kind, &job.schedule);
   }
@@ -80,11 +86,12 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
   }
   if (training_node != nullptr) {
     HARP_RETURN_IF_ERROR(require_object(*training_node, file, "training"));
-    HARP_ASSIGN_OR_RETURN(job.training, runtime::parse_train_config(*training_node, file, "training"));
+    HARP_ASSIGN_OR_RETURN(job.training, config::parse_train_config(*training_node, file, "training"));
     // The planner's bytes follow the run the job trains: the model's figures are fp16;
     // float32 (the default) doubles activations, cut tensors and gradients on the wire,
     // float64 quadruples them, bf16 keeps them. A cost section that sets either wins.
-    const double scale = job.training.dtype == "float64" ? 4.0 : job.training.dtype == "float32" ? 2.0 : 1.0;
+    const config::Dtype d = job.training.dtype;
+    const double scale = d == config::Dtype::kFloat64 ? 4.0 : d == config::Dtype::kFloat32 ? 2.0 : 1.0;
     auto given = [&](const char* key) { return cost_node != nullptr && cost_node->contains(key); };
     if (!given("activation_bytes_scale")) job.cost.activation_bytes_scale = scale;
     if (!given("gradient_bytes_per_param_byte")) job.cost.gradient_bytes_per_param_byte = scale;
@@ -97,10 +104,14 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
                    {{"strategy", plan::strategy_name(job.planner.strategy)},
                     {"microbatches", job.planner.microbatches},
                     {"microbatch_size", job.planner.microbatch_size},
-                    {"recompute", job.planner.recompute}}},
+                    {"recompute", job.planner.recompute},
+                    {"max_tp", job.planner.max_tp},
+                    {"allow_idle_devices", job.planner.allow_idle_devices},
+                    {"fixed_order", job.planner.fixed_order},
+                    {"search_schedule", job.planner.schedule_in_search ? "harp-1f1b" : "1f1b"}}},
                   {"schedule", {{"kind", plan::schedule_kind_name(job.schedule)}}},
                   {"cost", cost::cost_config_to_json(job.cost)},
-                  {"training", runtime::train_config_to_json(job.training)}};
+                  {"training", config::train_config_to_json(job.training)}};
   return job;
 }
 

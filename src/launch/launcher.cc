@@ -26,16 +26,17 @@
 #include <optional>
 #include <sstream>
 
+#include "harp/launch/clock.h"
+#include "harp/launch/worker_env.h"
+
 extern char** environ;  // NOLINT: POSIX global, needed to hand execvp a new environment
 
 namespace harp::launch {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-constexpr int kPollMs = 20;                                 // reaping latency
-constexpr auto kReapBound = std::chrono::seconds(5);        // after SIGKILL
-constexpr auto kDrainBound = std::chrono::milliseconds(500);  // pipes held by grandchildren
+constexpr int kPollMs = 20;          // reaping latency
+constexpr double kReapBound = 5.0;    // seconds, after SIGKILL
+constexpr double kDrainBound = 0.5;   // seconds, pipes held by grandchildren
 constexpr std::size_t kMaxLineBytes = 64 * 1024;           // progress bars without '\n'
 
 volatile std::sig_atomic_t g_stop_signal = 0;
@@ -108,19 +109,21 @@ std::vector<std::string> worker_env(const LaunchOptions& o, int local, int port,
   for (const auto& [k, v] : o.env) vars[k] = v;
   if (!o.rank_env.empty())
     for (const auto& [k, v] : o.rank_env[local]) vars[k] = v;
-  vars["RANK"] = std::to_string(o.global_rank(local));
-  vars["LOCAL_RANK"] = std::to_string(local);
-  vars["WORLD_SIZE"] = std::to_string(o.world_size > 0 ? o.world_size : o.nnodes * o.nproc);
-  if (o.store_host != LaunchOptions::kRankZeroHosts) vars["HARP_STORE_SERVER"] = local == o.store_host ? "1" : "0";
-  vars["LOCAL_WORLD_SIZE"] = std::to_string(o.nproc);
-  vars["GROUP_RANK"] = std::to_string(o.node_rank);
-  vars["MASTER_ADDR"] = o.multi_node() ? o.master_addr : "127.0.0.1";
-  vars["MASTER_PORT"] = std::to_string(port);
+  WorkerEnv w;
+  w.rank = o.global_rank(local);
+  w.local_rank = local;
+  w.world_size = o.world_size > 0 ? o.world_size : o.nnodes * o.nproc;
+  if (o.store_host != LaunchOptions::kRankZeroHosts) w.store_server = local == o.store_host ? "1" : "0";
+  w.local_world_size = o.nproc;
+  w.group_rank = o.node_rank;
+  w.master_addr = o.multi_node() ? o.master_addr : "127.0.0.1";
+  w.master_port = std::to_string(port);
   // One machine: rendezvous through a file only this launch knows, so nothing listens
   // for it on any interface (the c10d TCPStore would listen on every one). Across
   // machines: rank 0's TCPStore at MASTER_ADDR:MASTER_PORT, and each rank's own clock.
-  if (!store.empty()) vars["HARP_STORE_FILE"] = store;
-  if (!o.multi_node()) vars["HARP_CLOCK_ORIGIN_NS"] = std::to_string(clock_origin_ns);
+  w.store_file = store;
+  if (!o.multi_node()) w.clock_origin_ns = clock_origin_ns;
+  for (const auto& [k, v] : w.to_env()) vars[k] = v;
   std::vector<std::string> env;
   for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
   return env;
@@ -324,6 +327,175 @@ StatusOr<int> free_port() {
   return static_cast<int>(ntohs(addr.sin_port));
 }
 
+namespace {
+
+// One launch's workers from start to result: start them, then one poll loop that
+// forwards their lines, reaps them, passes signals on and escalates SIGTERM to SIGKILL
+// on the launcher's clock, then the result.
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& options, std::ostream& out)
+      : o_(options), out_(out), clock_(options.clock != nullptr ? *options.clock : Clock::system()),
+        workers_(options.nproc) {}
+
+  // Starts every worker; on a failure the ones started are killed and reaped (bounded).
+  Status start(int port, const std::string& store) {
+    const long long clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                          std::chrono::steady_clock::now().time_since_epoch())
+                                          .count();
+    for (int r = 0; r < o_.nproc; ++r) {
+      workers_[r].rank = o_.global_rank(r);
+      std::vector<std::string> argv = o_.rank_prefix.empty() ? std::vector<std::string>() : o_.rank_prefix[r];
+      argv.insert(argv.end(), o_.command.begin(), o_.command.end());
+      Status s = start_worker(argv, worker_env(o_, r, port, store, clock_origin_ns), &workers_[r]);
+      if (!s.ok()) {
+        // Bounded cleanup of those already started: SIGKILL cannot be ignored.
+        signal_groups(workers_, SIGKILL);
+        const double deadline = clock_.now_s() + kReapBound;
+        for (Worker& w : workers_) {
+          while (w.running && !reap(&w) && clock_.now_s() < deadline) poll(nullptr, 0, kPollMs);
+          for (Stream& st : w.streams) close_fd(&st.fd);
+        }
+        return s;
+      }
+      if (workers_[r].exec_errno != 0)
+        emit_line(r, "harp launch: cannot execute '" + o_.command[0] + "': " + std::strerror(workers_[r].exec_errno),
+                  out_);
+    }
+    return Status();
+  }
+
+  // Until every worker is gone (or, past SIGKILL, given up on).
+  void supervise() {
+    while (true) {
+      pump_output();
+      reap_and_signal();
+      if (finished(clock_.now_s())) break;
+    }
+    // Children of exited workers may still run (or hold the pipes); a failed job leaves none.
+    if (term_at_) signal_groups(workers_, SIGKILL);
+    for (Worker& w : workers_)
+      for (Stream& s : w.streams) {
+        if (!s.pending.empty()) emit_line(w.rank, s.pending, out_);
+        close_fd(&s.fd);
+      }
+    out_.flush();
+  }
+
+  LaunchResult result() {
+    LaunchResult result;
+    const int n = o_.nproc;
+    // A worker that ignored SIGTERM for the grace period is stalled: lost as well.
+    for (const Worker& w : workers_)
+      if (w.got_sigkill && std::find(lost_.begin(), lost_.end(), w.rank) == lost_.end()) lost_.push_back(w.rank);
+    result.lost_ranks = lost_;
+    if (failed_at_ && all_exited_at_) result.stop_s = *all_exited_at_ - *failed_at_;
+    if (forwarded_at_ && all_exited_at_) result.forwarded_s = *all_exited_at_ - *forwarded_at_;
+    if (first_failed_ >= 0) {
+      const Worker& w = workers_[first_failed_];
+      result.exit_code = w.code;
+      result.failed_rank = w.rank;
+      result.summary = describe_failure(w, o_.command[0]);
+      if (n == 2) result.summary += "; stopped the other worker";
+      if (n > 2) result.summary += "; stopped the other " + std::to_string(n - 1) + " workers";
+    } else if (stop_signal_ != 0) {
+      result.exit_code = 128 + stop_signal_;
+      result.summary = "the launcher got signal " + std::to_string(stop_signal_) + " (" + strsignal(stop_signal_) +
+                       "); stopped all " + std::to_string(n) + " workers";
+    } else {
+      result.summary = "all " + std::to_string(n) + " workers exited 0";
+    }
+    const std::string killed = rank_list(workers_, [](const Worker& w) { return w.got_sigkill; });
+    if (!killed.empty())
+      result.summary +=
+          "; " + killed + " still ran " + seconds_text(o_.grace_s) + " s after SIGTERM and got SIGKILL";
+    if (unreaped_)
+      result.summary += "; " + rank_list(workers_, [](const Worker& w) { return w.running; }) +
+                        " did not exit even after SIGKILL";
+    return result;
+  }
+
+ private:
+  // Waits up to kPollMs for output and forwards the complete lines.
+  void pump_output() {
+    fds_.clear();
+    fd_streams_.clear();
+    fd_ranks_.clear();
+    for (Worker& w : workers_)
+      for (Stream& s : w.streams)
+        if (s.fd >= 0) {
+          fds_.push_back({s.fd, POLLIN, 0});
+          fd_streams_.push_back(&s);
+          fd_ranks_.push_back(w.rank);
+        }
+    const int ready = poll(fds_.data(), fds_.size(), kPollMs);
+    if (ready > 0)
+      for (std::size_t i = 0; i < fds_.size(); ++i)
+        if (fds_[i].revents != 0) pump(fd_ranks_[i], fd_streams_[i], out_);
+    out_.flush();
+  }
+
+  // Notes the first failure (and the ranks killed from outside), passes SIGUSR1 on, and
+  // stops everyone on a failure or a stop signal.
+  void reap_and_signal() {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      Worker& w = workers_[i];
+      if (!w.running || !reap(&w) || w.code == 0 || term_at_) continue;
+      if (first_failed_ < 0) {
+        first_failed_ = static_cast<int>(i);
+        failed_at_ = clock_.now_s();
+      }
+      if (w.signal != 0) lost_.push_back(w.rank);  // died before the launcher signalled anyone
+    }
+    if (g_forward_pending != 0 && !term_at_) {
+      g_forward_pending = 0;
+      if (o_.forward_usr1) signal_groups(workers_, SIGUSR1);
+      if (!forwarded_at_ && o_.forward_usr1) forwarded_at_ = clock_.now_s();
+    }
+    if (!term_at_ && (first_failed_ >= 0 || g_stop_signal != 0)) {
+      if (first_failed_ < 0) stop_signal_ = g_stop_signal;
+      signal_groups(workers_, SIGTERM);
+      term_at_ = clock_.now_s();
+    }
+  }
+
+  // SIGKILL after the grace period; true once every worker is gone and its pipes drained
+  // (or past SIGKILL's bound).
+  bool finished(double now) {
+    const bool any_running = std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) { return w.running; });
+    if (term_at_ && !kill_at_ && any_running && now - *term_at_ >= o_.grace_s) {
+      signal_groups(workers_, SIGKILL);
+      kill_at_ = now;
+    }
+    if (kill_at_ && any_running && now - *kill_at_ >= kReapBound) {
+      unreaped_ = true;  // e.g. stuck in uninterruptible I/O; give up rather than hang
+      return true;
+    }
+    if (any_running) return false;
+    if (!all_exited_at_) all_exited_at_ = now;
+    const bool any_open = std::any_of(workers_.begin(), workers_.end(), [](const Worker& w) {
+      return w.streams[0].fd >= 0 || w.streams[1].fd >= 0;
+    });
+    // A background grandchild may hold a pipe open forever; its output is not waited for.
+    return !any_open || now - *all_exited_at_ >= kDrainBound;
+  }
+
+  const LaunchOptions& o_;
+  std::ostream& out_;
+  Clock& clock_;
+  std::vector<Worker> workers_;
+  int first_failed_ = -1;
+  int stop_signal_ = 0;
+  std::optional<double> term_at_, kill_at_, all_exited_at_, failed_at_, forwarded_at_;
+  std::vector<int> lost_;
+  bool unreaped_ = false;
+  std::vector<pollfd> fds_;
+  std::vector<Stream*> fd_streams_;
+  std::vector<int> fd_ranks_;
+};
+
+}  // namespace
+
 StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
   HARP_RETURN_IF_ERROR(validate(options));
   int port = options.master_port;
@@ -343,138 +515,10 @@ StatusOr<LaunchResult> launch(const LaunchOptions& options, std::ostream& out) {
   } remove_store{store_dir};
   const std::string store = options.multi_node() ? std::string() : store_dir + "/store";
   StopSignals stop_signals;
-
-  const long long clock_origin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count();
-  std::vector<Worker> workers(options.nproc);
-  for (int r = 0; r < options.nproc; ++r) {
-    workers[r].rank = options.global_rank(r);
-    std::vector<std::string> argv = options.rank_prefix.empty() ? std::vector<std::string>() : options.rank_prefix[r];
-    argv.insert(argv.end(), options.command.begin(), options.command.end());
-    Status s = start_worker(argv, worker_env(options, r, port, store, clock_origin_ns), &workers[r]);
-    if (!s.ok()) {
-      // Bounded cleanup of those already started: SIGKILL cannot be ignored.
-      signal_groups(workers, SIGKILL);
-      const auto deadline = Clock::now() + kReapBound;
-      for (Worker& w : workers) {
-        while (w.running && !reap(&w) && Clock::now() < deadline) poll(nullptr, 0, kPollMs);
-        for (Stream& st : w.streams) close_fd(&st.fd);
-      }
-      return s;
-    }
-    if (workers[r].exec_errno != 0)
-      emit_line(r, "harp launch: cannot execute '" + options.command[0] + "': " +
-                       std::strerror(workers[r].exec_errno), out);
-  }
-
-  const auto grace =
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options.grace_s));
-  int first_failed = -1;
-  int stop_signal = 0;
-  std::optional<Clock::time_point> term_at, kill_at, all_exited_at, failed_at, forwarded_at;
-  std::vector<int> lost;
-  bool unreaped = false;
-  std::vector<pollfd> fds;
-  std::vector<Stream*> fd_streams;
-  std::vector<int> fd_ranks;
-  while (true) {
-    fds.clear();
-    fd_streams.clear();
-    fd_ranks.clear();
-    for (Worker& w : workers)
-      for (Stream& s : w.streams)
-        if (s.fd >= 0) {
-          fds.push_back({s.fd, POLLIN, 0});
-          fd_streams.push_back(&s);
-          fd_ranks.push_back(w.rank);
-        }
-    const int ready = poll(fds.data(), fds.size(), kPollMs);
-    if (ready > 0)
-      for (std::size_t i = 0; i < fds.size(); ++i)
-        if (fds[i].revents != 0) pump(fd_ranks[i], fd_streams[i], out);
-    out.flush();
-
-    for (size_t i = 0; i < workers.size(); ++i) {
-      Worker& w = workers[i];
-      if (!w.running || !reap(&w) || w.code == 0 || term_at) continue;
-      if (first_failed < 0) {
-        first_failed = static_cast<int>(i);
-        failed_at = Clock::now();
-      }
-      if (w.signal != 0) lost.push_back(w.rank);  // died before the launcher signalled anyone
-    }
-    if (g_forward_pending != 0 && !term_at) {
-      g_forward_pending = 0;
-      if (options.forward_usr1) signal_groups(workers, SIGUSR1);
-      if (!forwarded_at && options.forward_usr1) forwarded_at = Clock::now();
-    }
-    if (!term_at && (first_failed >= 0 || g_stop_signal != 0)) {
-      if (first_failed < 0) stop_signal = g_stop_signal;
-      signal_groups(workers, SIGTERM);
-      term_at = Clock::now();
-    }
-
-    const auto now = Clock::now();
-    const bool any_running =
-        std::any_of(workers.begin(), workers.end(), [](const Worker& w) { return w.running; });
-    if (term_at && !kill_at && any_running && now - *term_at >= grace) {
-      signal_groups(workers, SIGKILL);
-      kill_at = now;
-    }
-    if (kill_at && any_running && now - *kill_at >= kReapBound) {
-      unreaped = true;  // e.g. stuck in uninterruptible I/O; give up rather than hang
-      break;
-    }
-    if (!any_running) {
-      if (!all_exited_at) all_exited_at = now;
-      const bool any_open = std::any_of(workers.begin(), workers.end(), [](const Worker& w) {
-        return w.streams[0].fd >= 0 || w.streams[1].fd >= 0;
-      });
-      // A background grandchild may hold a pipe open forever; its output is not waited for.
-      if (!any_open || now - *all_exited_at >= kDrainBound) break;
-    }
-  }
-  // Children of exited workers may still run (or hold the pipes); a failed job leaves none.
-  if (term_at) signal_groups(workers, SIGKILL);
-  for (Worker& w : workers)
-    for (Stream& s : w.streams) {
-      if (!s.pending.empty()) emit_line(w.rank, s.pending, out);
-      close_fd(&s.fd);
-    }
-  out.flush();
-
-  LaunchResult result;
-  const int n = options.nproc;
-  // A worker that ignored SIGTERM for the grace period is stalled: lost as well.
-  for (const Worker& w : workers)
-    if (w.got_sigkill && std::find(lost.begin(), lost.end(), w.rank) == lost.end()) lost.push_back(w.rank);
-  result.lost_ranks = lost;
-  if (failed_at && all_exited_at) result.stop_s = std::chrono::duration<double>(*all_exited_at - *failed_at).count();
-  if (forwarded_at && all_exited_at)
-    result.forwarded_s = std::chrono::duration<double>(*all_exited_at - *forwarded_at).count();
-  if (first_failed >= 0) {
-    const Worker& w = workers[first_failed];
-    result.exit_code = w.code;
-    result.failed_rank = w.rank;
-    result.summary = describe_failure(w, options.command[0]);
-    if (n == 2) result.summary += "; stopped the other worker";
-    if (n > 2) result.summary += "; stopped the other " + std::to_string(n - 1) + " workers";
-  } else if (stop_signal != 0) {
-    result.exit_code = 128 + stop_signal;
-    result.summary = "the launcher got signal " + std::to_string(stop_signal) + " (" +
-                     strsignal(stop_signal) + "); stopped all " + std::to_string(n) + " workers";
-  } else {
-    result.summary = "all " + std::to_string(n) + " workers exited 0";
-  }
-  const std::string killed = rank_list(workers, [](const Worker& w) { return w.got_sigkill; });
-  if (!killed.empty())
-    result.summary += "; " + killed + " still ran " + seconds_text(options.grace_s) +
-                      " s after SIGTERM and got SIGKILL";
-  if (unreaped)
-    result.summary += "; " + rank_list(workers, [](const Worker& w) { return w.running; }) +
-                      " did not exit even after SIGKILL";
-  return result;
+  Supervisor supervisor(options, out);
+  HARP_RETURN_IF_ERROR(supervisor.start(port, store));
+  supervisor.supervise();
+  return supervisor.result();
 }
 
 }  // namespace harp::launch

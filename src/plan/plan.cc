@@ -13,6 +13,13 @@ const char* schedule_kind_name(ScheduleKind kind) {
   return "?";
 }
 
+const std::vector<std::string>& schedule_kind_names() {
+  static const std::vector<std::string> names = {schedule_kind_name(ScheduleKind::kGpipe),
+                                                 schedule_kind_name(ScheduleKind::k1F1B),
+                                                 schedule_kind_name(ScheduleKind::kHarp1F1B)};
+  return names;
+}
+
 bool parse_schedule_kind(const std::string& name, ScheduleKind* out) {
   for (auto k : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kHarp1F1B}) {
     if (name == schedule_kind_name(k)) {

@@ -100,7 +100,7 @@ StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
            "write `\"version\": 1`");
   p.microbatches = static_cast<int>(r.integer("microbatches", 1, std::nullopt, kMaxPlanMicrobatches));
   p.microbatch_size = static_cast<int>(r.integer("microbatch_size", 1, 1, kMaxPlanMicrobatchSize));
-  std::string kind = r.choice("schedule", {"gpipe", "1f1b", "harp-1f1b"});
+  std::string kind = r.choice("schedule", schedule_kind_names());
   parse_schedule_kind(kind, &p.schedule);
   p.cluster_fingerprint = r.string("cluster_fingerprint", "");
   p.model_fingerprint = r.string("model_fingerprint", "");

@@ -17,14 +17,15 @@ std::string label_of(int k, int b, int mbs) {
   return buf;
 }
 
-SearchOptions search_options(const PlanRequest& r, const std::string& job_recompute = "none") {
+// The request's settings over the job's planner section (cost tables: its defaults).
+SearchOptions search_options(const PlanRequest& r, const job::PlannerConfig& job = {}) {
   SearchOptions s;
-  HARP_CHECK(parse_recompute_policy(r.recompute.value_or(job_recompute), &s.recompute))
-      << "recomputation policy " << r.recompute.value_or(job_recompute);
-  s.max_tp = r.max_tp;
-  s.allow_idle_devices = r.allow_idle_devices;
-  s.fixed_order = r.fixed_order;
-  s.schedule_in_search = r.schedule_in_search;
+  HARP_CHECK(parse_recompute_policy(r.recompute.value_or(job.recompute), &s.recompute))
+      << "recomputation policy " << r.recompute.value_or(job.recompute);
+  s.max_tp = r.max_tp.value_or(job.max_tp);
+  s.allow_idle_devices = r.allow_idle_devices.value_or(job.allow_idle_devices);
+  s.fixed_order = r.fixed_order.value_or(job.fixed_order);
+  s.schedule_in_search = r.schedule_in_search.value_or(job.schedule_in_search);
   s.progress = r.progress;
   return s;
 }
@@ -40,9 +41,9 @@ void keep_best(std::optional<PlanOutcome>& best, PlanningProblem problem, Strate
   best = PlanOutcome{std::move(problem), std::move(result), std::move(label), {}};
 }
 
-void finish(PlanOutcome& o, const PlanRequest& r, const std::string& job_recompute = "none") {
+void finish(PlanOutcome& o, const PlanRequest& r, const job::PlannerConfig& job = {}) {
   if (!r.compare) return;
-  const SearchOptions search = search_options(r, job_recompute);
+  const SearchOptions search = search_options(r, job);
   for (Strategy s : plan::kAllStrategies)
     o.compared.push_back(s == o.result.strategy ? o.result : run_strategy(o.problem, s, search));
 }
@@ -114,15 +115,15 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
                               "planner.microbatch_size in " + job.file + "); use a divisor or auto");
     bs.emplace_back(b, global_batch / b);
   }
-  const int max_tp = max_tp_for(job.cluster, request.max_tp);
+  const int max_tp = max_tp_for(job.cluster, request.max_tp.value_or(job.planner.max_tp));
   const bool sweep = ks.size() * bs.size() > 1;
-  const SearchOptions search = search_options(request, job.planner.recompute);
+  const SearchOptions search = search_options(request, job.planner);
   std::optional<PlanOutcome> best;
   for (int k : ks) {
     model::GptConfig g = job.model.gpt;
     g.granularity = k;
     HARP_ASSIGN_OR_RETURN(model::ModelSpec m, model::build_gpt(g, job.file, "model"));
-    if (db) HARP_RETURN_IF_ERROR(cost::ProfiledCosts::check(*db, m, job.cluster, job.training.dtype, profile_file));
+    if (db) HARP_RETURN_IF_ERROR(cost::ProfiledCosts::check(*db, m, job.cluster, config::name_of(job.training.dtype), profile_file));
     std::optional<cost::Calibration> calibration;
     if (!request.calibrate_file.empty()) {
       HARP_ASSIGN_OR_RETURN(calibration, calibration_of(job, m, config, db ? &*db : nullptr, request.calibrate_file));
@@ -137,7 +138,7 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
       keep_best(best, std::move(problem), std::move(r), label);
     }
   }
-  finish(*best, request, job.planner.recompute);
+  finish(*best, request, job.planner);
   return std::move(*best);
 }
 

@@ -187,4 +187,44 @@ StatusOr<ProfileDb> import_profiles(const ImportRequest& request, const model::M
   return db;
 }
 
+// A cost table (docs/file_formats.md) for one microbatch size from the imported entries:
+// what bench/plan_process.py and `harp plan --costs` read.
+StatusOr<Json> cost_table_json(const profile::ProfileDb& db, const model::ModelSpec& model, int mbs) {
+  Json layers = Json::array();
+  Json devices = Json::object();
+  for (const auto& [name, d] : db.devices()) {
+    Json sizes = Json::object();
+    for (int samples = 1; samples <= mbs; ++samples) {
+      if (mbs % samples != 0) continue;
+      Json fwd = Json::array(), bwd = Json::array();
+      bool complete = true;
+      for (const auto& l : model.layers) {
+        auto e = db.find({name, l.signature, samples, 1});
+        if (!e) {
+          complete = false;
+          break;
+        }
+        fwd.push_back(e->fwd_s);
+        bwd.push_back(e->bwd_s);
+      }
+      if (complete) sizes[std::to_string(samples)] = {{"fwd_s", fwd}, {"bwd_s", bwd}};
+    }
+    // A device enters the table only with the full microbatch (check_cost_table's rule).
+    if (!sizes.contains(std::to_string(mbs))) continue;
+    devices[name] = sizes;
+  }
+  if (devices.empty())
+    return not_found("no imported device has every layer at microbatch size " + std::to_string(mbs) +
+                     "; use a size the profiles have (--microbatch-size)");
+  const std::string any = devices.begin().key();
+  for (const auto& l : model.layers) {
+    auto e = db.find({any, l.signature, mbs, 1});
+    layers.push_back({{"name", l.name},
+                      {"param_bytes", e->param_bytes},
+                      {"activation_bytes", e->activation_bytes / mbs},
+                      {"output_bytes", l.output_bytes}});
+  }
+  return Json{{"version", 1}, {"microbatch_size", mbs}, {"layers", layers}, {"devices", devices}};
+}
+
 }  // namespace harp::profile

@@ -1,6 +1,6 @@
 // The measurement side of the Zero-Redundant Profiler (see profiler.h).
 #include "harp/profiler/profiler.h"
-#include "harp/runtime/precision.h"
+#include "harp/runtime/nn/precision.h"
 
 #include <torch/cuda.h>
 
@@ -17,11 +17,11 @@
 
 #include "harp/common/check.h"
 #include "harp/profile/unique_layers.h"
-#include "harp/runtime/comm.h"
-#include "harp/runtime/emulation.h"
-#include "harp/runtime/gpt.h"
-#include "harp/runtime/memory.h"
-#include "harp/runtime/trainer.h"
+#include "harp/runtime/comm/comm.h"
+#include "harp/runtime/exec/emulation.h"
+#include "harp/runtime/nn/gpt.h"
+#include "harp/runtime/exec/memory.h"
+#include "harp/runtime/exec/device.h"
 
 
 namespace harp::profiler {

@@ -1,33 +1,21 @@
 // The per-rank training loop (see trainer.h).
 #include "harp/runtime/trainer.h"
 
-#include <dlfcn.h>
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <limits>
-#include <cerrno>
-#include <cstring>
-#include <cstdio>
+#include <chrono>
 #include <filesystem>
 #include <iomanip>
-#include <fstream>
+#include <limits>
 #include <set>
-#include <thread>
-
-#include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <torch/cuda.h>
 
 #include "harp/common/document.h"
-#include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
-#include "harp/runtime/checkpoint.h"
-#include "harp/runtime/hf_weights.h"
-#include "harp/runtime/linear.h"
-#include "harp/runtime/memory.h"
-#include "harp/runtime/metrics.h"
+#include "harp/runtime/exec/device.h"
+#include "harp/runtime/exec/memory.h"
+#include "harp/runtime/io/checkpoint.h"
+#include "harp/runtime/io/hf_weights.h"
+#include "harp/runtime/io/metrics.h"
+#include "harp/runtime/nn/trainable.h"
 #include "harp/schedule/lower_plan.h"
 
 namespace harp::runtime {
@@ -39,48 +27,16 @@ std::string trace_file(const std::string& dir, int rank) {
 
 }  // namespace
 
-torch::Dtype torch_dtype(const std::string& name) {
-  if (name == "float64") return torch::kFloat64;
-  if (name == "bfloat16") return torch::kBFloat16;
-  if (name == "float16") return torch::kHalf;
-  return torch::kFloat32;
-}
-
-StatusOr<torch::Device> resolve_device(const std::string& name, int local_rank) {
-  const bool cuda = torch::cuda::is_available();
-  if (name == "cpu" || (name == "auto" && !cuda)) return torch::Device(torch::kCPU);
-  if (!cuda)
-    return failed_precondition("device cuda: libtorch sees no CUDA device (a CPU build of libtorch, or no GPU); use "
-                               "`--device cpu`, or build against a CUDA libtorch (docs/runtime.md, \"GPUs\")");
-  const int count = static_cast<int>(torch::cuda::device_count());
-  if (local_rank < 0 || local_rank >= count)
-    return failed_precondition("LOCAL_RANK " + std::to_string(local_rank) + " but this machine has " +
-                               std::to_string(count) + " CUDA device(s); launch at most " + std::to_string(count) +
-                               " ranks per machine");
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
-}
-
-Status check_dtype_on_device(const std::string& dtype, const torch::Device& device) {
-  if (device.is_cpu() && dtype == "float16")
-    return failed_precondition("dtype float16 computes on CUDA only, and this runs on the CPU; use bfloat16 on the "
-                               "CPU, or a GPU");
-  return Status();
-}
-
-void set_current_device(const torch::Device& device) {
-  HARP_CHECK(device.is_cuda()) << "set_current_device takes a CUDA device";
-  c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
-}
-
-TrainOptions train_options(const TrainConfig& c) {
+TrainOptions train_options(const config::TrainConfig& c) {
   TrainOptions t;
   t.exec.seed = c.seed;
   t.exec.dtype = torch_dtype(c.dtype);
   // GradScaler's first scale, 2^16; powers of two keep scaling exact (precision.h).
-  if (c.loss_scale == "dynamic" || (c.loss_scale == "auto" && c.dtype == "float16")) t.exec.loss_scale = 65536.0;
-  if (c.grad_reduce_dtype != "auto") t.exec.grad_reduce_dtype = torch_dtype(c.grad_reduce_dtype);
-  Recompute r;
-  if (parse_recompute(c.recompute, &r)) t.exec.recompute = r;
+  using config::Dtype, config::LossScale;
+  if (c.loss_scale == LossScale::kDynamic || (c.loss_scale == LossScale::kAuto && c.dtype == Dtype::kFloat16))
+    t.exec.loss_scale = 65536.0;
+  if (auto d = config::reduce_dtype(c.grad_reduce_dtype)) t.exec.grad_reduce_dtype = torch_dtype(*d);
+  t.exec.recompute = config::forced_recompute(c.recompute);
   t.exec.optim.lr = c.lr;
   t.exec.optim.min_lr = c.min_lr > 0 ? c.min_lr : c.lr / 10;
   t.exec.optim.warmup_steps = c.warmup_steps;
@@ -98,95 +54,259 @@ TrainOptions train_options(const TrainConfig& c) {
   t.init_from = c.init_from;
   t.eval_every = c.val_data.empty() ? 0 : c.eval_every;
   t.eval_batches = c.eval_batches;
-  t.resolved_config = train_config_to_json(c);
+  t.resolved_config = config::train_config_to_json(c);
   return t;
 }
 
-StatusOr<std::unique_ptr<RunDirLock>> RunDirLock::take(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return io_error(dir + ": cannot create the output folder: " + ec.message());
-  const std::string path = dir + "/.lock";
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return io_error(path + ": cannot create the run lock: " + std::strerror(errno));
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(fd);
-    if (err == EWOULDBLOCK)
-      return failed_precondition(dir + ": another run is using this output folder; wait for it to end, or "
-                                 "give this run another --out");
-    return io_error(path + ": cannot lock: " + std::strerror(err));
-  }
-  return std::unique_ptr<RunDirLock>(new RunDirLock(fd));
-}
+namespace {
 
-RunDirLock::~RunDirLock() { ::close(fd_); }
-
-void set_compute_threads(int threads, torch::Dtype dtype) {
-  using SetThreads = void (*)(int);
-  auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
-  // float32 products in oneDNN and bf16 ones in libtorch's oneDNN both run on torch's
-  // OpenMP pool; only float64 (or a build without oneDNN) leaves them to OpenBLAS.
-  const bool on_torch_pool =
-      dtype == torch::kBFloat16 || dtype == torch::kHalf || (dtype == torch::kFloat32 && onednn_available());
-  const bool blas = set_blas != nullptr && !on_torch_pool;
-  torch::set_num_threads(blas ? 1 : threads);
-  if (set_blas) set_blas(blas ? threads : 1);
-}
-
-Status check_trainable(const model::ModelSpec& model) {
-  if (model.family == "gpt" || model.family == "llama") return Status();
-  return failed_precondition("model " + model.gpt.name + " is of family " + model.family +
-                             ", which has no runtime layers (gpt, llama); it can be planned and simulated but "
-                             "not trained or profiled");
-}
-
-Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model) {
-  HARP_RETURN_IF_ERROR(check_trainable(model));
-  const int L = model.num_layers();
-  int expect = 0;
-  for (int i = 0; i < plan.num_stages(); ++i) {
-    const auto& s = plan.stages[i];
-    if (s.first_layer < 0)
-      return failed_precondition("stage " + std::to_string(i) +
-                                 " has no `layers`: a plan to train needs layer ranges (make it with harp plan)");
-    if (s.first_layer != expect)
-      return failed_precondition("stage " + std::to_string(i) + " starts at layer " + std::to_string(s.first_layer) +
-                                 " but the previous stage ends at " + std::to_string(expect));
-    expect = s.last_layer;
+// The figures every rank adds to one all-reduce after each step: per stage (only its
+// first replica writes them) the busy fraction, forward and backward time per
+// microbatch and tensor bytes at the step's start and peak; then the ranks whose
+// checkpoint write is done (checkpoint_writer.h) and the ranks asked to stop. One buffer
+// for the whole run: the collective may release its reference to a fresh tensor after
+// the next step has begun, which made the next step's measured base bytes depend on
+// that timing.
+class StepStats {
+ public:
+  explicit StepStats(int stages) : S_(stages), t_(torch::zeros({kPerStage * stages + 2}, torch::kFloat64)) {}
+  void clear() { t_.zero_(); }
+  void set_stage(int stage, double busy, double fwd_s, double bwd_s) {
+    t_[stage] = busy;
+    t_[S_ + stage] = fwd_s;
+    t_[2 * S_ + stage] = bwd_s;
   }
-  if (expect != L)
-    return failed_precondition("the plan covers layers [0, " + std::to_string(expect) + ") but model " +
-                               model.gpt.name + " (k = " + std::to_string(model.gpt.granularity) + ") has " +
-                               std::to_string(L) + " layers; use the model and granularity the plan was made for");
-  for (int i = 0; i + 1 < plan.num_stages(); ++i) {
-    const auto& want = model.layers[plan.stages[i].last_layer - 1].output_shape;
-    if (!plan.stages[i].cut_shape.empty() && plan.stages[i].cut_shape != want)
-      return failed_precondition("stage " + std::to_string(i) + " sends a tensor of shape " +
-                                 Json(plan.stages[i].cut_shape).dump() + " per sample but the model's layer " +
-                                 std::to_string(plan.stages[i].last_layer - 1) + " outputs " + Json(want).dump() +
-                                 "; re-plan for this model");
+  void set_memory(int stage, double base_bytes, double peak_bytes) {
+    t_[3 * S_ + stage] = base_bytes;
+    t_[4 * S_ + stage] = peak_bytes;
   }
-  const auto& g = model.gpt;
-  const int kv_heads = g.family == "llama" ? g.kv_heads : g.heads;
-  for (int i = 0; i < plan.num_stages(); ++i) {
-    const int tp = plan.stages[i].tp;
-    if (tp <= 1) continue;
-    // The heads, key/value heads and ffn columns split evenly; every rank keeps some
-    // vocabulary rows.
-    const bool fits = g.heads % tp == 0 && kv_heads % tp == 0 && g.ffn_hidden % tp == 0 &&
-                      vocab_rows(g.vocab, tp, tp - 1).second > vocab_rows(g.vocab, tp, tp - 1).first;
-    if (!fits)
-      return failed_precondition("stage " + std::to_string(i) + " has tp = " + std::to_string(tp) +
-                                 ", which must divide the model's heads (" + std::to_string(g.heads) +
-                                 "), key/value heads (" + std::to_string(kv_heads) + ") and ffn_hidden (" +
-                                 std::to_string(g.ffn_hidden) + "); re-plan with a --max-tp that does");
+  void set_votes(double checkpoint_done, double stop) {
+    t_[kPerStage * S_] = checkpoint_done;
+    t_[kPerStage * S_ + 1] = stop;
   }
-  if (!plan.model_fingerprint.empty() && plan.model_fingerprint != model.fingerprint())
-    return failed_precondition("the plan was made for another model (fingerprint " + plan.model_fingerprint +
-                               ", this model " + model.fingerprint() + "); re-plan or pass the plan's model");
-  return Status();
-}
+  torch::Tensor& tensor() { return t_; }
+  std::vector<double> busy() const {
+    torch::Tensor b = t_.slice(0, 0, S_).contiguous();
+    return {b.data_ptr<double>(), b.data_ptr<double>() + S_};
+  }
+  torch::Tensor compute() const { return t_.slice(0, S_, 3 * S_); }  // forward, then backward, per stage
+  double base_bytes(int stage) const { return t_[3 * S_ + stage].item<double>(); }
+  double peak_bytes(int stage) const { return t_[4 * S_ + stage].item<double>(); }
+  double checkpoint_votes() const { return t_[kPerStage * S_].item<double>(); }
+  bool stop_voted() const { return t_[kPerStage * S_ + 1].item<double>() > 0; }
+
+ private:
+  static constexpr int kPerStage = 5;
+  int S_;
+  torch::Tensor t_;
+};
+
+// The steps of one run after its setup (train()): each step, its reduction, metrics,
+// validation and checkpoints, then the traces and the measured plan.
+class Loop {
+ public:
+  Loop(const model::ModelSpec& model, const plan::Plan& plan, Executor& ex, Transport& comm,
+       const TrainOptions& options, std::ostream& log, TrainSummary& summary, MetricsLog& metrics)
+      : plan_(plan), ex_(ex), comm_(comm), l_(comm.layout()), o_(options), log_(log),
+        summary_(summary), metrics_(metrics), stats_(l_.num_stages()),
+        measured_compute_(torch::zeros({2 * l_.num_stages()}, torch::kFloat64)),
+        checkpoints_(options.out_dir + "/checkpoints", options.keep_checkpoints, options.async_checkpoints,
+                     options.before_checkpoint_write),
+        traced_(options.trace_steps.begin(), options.trace_steps.end()),
+        tokens_(static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len),
+        flops_(3.0 * model.fwd_flops_per_sample() * plan.microbatches * plan.microbatch_size) {
+    timeline_.rows.push_back(
+        {l_.rank, l_.stage, schedule::row_name(l_.stage, plan.stages[l_.stage].subcluster_name, l_.dp_rank, l_.dp())});
+  }
+
+  Status run() {
+    // Validation before the first step of a fresh run (as nanoGPT's iteration 0), every
+    // eval_every steps and after the last.
+    if (evaluating() && !o_.resume) validate(0);
+    for (int step = summary_.first_step; step < o_.steps; ++step) {
+      HARP_ASSIGN_OR_RETURN(const bool stop, run_step(step));
+      if (stop) break;
+    }
+    HARP_RETURN_IF_ERROR(checkpoints_.finish(comm_));
+    report_checkpoints();
+    if (summary_.stopped_at >= 0 && l_.rank == 0 && o_.progress)
+      log_ << "stopped at step " << summary_.stopped_at << " on request; its checkpoint is complete\n";
+    summary_.checkpoints = checkpoints_.timings();
+    HARP_RETURN_IF_ERROR(write_traces());
+    return finish();
+  }
+
+ private:
+  bool evaluating() const { return o_.val_data != nullptr && o_.eval_every > 0; }
+
+  void validate(int steps_done) {
+    double sum = 0;
+    for (int b = 0; b < o_.eval_batches; ++b) sum += ex_.evaluate(*o_.val_data, b);
+    summary_.val_losses.emplace_back(steps_done, sum / o_.eval_batches);
+    metrics_.write_eval(steps_done, summary_.val_losses.back().second, o_.progress, log_);
+  }
+
+  void report_checkpoints() {
+    for (const CheckpointTiming& t : checkpoints_.take_completed()) {
+      if (l_.rank != 0 || !o_.progress) continue;
+      log_ << "checkpoint of step " << t.step << " complete: the step waited " << std::fixed << std::setprecision(3)
+           << t.blocked_s << " s; rank 0 wrote for " << t.write_s << " s"
+           << (o_.async_checkpoints ? " behind the steps" : "") << std::defaultfloat << "\n";
+    }
+  }
+
+  // One step; true when the run stops after it (a stop request's checkpoint is done).
+  StatusOr<bool> run_step(int step) {
+    const bool trace = traced_.count(step) > 0;
+    const double base_bytes = live_tensor_bytes();
+    if (o_.measure_memory) reset_peak_tensor_bytes();
+    StepResult r = ex_.run_step(step, trace);
+    const auto step_end = std::chrono::steady_clock::now();
+    const double peak_bytes = peak_tensor_bytes();
+    if (trace)
+      for (auto& e : ex_.take_trace()) timeline_.events.push_back(e);
+    stats_.clear();
+    if (l_.dp_rank == 0 && l_.tp_rank == 0) {
+      stats_.set_stage(l_.stage, r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0,
+                       r.forward_seconds / plan_.microbatches, r.backward_seconds / plan_.microbatches);
+      if (o_.measure_memory) stats_.set_memory(l_.stage, base_bytes, peak_bytes);
+    }
+    stats_.set_votes(checkpoints_.vote(), o_.stop_requested && o_.stop_requested() ? 1.0 : 0.0);
+    comm_.allreduce_world(stats_.tensor(),
+                          "rank " + std::to_string(l_.rank) + " at step " + std::to_string(step) + " in metrics");
+    // The iteration ends when every rank may start the next one: the metrics reduction
+    // (which waits for the rank whose optimizer ends last) is part of it.
+    r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_end).count();
+    HARP_RETURN_IF_ERROR(checkpoints_.tally(stats_.checkpoint_votes(), l_));
+    if (stop_at_ < 0 && stats_.stop_voted()) agree_on_stop(step);  // every rank sees it at this step
+    report_checkpoints();
+    if (step > summary_.first_step) record_timed(r.seconds);
+    summary_.losses.push_back(r.loss);
+    write_metrics(step, r);
+    if (evaluating() && ((step + 1) % o_.eval_every == 0 || step + 1 == o_.steps)) validate(step + 1);
+    if ((o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) || step + 1 == stop_at_) {
+      HARP_RETURN_IF_ERROR(checkpoints_.save(ex_, comm_, step + 1, plan_));
+      report_checkpoints();
+    }
+    if (step + 1 != stop_at_) return false;
+    summary_.stopped_at = stop_at_;
+    return true;
+  }
+
+  // The checkpoint step all ranks stop after: the next multiple of checkpoint_every
+  // (with none, one is written at once).
+  void agree_on_stop(int step) {
+    const int every = o_.checkpoint_every;
+    stop_at_ = every > 0 ? (step + 1 + every - 1) / every * every : step + 1;
+    if (stop_at_ >= o_.steps) {
+      stop_at_ = std::numeric_limits<int>::max();  // the run ends first anyway
+    } else if (l_.rank == 0 && o_.progress) {
+      log_ << "stop requested: stopping after the checkpoint of step " << stop_at_ << "\n";
+    }
+  }
+
+  // A step after the first: its time, compute and memory count.
+  void record_timed(double seconds) {
+    measured_compute_ += stats_.compute();
+    if (o_.measure_memory) {
+      const int S = l_.num_stages();
+      summary_.base_bytes.resize(S, 0.0);
+      summary_.peak_bytes.resize(S, 0.0);
+      for (int s = 0; s < S; ++s) {
+        summary_.base_bytes[s] = std::max(summary_.base_bytes[s], stats_.base_bytes(s));
+        summary_.peak_bytes[s] = std::max(summary_.peak_bytes[s], stats_.peak_bytes(s));
+      }
+    }
+    total_s_ += seconds;
+    step_seconds_.push_back(seconds);
+  }
+
+  void write_metrics(int step, const StepResult& r) {
+    StepMetrics m;
+    m.step = step;
+    m.total_steps = o_.steps;
+    m.loss = r.loss;
+    m.grad_norm = r.grad_norm;
+    m.lr = lr_at(o_.exec.optim, step);
+    m.iteration_s = r.seconds;
+    m.tokens = tokens_;
+    m.flops = flops_;
+    m.busy_fraction = stats_.busy();
+    m.loss_scale = r.loss_scale;
+    m.skipped = r.skipped;
+    if (o_.resume && step == summary_.first_step) m.resumed_from = summary_.first_step;
+    if (step + 1 == stop_at_) m.stopping_at = stop_at_;
+    metrics_.write(m, o_.progress, log_);
+  }
+
+  // Each rank writes its part; rank 0 merges them into one trace with the writer the
+  // simulator uses, so `harp trace compare` can put the two side by side.
+  Status write_traces() {
+    if (traced_.empty()) return Status();
+    HARP_RETURN_IF_ERROR(write_text_file_atomic(trace_file(o_.out_dir, l_.rank),
+                                                schedule::chrome_trace(timeline_).dump() + "\n"));
+    comm_.barrier("writing traces");
+    if (l_.rank != 0) return Status();
+    schedule::Timeline merged;
+    for (int r = 0; r < l_.world_size; ++r) {
+      const std::string file = trace_file(o_.out_dir, r);
+      HARP_ASSIGN_OR_RETURN(Json doc, load_document(file));
+      HARP_ASSIGN_OR_RETURN(schedule::Timeline part, schedule::timeline_from_trace(doc, file));
+      merged.rows.insert(merged.rows.end(), part.rows.begin(), part.rows.end());
+      merged.events.insert(merged.events.end(), part.events.begin(), part.events.end());
+    }
+    // On a shared clock the spans count from the launch: start the trace at its first.
+    double first_us = merged.events.empty() ? 0 : merged.events.front().start_us;
+    for (const auto& e : merged.events) first_us = std::min(first_us, e.start_us);
+    for (auto& e : merged.events) e.start_us -= first_us;
+    return write_text_file_atomic(o_.out_dir + "/trace.json", schedule::chrome_trace(merged).dump() + "\n");
+  }
+
+  // The timed steps' mean and median, and (rank 0) the plan with the measured compute
+  // times: `harp simulate` on it predicts this machine, so predicted and measured
+  // timelines can be compared.
+  Status finish() {
+    const int timed = static_cast<int>(step_seconds_.size());
+    summary_.mean_iteration_s = timed > 0 ? total_s_ / timed : 0;
+    if (timed > 0) {
+      std::sort(step_seconds_.begin(), step_seconds_.end());
+      const size_t n = step_seconds_.size();
+      summary_.median_iteration_s =
+          n % 2 ? step_seconds_[n / 2] : (step_seconds_[n / 2 - 1] + step_seconds_[n / 2]) / 2;
+    }
+    if (l_.rank == 0 && timed > 0) {
+      const int S = l_.num_stages();
+      std::vector<double> fwd(S), bwd(S);
+      for (int s = 0; s < S; ++s) {
+        fwd[s] = measured_compute_[s].item<double>() / timed;
+        bwd[s] = measured_compute_[S + s].item<double>() / timed;
+      }
+      HARP_RETURN_IF_ERROR(plan::save_plan(measured_plan(plan_, fwd, bwd), o_.out_dir + "/measured_plan.json"));
+    }
+    summary_.tokens_per_s = summary_.mean_iteration_s > 0 ? tokens_ / summary_.mean_iteration_s : 0;
+    return Status();
+  }
+
+  const plan::Plan& plan_;
+  Executor& ex_;
+  Transport& comm_;
+  const RankLayout& l_;
+  const TrainOptions& o_;
+  std::ostream& log_;
+  TrainSummary& summary_;
+  MetricsLog& metrics_;
+  StepStats stats_;
+  torch::Tensor measured_compute_;  // per stage: forward, then backward seconds, summed over timed steps
+  CheckpointWriter checkpoints_;
+  const std::set<int> traced_;
+  schedule::Timeline timeline_;
+  const double tokens_, flops_;     // per step
+  int stop_at_ = -1;                // the checkpoint step all ranks stop after, once agreed
+  double total_s_ = 0;
+  std::vector<double> step_seconds_;  // the timed steps, for the median
+};
+
+}  // namespace
 
 StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& planned, Transport& comm,
                              const TokenSource& data, const TrainOptions& options, std::ostream& log) {
@@ -219,169 +339,7 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   if (l.rank == 0 && !options.resolved_config.is_null())
     HARP_RETURN_IF_ERROR(write_text_file_atomic(options.out_dir + "/train_config.json",
                                                 options.resolved_config.dump(2) + "\n"));
-  const std::set<int> traced(options.trace_steps.begin(), options.trace_steps.end());
-  schedule::Timeline timeline;
-  timeline.rows.push_back({l.rank, l.stage,
-                           schedule::row_name(l.stage, plan.stages[l.stage].subcluster_name, l.dp_rank, l.dp())});
-  const double tokens = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
-  const double flops = 3.0 * model.fwd_flops_per_sample() * plan.microbatches * plan.microbatch_size;
-  double total_s = 0;
-  int timed = 0;
-  std::vector<double> step_seconds;  // the timed steps, for the median
-  torch::Tensor measured_compute = torch::zeros({2 * l.num_stages()}, torch::kFloat64);
-  // One buffer for the per-step metrics reduction, allocated once: the collective may
-  // release its reference to a fresh tensor after the next step has begun, which made
-  // the next step's measured base bytes depend on that timing.
-  // The last element counts the ranks whose checkpoint write is done (checkpoint_writer.h).
-  // The one after it counts the ranks asked to stop (TrainOptions::stop_requested).
-  torch::Tensor stats = torch::zeros({5 * l.num_stages() + 2}, torch::kFloat64);
-  int stop_at = -1;  // the checkpoint step all ranks stop after, once agreed
-  CheckpointWriter checkpoints(ckpt_dir, options.keep_checkpoints, options.async_checkpoints,
-                               options.before_checkpoint_write);
-  auto report_checkpoints = [&] {
-    for (const CheckpointTiming& t : checkpoints.take_completed()) {
-      if (l.rank != 0 || !options.progress) continue;
-      log << "checkpoint of step " << t.step << " complete: the step waited " << std::fixed << std::setprecision(3)
-          << t.blocked_s << " s; rank 0 wrote for " << t.write_s << " s"
-          << (options.async_checkpoints ? " behind the steps" : "") << std::defaultfloat << "\n";
-    }
-  };
-  // Validation before the first step of a fresh run (as nanoGPT's iteration 0), every
-  // eval_every steps and after the last.
-  const bool evaluating = options.val_data != nullptr && options.eval_every > 0;
-  auto validate = [&](int steps_done) {
-    double sum = 0;
-    for (int b = 0; b < options.eval_batches; ++b) sum += ex.evaluate(*options.val_data, b);
-    summary.val_losses.emplace_back(steps_done, sum / options.eval_batches);
-    metrics.write_eval(steps_done, summary.val_losses.back().second, options.progress, log);
-  };
-  if (evaluating && !options.resume) validate(0);
-  for (int step = summary.first_step; step < options.steps; ++step) {
-    const bool trace = traced.count(step) > 0;
-    const double base_bytes = live_tensor_bytes();
-    if (options.measure_memory) reset_peak_tensor_bytes();
-    StepResult r = ex.run_step(step, trace);
-    const auto step_end = std::chrono::steady_clock::now();
-    const double peak_bytes = peak_tensor_bytes();
-    if (trace)
-      for (auto& e : ex.take_trace()) timeline.events.push_back(e);
-    // Busy fraction, forward and backward time per microbatch of every stage (its first
-    // replica), and its tensor memory, gathered in one reduction.
-    const int S = l.num_stages();
-    stats.zero_();
-    if (l.dp_rank == 0 && l.tp_rank == 0) {
-      stats[l.stage] = r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0;
-      stats[S + l.stage] = r.forward_seconds / plan.microbatches;
-      stats[2 * S + l.stage] = r.backward_seconds / plan.microbatches;
-      if (options.measure_memory) {
-        stats[3 * S + l.stage] = base_bytes;
-        stats[4 * S + l.stage] = peak_bytes;
-      }
-    }
-    stats[5 * S] = checkpoints.vote();
-    stats[5 * S + 1] = options.stop_requested && options.stop_requested() ? 1.0 : 0.0;
-    comm.allreduce_world(stats, "rank " + std::to_string(l.rank) + " at step " + std::to_string(step) + " in metrics");
-    // The iteration ends when every rank may start the next one: the metrics reduction
-    // (which waits for the rank whose optimizer ends last) is part of it.
-    r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - step_end).count();
-    HARP_RETURN_IF_ERROR(checkpoints.tally(stats[5 * S].item<double>(), l));
-    if (stop_at < 0 && stats[5 * S + 1].item<double>() > 0) {  // every rank sees it at this step
-      const int every = options.checkpoint_every;
-      stop_at = every > 0 ? (step + 1 + every - 1) / every * every : step + 1;
-      if (stop_at >= options.steps) {
-        stop_at = std::numeric_limits<int>::max();  // the run ends first anyway
-      } else if (l.rank == 0 && options.progress) {
-        log << "stop requested: stopping after the checkpoint of step " << stop_at << "\n";
-      }
-    }
-    report_checkpoints();
-    torch::Tensor busy = stats.slice(0, 0, S).contiguous();
-    if (step > summary.first_step) {
-      measured_compute += stats.slice(0, S, 3 * S);
-      if (options.measure_memory) {
-        summary.base_bytes.resize(S, 0.0);
-        summary.peak_bytes.resize(S, 0.0);
-        for (int s = 0; s < S; ++s) {
-          summary.base_bytes[s] = std::max(summary.base_bytes[s], stats[3 * S + s].item<double>());
-          summary.peak_bytes[s] = std::max(summary.peak_bytes[s], stats[4 * S + s].item<double>());
-        }
-      }
-    }
-    summary.losses.push_back(r.loss);
-    if (step > summary.first_step) {
-      total_s += r.seconds;
-      step_seconds.push_back(r.seconds);
-      ++timed;
-    }
-    StepMetrics m;
-    m.step = step;
-    m.total_steps = options.steps;
-    m.loss = r.loss;
-    m.grad_norm = r.grad_norm;
-    m.lr = lr_at(options.exec.optim, step);
-    m.iteration_s = r.seconds;
-    m.tokens = tokens;
-    m.flops = flops;
-    m.busy_fraction.assign(busy.data_ptr<double>(), busy.data_ptr<double>() + S);
-    m.loss_scale = r.loss_scale;
-    m.skipped = r.skipped;
-    metrics.write(m, options.progress, log);
-    if (evaluating && ((step + 1) % options.eval_every == 0 || step + 1 == options.steps)) validate(step + 1);
-    if ((options.checkpoint_every > 0 && (step + 1) % options.checkpoint_every == 0) || step + 1 == stop_at) {
-      HARP_RETURN_IF_ERROR(checkpoints.save(ex, comm, step + 1, plan));
-      report_checkpoints();
-    }
-    if (step + 1 == stop_at) {
-      summary.stopped_at = stop_at;
-      break;
-    }
-  }
-  HARP_RETURN_IF_ERROR(checkpoints.finish(comm));
-  report_checkpoints();
-  if (summary.stopped_at >= 0 && l.rank == 0 && options.progress)
-    log << "stopped at step " << summary.stopped_at << " on request; its checkpoint is complete\n";
-  summary.checkpoints = checkpoints.timings();
-  if (!traced.empty()) {
-    // Each rank writes its part; rank 0 merges them into one trace with the writer the
-    // simulator uses, so `harp trace compare` can put the two side by side.
-    HARP_RETURN_IF_ERROR(write_text_file_atomic(trace_file(options.out_dir, l.rank),
-                                                schedule::chrome_trace(timeline).dump() + "\n"));
-    comm.barrier("writing traces");
-    if (l.rank == 0) {
-      schedule::Timeline merged;
-      for (int r = 0; r < l.world_size; ++r) {
-        const std::string file = trace_file(options.out_dir, r);
-        HARP_ASSIGN_OR_RETURN(Json doc, load_document(file));
-        HARP_ASSIGN_OR_RETURN(schedule::Timeline part, schedule::timeline_from_trace(doc, file));
-        merged.rows.insert(merged.rows.end(), part.rows.begin(), part.rows.end());
-        merged.events.insert(merged.events.end(), part.events.begin(), part.events.end());
-      }
-      // On a shared clock the spans count from the launch: start the trace at its first.
-      double first_us = merged.events.empty() ? 0 : merged.events.front().start_us;
-      for (const auto& e : merged.events) first_us = std::min(first_us, e.start_us);
-      for (auto& e : merged.events) e.start_us -= first_us;
-      HARP_RETURN_IF_ERROR(write_text_file_atomic(options.out_dir + "/trace.json",
-                                                  schedule::chrome_trace(merged).dump() + "\n"));
-    }
-  }
-  summary.mean_iteration_s = timed > 0 ? total_s / timed : 0;
-  if (!step_seconds.empty()) {
-    std::sort(step_seconds.begin(), step_seconds.end());
-    const size_t n = step_seconds.size();
-    summary.median_iteration_s = n % 2 ? step_seconds[n / 2] : (step_seconds[n / 2 - 1] + step_seconds[n / 2]) / 2;
-  }
-  if (l.rank == 0 && timed > 0) {
-    // The plan with the measured compute times: `harp simulate` on it predicts this
-    // machine, so predicted and measured timelines can be compared.
-    const int S = l.num_stages();
-    std::vector<double> fwd(S), bwd(S);
-    for (int s = 0; s < S; ++s) {
-      fwd[s] = measured_compute[s].item<double>() / timed;
-      bwd[s] = measured_compute[S + s].item<double>() / timed;
-    }
-    HARP_RETURN_IF_ERROR(plan::save_plan(measured_plan(plan, fwd, bwd), options.out_dir + "/measured_plan.json"));
-  }
-  summary.tokens_per_s = summary.mean_iteration_s > 0 ? tokens / summary.mean_iteration_s : 0;
+  HARP_RETURN_IF_ERROR(Loop(model, plan, ex, comm, options, log, summary, metrics).run());
   return summary;
 }
 

@@ -2,18 +2,61 @@
 #include "harp/sim/run_check.h"
 
 #include <cmath>
-#include <cstdio>
+#include <filesystem>
+
+#include "harp/common/document.h"
+#include "harp/common/format.h"
+#include "harp/common/table.h"
 
 namespace harp::sim {
 namespace {
 
-std::string fmt(const char* format, double a, double b) {
-  char buf[96];
-  std::snprintf(buf, sizeof buf, format, a, b);
-  return buf;
+// A summary's optional text field, "-" when it is missing or not text.
+std::string text_of(const Json& s, const char* key) {
+  return s.contains(key) && s[key].is_string() ? s[key].get<std::string>() : std::string("-");
 }
 
 }  // namespace
+
+StatusOr<std::vector<RunRow>> load_runs(const std::vector<std::string>& dirs) {
+  std::vector<RunRow> rows;
+  for (const std::string& dir : dirs) {
+    const std::string file = dir + "/summary.json";
+    HARP_ASSIGN_OR_RETURN(Json s, load_document(file));
+    for (const char* key : {"predicted_s", "measured_median_s"})
+      if (!s.contains(key) || !s[key].is_number() || !(s[key].get<double>() > 0))
+        return invalid_argument(file + ": " + key + " is missing or not a positive number; it is written by harp "
+                                "train at the end of a run");
+    std::string name = std::filesystem::path(dir).filename().string();
+    if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
+    const int stages = s.contains("stages") && s["stages"].is_number_integer() ? s["stages"].get<int>() : -1;
+    rows.push_back({name, text_of(s, "strategy"), text_of(s, "schedule"), text_of(s, "planned_schedule"),
+                    s["predicted_s"].get<double>(), s["measured_median_s"].get<double>(), stages});
+  }
+  return rows;
+}
+
+Status write_run_table(const std::vector<RunRow>& rows, const std::string& baseline, std::ostream& out) {
+  const RunRow* base = nullptr;
+  for (const RunRow& r : rows)
+    if (baseline.empty() ? r.strategy == "uniform" && r.schedule == r.planned_schedule : r.name == baseline) {
+      base = &r;
+      break;
+    }
+  if (!baseline.empty() && base == nullptr)
+    return invalid_argument("--baseline " + baseline + ": no run of that name; the names are the folders' last parts");
+  Table t({"run", "strategy", "schedule", "stages", "predicted", "measured", "error", "speedup measured",
+           "speedup predicted"});
+  for (const RunRow& r : rows)
+    t.add({r.name, r.strategy, r.schedule, r.stages >= 0 ? std::to_string(r.stages) : "-", fmt_time(r.predicted_s),
+           fmt_time(r.measured_s), fmt("%+.1f%%", 100 * r.error()),
+           base ? fmt("%.2fx", base->measured_s / r.measured_s) : "-",
+           base ? fmt("%.2fx", base->predicted_s / r.predicted_s) : "-"});
+  t.print(out);
+  out << "\nmeasured: median iteration of each run; predicted: the plan's simulated iteration; speedup over "
+      << (base ? base->name : std::string("(no uniform run: --baseline NAME)")) << "\n";
+  return Status();
+}
 
 Status check_runs(const std::vector<RunRow>& rows, const RunCheck& check) {
   std::string broken;

@@ -19,6 +19,9 @@
 #include <sstream>
 #include <thread>
 
+#include "harp/common/format.h"
+#include "harp/common/table.h"
+
 namespace harp::testbed {
 namespace {
 
@@ -351,6 +354,45 @@ std::string probe_svg(const Topology& topology, const std::vector<ProbeRow>& row
   }
   o << "</svg>\n";
   return o.str();
+}
+
+void write_probe_report(const Topology& topology, const std::vector<ProbeRow>& rows, std::ostream& out) {
+  Table table({"link", "direction", "pattern", "size", "model", "measured", "error"});
+  double worst = 0;
+  std::string worst_cell = "-";
+  for (const auto& r : rows) {
+    const auto& w = topology.wires[r.wire];
+    table.add({std::to_string(w.a) + "-" + std::to_string(w.b) + " (" + fmt("%g", w.link.bandwidth_gbps) + " Gbit/s)",
+               std::to_string(r.from) + "->" + std::to_string(r.to), pattern_name(r.pattern),
+               std::to_string(r.bytes), fmt_time(r.model_s), fmt_time(r.measured_s), fmt("%+.1f%%", 100 * r.error())});
+    if (r.bytes >= (16 << 10) && std::abs(r.error()) > std::abs(worst)) {
+      worst = r.error();
+      worst_cell = std::to_string(r.bytes) + " B, " + pattern_name(r.pattern);
+    }
+  }
+  out << "\n";
+  table.print(out);
+  out << "\nmodel: latency + bytes / bandwidth (the cost model's); spaced: send to last byte received, median; "
+         "back-to-back: time between arrivals, median\nworst error for messages of 16 KiB or more: "
+      << fmt("%+.1f%%", 100 * worst) << " (" << worst_cell << ")\n";
+}
+
+StatusOr<std::int64_t> parse_message_size(const std::string& text) {
+  std::size_t end = 0;
+  double v = 0;
+  try {
+    v = std::stod(text, &end);
+  } catch (...) {
+    end = 0;
+  }
+  const std::string unit = text.substr(end);
+  const double mult = unit.empty() || unit == "B" ? 1 : unit == "K" || unit == "KiB" ? 1024
+                      : unit == "M" || unit == "MiB"                                   ? 1 << 20
+                                                                                       : 0;
+  if (end == 0 || mult == 0 || !(v >= 1) || v * mult > (256 << 20))
+    return invalid_argument("--sizes: '" + text.substr(0, 40) +
+                            "' is not a message size from 1 B to 256 MiB; e.g. 512, 16K or 4M");
+  return static_cast<std::int64_t>(v * mult);
 }
 
 }  // namespace harp::testbed

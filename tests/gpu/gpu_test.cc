@@ -11,8 +11,8 @@
 
 #include <torch/cuda.h>
 
-#include "harp/runtime/comm.h"
-#include "harp/runtime/trainer.h"
+#include "harp/runtime/comm/comm.h"
+#include "harp/runtime/exec/device.h"
 #include "rank_threads.h"
 
 namespace harp::testing {

@@ -117,11 +117,17 @@ TEST(Launcher, AFailingWorkerStopsTheOthersQuickly) {
   }
 }
 
+// Rank 0 ignores SIGTERM (and would sleep 30 s); rank 1 fails with exit code 5 once rank
+// 0 is ready: the launcher has to escalate to SIGKILL.
+LaunchOptions rank0_ignores_sigterm(const TempDir& dir) {
+  return sh(2, "if [ \"$RANK\" = 0 ]; then trap '' TERM; touch " + dir.file("ready") +
+                   "; sleep 30; fi; i=0; while [ ! -f " + dir.file("ready") +
+                   " ] && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done; exit 5");
+}
+
 TEST(Launcher, AWorkerIgnoringSigtermGetsSigkillAfterTheGracePeriod) {
   TempDir dir;
-  LaunchOptions o = sh(2, "if [ \"$RANK\" = 0 ]; then trap '' TERM; touch " + dir.file("ready") +
-                              "; sleep 30; fi; i=0; while [ ! -f " + dir.file("ready") +
-                              " ] && [ $i -lt 200 ]; do sleep 0.02; i=$((i+1)); done; exit 5");
+  LaunchOptions o = rank0_ignores_sigterm(dir);
   o.grace_s = 0.3;
   std::ostringstream out;
   const auto start = Clock::now();
@@ -132,6 +138,35 @@ TEST(Launcher, AWorkerIgnoringSigtermGetsSigkillAfterTheGracePeriod) {
   EXPECT_EQ(r->failed_rank, 1);
   EXPECT_NE(r->summary.find("rank 0 still ran 0.3 s after SIGTERM and got SIGKILL"), std::string::npos)
       << r->summary;
+}
+
+// The grace period on the launcher's clock: a fake one that jumps a minute at every look
+// makes an hour's grace pass at once, so the stalled worker is killed without the test
+// waiting for it.
+class JumpingClock : public launch::Clock {
+ public:
+  double now_s() override { return t_ += 60.0; }
+  double unix_s() override { return 1.7e9 + t_; }
+  void sleep_s(double seconds) override { t_ += seconds; }
+
+ private:
+  double t_ = 0;
+};
+
+TEST(Launcher, TheGracePeriodRunsOnTheLaunchersClock) {
+  TempDir dir;
+  LaunchOptions o = rank0_ignores_sigterm(dir);
+  o.grace_s = 3600;
+  JumpingClock clock;
+  o.clock = &clock;
+  std::ostringstream out;
+  const auto start = Clock::now();
+  auto r = launch(o, out);
+  HARP_ASSERT_OK(r);
+  EXPECT_LT(seconds_since(start), 10.0);
+  EXPECT_EQ(r->exit_code, 5);
+  EXPECT_EQ(r->lost_ranks, std::vector<int>{0});  // stalled: it ignored SIGTERM
+  EXPECT_NE(r->summary.find("got SIGKILL"), std::string::npos) << r->summary;
 }
 
 TEST(Launcher, AWorkerKilledByASignalReports128PlusTheSignal) {

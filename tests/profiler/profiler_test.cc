@@ -11,7 +11,7 @@
 #include "commands.h"
 #include "harp/profile/profile_db.h"
 #include "harp/profiler/profiler.h"
-#include "harp/runtime/trainer.h"
+#include "harp/runtime/exec/device.h"
 #include "testutil/run_harp.h"
 #include "testutil/status.h"
 #include "testutil/temp_dir.h"

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "harp/common/check.h"
-#include "harp/runtime/gpt.h"
+#include "harp/runtime/nn/gpt.h"
 
 namespace harp::testing {
 

@@ -10,9 +10,9 @@
 #include <torch/torch.h>
 
 #include "harp/model/model_spec.h"
-#include "harp/runtime/data.h"
-#include "harp/runtime/optimizer.h"
-#include "harp/runtime/precision.h"
+#include "harp/runtime/exec/data.h"
+#include "harp/runtime/exec/optimizer.h"
+#include "harp/runtime/nn/precision.h"
 
 namespace harp::testing {
 

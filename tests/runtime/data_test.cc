@@ -12,7 +12,7 @@
 #include <torch/torch.h>
 
 #include "harp/data/token_file.h"
-#include "harp/runtime/data.h"
+#include "harp/runtime/exec/data.h"
 
 namespace harp::runtime {
 namespace {

@@ -16,8 +16,8 @@
 #include <torch/torch.h>
 
 #include "harp/model/model_spec.h"
-#include "harp/runtime/gpt.h"
-#include "harp/runtime/hf_weights.h"
+#include "harp/runtime/nn/gpt.h"
+#include "harp/runtime/io/hf_weights.h"
 
 namespace harp::runtime {
 namespace {

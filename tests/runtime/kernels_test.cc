@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "harp/runtime/kernels.h"
+#include "harp/runtime/nn/kernels.h"
 
 namespace harp::runtime {
 namespace {

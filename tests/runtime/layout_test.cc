@@ -7,7 +7,7 @@
 
 #include "testutil/status.h"
 
-#include "harp/runtime/transport.h"
+#include "harp/runtime/comm/transport.h"
 
 namespace harp::runtime {
 namespace {

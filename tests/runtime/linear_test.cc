@@ -7,8 +7,8 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "harp/runtime/linear.h"
-#include "harp/runtime/precision.h"
+#include "harp/runtime/nn/linear.h"
+#include "harp/runtime/nn/precision.h"
 
 namespace harp::runtime {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "harp/runtime/optimizer.h"
+#include "harp/runtime/exec/optimizer.h"
 
 namespace harp::runtime {
 namespace {

@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <map>
 
-#include "harp/runtime/checkpoint.h"
+#include "harp/runtime/io/checkpoint.h"
 #include "rank_threads.h"
 #include "reference/single_process_trainer.h"
 #include "testutil/tiny_gpt.h"

@@ -12,9 +12,9 @@
 #include <fstream>
 
 #include "harp/data/safetensors.h"
-#include "harp/runtime/data.h"
-#include "harp/runtime/gpt.h"
-#include "harp/runtime/hf_weights.h"
+#include "harp/runtime/exec/data.h"
+#include "harp/runtime/nn/gpt.h"
+#include "harp/runtime/io/hf_weights.h"
 #include "rank_threads.h"
 #include "testutil/status.h"
 #include "testutil/tiny_gpt.h"

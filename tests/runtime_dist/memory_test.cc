@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <map>
 
-#include "harp/runtime/data.h"
-#include "harp/runtime/memory.h"
+#include "harp/runtime/exec/data.h"
+#include "harp/runtime/exec/memory.h"
 #include "rank_threads.h"
 #include "testutil/tiny_gpt.h"
 

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "harp/common/document.h"
-#include "harp/runtime/checkpoint.h"
-#include "harp/runtime/precision.h"
+#include "harp/runtime/io/checkpoint.h"
+#include "harp/runtime/nn/precision.h"
 #include "rank_threads.h"
 
 namespace harp::testing {

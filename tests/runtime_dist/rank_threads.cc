@@ -8,8 +8,8 @@
 #include <sstream>
 #include <thread>
 
-#include "harp/runtime/comm.h"
-#include "harp/runtime/mem_transport.h"
+#include "harp/runtime/comm/comm.h"
+#include "harp/runtime/comm/mem_transport.h"
 #include "testutil/tiny_gpt.h"
 
 namespace harp::testing {

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "harp/plan/plan.h"
-#include "harp/runtime/executor.h"
-#include "harp/runtime/mem_transport.h"
+#include "harp/runtime/exec/executor.h"
+#include "harp/runtime/comm/mem_transport.h"
 #include "harp/runtime/trainer.h"
 
 namespace harp::testing {

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <map>
 
-#include "harp/runtime/memory.h"
+#include "harp/runtime/exec/memory.h"
 #include "rank_threads.h"
 #include "testutil/tiny_gpt.h"
 

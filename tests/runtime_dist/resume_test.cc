@@ -11,7 +11,7 @@
 
 #include "harp/common/document.h"
 #include "harp/common/sha256.h"
-#include "harp/runtime/checkpoint.h"
+#include "harp/runtime/io/checkpoint.h"
 #include "rank_threads.h"
 #include "testutil/status.h"
 

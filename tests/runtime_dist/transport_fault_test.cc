@@ -9,7 +9,7 @@
 #include <iostream>
 #include <regex>
 
-#include "harp/runtime/mem_transport.h"
+#include "harp/runtime/comm/mem_transport.h"
 #include "rank_threads.h"
 #include "testutil/tiny_gpt.h"
 

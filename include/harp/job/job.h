@@ -11,7 +11,7 @@
 #include "harp/cost/cost_config.h"
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
-#include "harp/runtime/train_config.h"
+#include "harp/config/train_config.h"
 
 namespace harp::job {
 
@@ -21,6 +21,12 @@ struct PlannerConfig {
   int microbatch_size = 1;        // samples per microbatch (split over a stage's dp)
   // Activation recomputation: none | selective | full | auto (per stage, by the search).
   std::string recompute = "none";
+  // The search's settings (planner::SearchOptions), each overridable by a `harp plan`
+  // flag of the same name.
+  int max_tp = 0;                   // largest tp degree; 0: the largest power of two in a node
+  bool allow_idle_devices = false;  // the plan may leave devices unused
+  bool fixed_order = true;          // false: search the order of the subclusters too
+  bool schedule_in_search = true;   // search_schedule: harp-1f1b (true) or 1f1b (the ablation)
 };
 
 struct Job {
@@ -30,7 +36,7 @@ struct Job {
   cost::CostConfig cost;
   PlannerConfig planner;
   plan::ScheduleKind schedule = plan::ScheduleKind::kHarp1F1B;
-  runtime::TrainConfig training;   // the training section, validated
+  config::TrainConfig training;   // the training section, validated
   Json resolved;                   // the fully resolved job, written into run folders
 };
 

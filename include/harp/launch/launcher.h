@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harp/common/status.h"
+#include "harp/launch/clock.h"
 
 namespace harp::launch {
 
@@ -47,6 +48,9 @@ struct LaunchOptions {
   int store_host = kRankZeroHosts;
   int global_rank(int local) const { return ranks.empty() ? node_rank * nproc + local : ranks[local]; }
   bool forward_usr1 = true;  // false: SIGUSR1 to the launcher is ignored
+  // The clock of the grace period and the reported stop times; null: Clock::system().
+  // (The poll loop still waits on the workers' pipes in real time, 20 ms at a time.)
+  Clock* clock = nullptr;
 };
 
 struct LaunchResult {

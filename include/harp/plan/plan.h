@@ -20,6 +20,8 @@ namespace harp::plan {
 enum class ScheduleKind { kGpipe, k1F1B, kHarp1F1B };
 
 const char* schedule_kind_name(ScheduleKind kind);  // "gpipe", "1f1b", "harp-1f1b"
+// Every schedule's name, for readers and flags' checks: gpipe, 1f1b, harp-1f1b.
+const std::vector<std::string>& schedule_kind_names();
 // Parses a schedule name; false if unknown.
 bool parse_schedule_kind(const std::string& name, ScheduleKind* out);
 

@@ -23,10 +23,13 @@ struct PlanRequest {
   // and split into B microbatches; 0 = auto, every power of two dividing it.
   std::optional<int> microbatches;
   std::optional<int> granularity;    // k; unset: the job's; 0 = auto, 1..4
-  int max_tp = 0;                    // 0: the largest power of two inside every node
-  bool allow_idle_devices = false;
-  bool fixed_order = true;
-  bool schedule_in_search = true;    // SearchOptions::schedule_in_search
+  // The search's settings (SearchOptions); unset: the job's planner section
+  // (job::PlannerConfig), whose defaults are 0 (the largest power of two inside every
+  // node), false, true, true.
+  std::optional<int> max_tp;
+  std::optional<bool> allow_idle_devices;
+  std::optional<bool> fixed_order;
+  std::optional<bool> schedule_in_search;
   // none | selective | full | auto (common/recompute.h); unset: the job's
   // planner.recompute (none for cost tables).
   std::optional<std::string> recompute;

@@ -18,6 +18,7 @@
 #include <map>
 #include <string>
 
+#include "harp/common/document.h"
 #include "harp/common/status.h"
 #include "harp/model/model_spec.h"
 #include "harp/profile/profile_db.h"
@@ -40,5 +41,10 @@ std::string import_device_name(const std::string& gpu);
 // InvalidArgument/NotFound/IoError naming the file and field for anything unreadable, a
 // layer count that does not match `model`, or a folder with no profile in it.
 StatusOr<ProfileDb> import_profiles(const ImportRequest& request, const model::ModelSpec& model);
+
+// A cost table (docs/file_formats.md) for microbatch size `mbs` from imported entries:
+// what `harp plan --costs` and bench/plan_process.py read. Devices without every layer
+// at `mbs` are left out; NotFound when none has them.
+StatusOr<Json> cost_table_json(const ProfileDb& db, const model::ModelSpec& model, int mbs);
 
 }  // namespace harp::profile

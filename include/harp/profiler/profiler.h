@@ -29,7 +29,7 @@
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
 #include "harp/profile/profile_db.h"
-#include "harp/runtime/optimizer.h"
+#include "harp/runtime/exec/optimizer.h"
 
 namespace harp::profiler {
 

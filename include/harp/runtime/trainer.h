@@ -5,17 +5,15 @@
 // every K steps and exact resume.
 #pragma once
 
-#include <chrono>
-#include <memory>
-#include <ostream>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "harp/common/status.h"
-#include "harp/runtime/checkpoint_writer.h"
-#include "harp/runtime/executor.h"
-#include "harp/runtime/train_config.h"
+#include "harp/config/train_config.h"
+#include "harp/runtime/exec/executor.h"
+#include "harp/runtime/io/checkpoint_writer.h"
 
 namespace harp::runtime {
 
@@ -48,25 +46,9 @@ struct TrainOptions {
   int eval_batches = 2;
 };
 
-// The torch dtype of a TrainConfig dtype name ("float32" | "float64" | "bfloat16" |
-// "float16"; ExecConfig::dtype, ExecConfig::grad_reduce_dtype).
-torch::Dtype torch_dtype(const std::string& name);
-
-// The device of a TrainConfig device ("auto" | "cpu" | "cuda") for the rank that
-// LOCAL_RANK `local_rank` names: cuda:LOCAL_RANK, as torchrun's ranks take theirs.
-// FailedPrecondition when CUDA is asked for and libtorch sees none, or too few devices.
-StatusOr<torch::Device> resolve_device(const std::string& name, int local_rank);
-// FailedPrecondition when a TrainConfig dtype cannot compute on `device` (float16 needs
-// CUDA: libtorch's CPU autocast is bf16 only). TrainConfig::validate refuses `device:
-// cpu` with float16; this covers `auto` once resolved.
-Status check_dtype_on_device(const std::string& dtype, const torch::Device& device);
-// Makes `device` this process's current CUDA device (NCCL's groups and the caching
-// allocator use it). REQUIRES: device.is_cuda().
-void set_current_device(const torch::Device& device);
-
 // The options of a run from its validated configuration (the resolved config included).
 // REQUIRES: config.validate() passed.
-TrainOptions train_options(const TrainConfig& config);
+TrainOptions train_options(const config::TrainConfig& config);
 
 struct TrainSummary {
   int first_step = 0;               // 0, or the resumed step
@@ -82,39 +64,6 @@ struct TrainSummary {
   std::vector<CheckpointTiming> checkpoints;       // this rank's, per checkpoint saved
   int stopped_at = -1;  // the step a stop request ended the run at (its checkpoint complete); -1: none
 };
-
-// One run per output folder: the holder has an flock on OUT/.lock, so a second run on the
-// same folder is refused (FailedPrecondition) instead of interleaving metrics.jsonl. The
-// kernel releases it when the process ends, however it ends. `harp train` takes it on
-// rank 0 before the rendezvous.
-class RunDirLock {
- public:
-  static StatusOr<std::unique_ptr<RunDirLock>> take(const std::string& dir);
-  ~RunDirLock();
-  RunDirLock(const RunDirLock&) = delete;
-  RunDirLock& operator=(const RunDirLock&) = delete;
-
- private:
-  explicit RunDirLock(int fd) : fd_(fd) {}
-  int fd_;
-};
-
-// Gives this process `threads` cores for compute, without nesting two thread pools
-// (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower). float32
-// products run in oneDNN (linear.h) and bf16 ones in libtorch's oneDNN, both on torch's
-// OpenMP intra-op pool: torch gets the threads and OpenBLAS one. float64 (and float32 in
-// a build without oneDNN) spends most of a step in OpenBLAS's gemm (Debian's libtorch has
-// no MKL): BLAS gets the threads and torch's pool one.
-void set_compute_threads(int threads, torch::Dtype dtype = torch::kFloat32);
-
-// OK for a model the runtime's layers implement (families gpt, llama); FailedPrecondition naming
-// the family and what works for it otherwise (the profiler asks too).
-Status check_trainable(const model::ModelSpec& model);
-
-// Checks that the plan fits the model (layer ranges cover [0, L), microbatch divisible
-// by every stage's dp) and that the runtime trains its family. FailedPrecondition says
-// what does not match and how to fix it.
-Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model);
 
 // Runs the loop. Throws RuntimeFailure on peer failure; returns an error for I/O problems.
 StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& plan, Transport& comm,

@@ -1,8 +1,10 @@
-// The measured proof's self-check (`harp trace runs --check`, `make demo`): training runs
-// of several strategies' plans, each with its predicted and measured iteration, held to
-// a required speedup of one run over every baseline and a largest prediction error.
+// Training runs side by side (`harp trace runs`): each run folder's summary.json read,
+// the runs in one table (predicted and measured iteration, error, speedup over a
+// baseline), and the measured proof's self-check (`--check`, `make demo`): one run held
+// to a required speedup over every baseline, every run to a largest prediction error.
 #pragma once
 
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -17,8 +19,18 @@ struct RunRow {
   std::string schedule;          // the schedule it ran
   std::string planned_schedule;  // the schedule its plan was made for
   double predicted_s = 0, measured_s = 0;
+  int stages = -1;               // -1: not given
   double error() const { return (predicted_s - measured_s) / measured_s; }
 };
+
+// DIR/summary.json of each folder (harp train writes it); InvalidArgument naming the file
+// when predicted_s or measured_median_s is missing or not positive.
+StatusOr<std::vector<RunRow>> load_runs(const std::vector<std::string>& dirs);
+
+// The table, and the line saying what the speedups are over: the run named `baseline`,
+// else the first uniform plan run under its own schedule. InvalidArgument for a
+// `baseline` that names no run.
+Status write_run_table(const std::vector<RunRow>& rows, const std::string& baseline, std::ostream& out);
 
 struct RunCheck {
   std::string subject;      // the run that must win (by name); empty: no speedup check

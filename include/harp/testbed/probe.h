@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,11 @@ StatusOr<std::vector<ProbeRow>> probe_links(const Topology& topology, const Prob
 // The rows as CSV (header first), and as an SVG chart a person can read: per wire,
 // measured / model against message size (log scale), one line per pattern and
 // direction, the ±10% band shaded.
+// The rows as `harp testbed probe` prints them: a table, the model, and the worst error
+// of the messages of 16 KiB or more.
+void write_probe_report(const Topology& topology, const std::vector<ProbeRow>& rows, std::ostream& out);
+// A message size as the command line gives it: 512, 16K (KiB), 4M (MiB), 1 B to 256 MiB.
+StatusOr<std::int64_t> parse_message_size(const std::string& text);
 std::string probe_csv(const Topology& topology, const std::vector<ProbeRow>& rows);
 std::string probe_svg(const Topology& topology, const std::vector<ProbeRow>& rows);
 

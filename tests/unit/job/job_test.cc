@@ -1,5 +1,5 @@
 // Job files: sections, their field paths in messages, and the training section
-// (runtime::TrainConfig) read, validated and resolved with the job.
+// (config::TrainConfig) read, validated and resolved with the job.
 #include <gtest/gtest.h>
 
 #include "testutil/status.h"
@@ -38,6 +38,38 @@ TEST(Job, BadSectionsNameTheirPath) {
             std::string::npos);
 }
 
+// Every search setting can be set in the job file (flags of harp plan override them).
+TEST(Job, ThePlannerSectionHoldsEverySearchSetting) {
+  const std::string base =
+      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n";
+  auto load = [&](const std::string& more) {
+    auto doc = parse_yaml_text(base + more, "job.yaml");
+    return parse_job(*doc, "job.yaml");
+  };
+  auto defaults = load("");
+  HARP_ASSERT_OK(defaults);
+  EXPECT_EQ(defaults->planner.max_tp, 0);
+  EXPECT_FALSE(defaults->planner.allow_idle_devices);
+  EXPECT_TRUE(defaults->planner.fixed_order);
+  EXPECT_TRUE(defaults->planner.schedule_in_search);
+  auto set = load("planner: {max_tp: 2, allow_idle_devices: true, fixed_order: false, search_schedule: 1f1b}\n");
+  HARP_ASSERT_OK(set);
+  EXPECT_EQ(set->planner.max_tp, 2);
+  EXPECT_TRUE(set->planner.allow_idle_devices);
+  EXPECT_FALSE(set->planner.fixed_order);
+  EXPECT_FALSE(set->planner.schedule_in_search);
+  EXPECT_EQ(set->resolved["planner"]["search_schedule"], "1f1b");
+  EXPECT_EQ(set->resolved["planner"]["max_tp"], 2);
+  for (const auto& [yaml, path] : std::vector<std::pair<std::string, std::string>>{
+           {"planner: {max_tp: -1}\n", "planner.max_tp"},
+           {"planner: {fixed_order: maybe}\n", "planner.fixed_order"},
+           {"planner: {search_schedule: gpipe}\n", "planner.search_schedule"}}) {
+    auto bad = load(yaml);
+    ASSERT_FALSE(bad.ok()) << yaml;
+    EXPECT_NE(bad.status().message().find(path), std::string::npos) << bad.status().message();
+  }
+}
+
 // The planner's bytes follow the dtype the job trains in, unless the cost section says.
 TEST(Job, PlannerBytesFollowTheTrainingDtype) {
   const std::string base =
@@ -61,7 +93,7 @@ TEST(Job, PlannerBytesFollowTheTrainingDtype) {
 }  // namespace
 }  // namespace harp::job
 
-namespace harp::runtime {
+namespace harp::config {
 namespace {
 
 // The training section is read with the job, validated with field paths, and resolved.
@@ -97,10 +129,38 @@ TEST(TrainConfig, ReadFromTheJobAndValidated) {
     ASSERT_FALSE(bad.ok()) << yaml;
     EXPECT_NE(bad.status().message().find(path), std::string::npos) << bad.status().message();
   }
+  auto bf16 = load("training: {dtype: bfloat16, grad_reduce_dtype: float16, recompute: full}\n");
+  HARP_ASSERT_OK(bf16);
+  EXPECT_EQ(bf16->training.dtype, Dtype::kBFloat16);  // parsed once, when the file is read
+  EXPECT_EQ(bf16->training.grad_reduce_dtype, GradReduceDtype::kFloat16);
+  EXPECT_EQ(bf16->training.recompute, RunRecompute::kFull);
+  EXPECT_EQ(bf16->resolved["training"]["dtype"], "bfloat16");
   TrainConfig c;
   c.lr = std::nan("");
   EXPECT_NE(c.validate("cli").message().find("training.lr = nan"), std::string::npos) << c.validate("cli").message();
 }
 
+// One name table per enum: every name parses back to its value, and messages list them.
+TEST(TrainConfig, EveryNameOfEveryTableParsesBackToItsValue) {
+  auto round_trip = [](auto value) {
+    using E = decltype(value);
+    for (const auto& [v, name] : name_table<E>()) {
+      E back{};
+      ASSERT_TRUE(parse_name(name, &back)) << name;
+      EXPECT_EQ(back, v) << name;
+      EXPECT_EQ(name_of(v), name);
+    }
+    E none{};
+    EXPECT_FALSE(parse_name("fp8", &none));
+  };
+  round_trip(Dtype{});
+  round_trip(Device{});
+  round_trip(LossScale{});
+  round_trip(GradReduceDtype{});
+  round_trip(RunRecompute{});
+  EXPECT_EQ(names_text<Dtype>(), "float32, float64, bfloat16 or float16");
+  EXPECT_EQ(name_map<Device>().at("cuda"), Device::kCuda);
+}
+
 }  // namespace
-}  // namespace harp::runtime
+}  // namespace harp::config

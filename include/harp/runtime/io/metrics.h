@@ -1,0 +1,56 @@
+// What a training run reports: one JSON line per step in OUT/metrics.jsonl (rank 0; its
+// progress records, launch/progress.h, are among them),
+// a progress line per step, and the plan re-timed with the measured compute
+// (OUT/measured_plan.json) so `harp simulate` on it predicts this machine.
+#pragma once
+
+#include <fstream>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "harp/common/status.h"
+#include "harp/plan/plan.h"
+
+namespace harp::runtime {
+
+struct StepMetrics {
+  int step = 0;                       // 0-based
+  int total_steps = 0;
+  double loss = 0, grad_norm = 0, lr = 0;
+  double iteration_s = 0;
+  double tokens = 0, flops = 0;       // per step, for tokens/s and TFLOP/s
+  std::vector<double> busy_fraction;  // per stage
+  double loss_scale = 0;              // dynamic loss scaling's scale (0: off)
+  bool skipped = false;               // the update was skipped: the scaled gradients overflowed
+  // Progress for the elastic controller (launch/progress.h): the checkpoint a resumed run
+  // started from (its first step's line), the step a stop request ends the run at (the
+  // line of the step before it).
+  int resumed_from = -1, stopping_at = -1;
+};
+
+class MetricsLog {
+ public:
+  // Rank 0 writes OUT/metrics.jsonl (appending when `append`); other ranks write nothing.
+  static StatusOr<MetricsLog> open(const std::string& out_dir, bool writer, bool append);
+  MetricsLog(MetricsLog&&) = default;
+
+  // Writes the JSON line and, with `progress`, the progress line to `log`.
+  void write(const StepMetrics& m, bool progress, std::ostream& log);
+  // A validation result after `steps_done` steps: the line {"eval_after_steps": n,
+  // "val_loss": x} and, with `progress`, "validation after n steps: loss x".
+  void write_eval(int steps_done, double val_loss, bool progress, std::ostream& log);
+
+ private:
+  MetricsLog() = default;
+  std::ofstream file_;
+  bool writer_ = false;
+};
+
+// The plan with each stage's measured forward and backward time per microbatch; link
+// and end-of-step terms zeroed (loopback transfers take microseconds), cost_source
+// "measured", prediction recomputed.
+plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,
+                         const std::vector<double>& bwd_s);
+
+}  // namespace harp::runtime

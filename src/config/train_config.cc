@@ -1,0 +1,147 @@
+// The training section: parse, validate, print (see train_config.h). Messages name the
+// file, the field path, the value, the rule and the fix.
+#include "harp/config/train_config.h"
+
+#include <cmath>
+
+#include "harp/common/fields.h"
+
+namespace harp::config {
+namespace {
+
+// One of E's names (FieldReader::choice says which are allowed), parsed once.
+template <class E>
+void read_choice(FieldReader& r, const std::string& key, E* value) {
+  parse_name(r.choice(key, names_of<E>(), name_of(*value)), value);
+}
+
+}  // namespace
+
+Status TrainConfig::validate(const std::string& file, const std::string& path) const {
+  auto bad = [&](const char* key, const Json& value, const std::string& rule, const std::string& fix) {
+    // JSON has no NaN or infinity (dump() prints null): say what the user typed.
+    std::string text = value.dump();
+    if (value.is_number_float() && !std::isfinite(value.get<double>()))
+      text = std::isnan(value.get<double>()) ? "nan" : value.get<double>() > 0 ? "inf" : "-inf";
+    return field_error(file, join_path(path, key), text, rule, fix);
+  };
+  if (data.empty()) return bad("data", data, "must name a token file or be `synthetic`", "write `data: synthetic`");
+  if (steps < 1) return bad("steps", steps, "must be at least 1", "train for 1 or more steps");
+  if (!std::isfinite(lr) || lr <= 0) return bad("lr", lr, "must be a finite number above 0", "use e.g. 3e-4");
+  if (!std::isfinite(min_lr) || min_lr < 0 || min_lr > lr)
+    return bad("min_lr", min_lr, "must be finite, >= 0 and at most lr", "use 0 (lr / 10) or a floor below lr");
+  if (warmup_steps < 1) return bad("warmup_steps", warmup_steps, "must be at least 1", "use 1 for no warm-up");
+  if (decay_steps < 0) return bad("decay_steps", decay_steps, "must be >= 0", "use 0 to decay over the run");
+  if (!std::isfinite(weight_decay) || weight_decay < 0)
+    return bad("weight_decay", weight_decay, "must be a finite number >= 0", "use e.g. 0.1");
+  if (!std::isfinite(grad_clip) || grad_clip < 0)
+    return bad("grad_clip", grad_clip, "must be a finite number >= 0", "use 1.0, or 0 to disable clipping");
+  // The enum-like settings are valid by type (parsed from their name tables); what is
+  // left are the combinations.
+  if (dtype == Dtype::kFloat16 && device == Device::kCpu)
+    return bad("dtype", name_of(dtype), "computes on CUDA only (libtorch's CPU autocast is bf16)",
+               "use `dtype: bfloat16` on the CPU, or `device: cuda`");
+  if (grad_reduce_dtype == GradReduceDtype::kBFloat16 && device == Device::kCpu)
+    return bad("grad_reduce_dtype", name_of(grad_reduce_dtype),
+               "needs NCCL: Gloo (the CPU's) cannot all-reduce bfloat16",
+               "use float16 or float32 on the CPU, or `device: cuda`");
+  if (out.empty()) return bad("out", out, "must name a folder", "write `out: out/train`");
+  if (checkpoint_every < 0) return bad("checkpoint_every", checkpoint_every, "must be >= 0", "use 0 for none");
+  if (keep_checkpoints < 0)
+    return bad("keep_checkpoints", keep_checkpoints, "must be >= 0", "use 0 to keep every checkpoint, or e.g. 3");
+  for (size_t i = 0; i < trace_steps.size(); ++i)
+    if (trace_steps[i] < 0 || trace_steps[i] >= steps)
+      return field_error(file, join_path(path, "trace_steps[" + std::to_string(i) + "]"),
+                         std::to_string(trace_steps[i]), "must be a 0-based step below steps (" +
+                             std::to_string(steps) + ")",
+                         "trace a step the run reaches, e.g. " + std::to_string(steps > 3 ? 3 : steps - 1));
+  if (!std::isfinite(timeout_s) || timeout_s <= 0 || timeout_s > 86400)
+    return bad("timeout_s", timeout_s, "must be above 0 and at most 86400 seconds", "use e.g. 60");
+  if (threads < 1 || threads > 256) return bad("threads", threads, "must be 1..256", "use the cores per rank");
+  if (eval_every < 1) return bad("eval_every", eval_every, "must be at least 1", "use e.g. 100");
+  if (eval_batches < 1 || eval_batches > 100000)
+    return bad("eval_batches", eval_batches, "must be 1..100000", "use e.g. 2");
+  return Status();
+}
+
+StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& file, const std::string& path) {
+  TrainConfig c;
+  FieldReader r(node, file, path);
+  if (r.failed()) return r.finish();
+  c.data = r.string("data", c.data);
+  if (c.data != "synthetic" && !c.data.empty()) c.data = resolve_relative_to(file, c.data);
+  c.steps = static_cast<int>(r.integer("steps", 1, c.steps));
+  c.seed = static_cast<std::uint64_t>(r.integer("seed", 0, static_cast<std::int64_t>(c.seed)));
+  c.lr = r.positive("lr", c.lr);
+  c.min_lr = r.non_negative("min_lr", c.min_lr);
+  c.warmup_steps = static_cast<int>(r.integer("warmup_steps", 1, c.warmup_steps));
+  c.decay_steps = static_cast<int>(r.integer("decay_steps", 0, c.decay_steps));
+  c.weight_decay = r.non_negative("weight_decay", c.weight_decay);
+  c.grad_clip = r.non_negative("grad_clip", c.grad_clip);
+  read_choice(r, "dtype", &c.dtype);
+  read_choice(r, "device", &c.device);
+  read_choice(r, "loss_scale", &c.loss_scale);
+  read_choice(r, "grad_reduce_dtype", &c.grad_reduce_dtype);
+  read_choice(r, "recompute", &c.recompute);
+  c.out = r.string("out", c.out);
+  c.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 0, c.checkpoint_every));
+  c.keep_checkpoints = static_cast<int>(r.integer("keep_checkpoints", 0, c.keep_checkpoints));
+  c.async_checkpoints = r.boolean("async_checkpoints", c.async_checkpoints);
+  if (const Json* t = r.get("trace_steps")) {
+    bool good = t->is_array();
+    if (good)
+      for (const auto& v : *t) good = good && v.is_number_integer();
+    if (!good)
+      r.fail("trace_steps", t->dump(), "must be a list of step numbers", "write e.g. `trace_steps: [3, 4]`");
+    else
+      c.trace_steps = t->get<std::vector<int>>();
+  }
+  c.timeout_s = r.positive("timeout_s", c.timeout_s);
+  c.threads = static_cast<int>(r.integer("threads", 1, c.threads));
+  c.emulate = r.boolean("emulate", c.emulate);
+  c.progress = r.boolean("progress", c.progress);
+  c.init_from = r.string("init_from", c.init_from);
+  if (!c.init_from.empty()) c.init_from = resolve_relative_to(file, c.init_from);
+  c.val_data = r.string("val_data", c.val_data);
+  if (!c.val_data.empty()) c.val_data = resolve_relative_to(file, c.val_data);
+  c.eval_every = static_cast<int>(r.integer("eval_every", 1, c.eval_every));
+  c.eval_batches = static_cast<int>(r.integer("eval_batches", 1, c.eval_batches));
+  HARP_RETURN_IF_ERROR(r.finish());
+  HARP_RETURN_IF_ERROR(c.validate(file, path));
+  return c;
+}
+
+Json train_config_to_json(const TrainConfig& c) {
+  Json j = {{"data", c.data},
+          {"steps", c.steps},
+          {"seed", c.seed},
+          {"lr", c.lr},
+          {"min_lr", c.min_lr},
+          {"warmup_steps", c.warmup_steps},
+          {"decay_steps", c.decay_steps},
+          {"weight_decay", c.weight_decay},
+          {"grad_clip", c.grad_clip},
+          {"dtype", name_of(c.dtype)},
+          {"device", name_of(c.device)},
+          {"loss_scale", name_of(c.loss_scale)},
+          {"grad_reduce_dtype", name_of(c.grad_reduce_dtype)},
+          {"recompute", name_of(c.recompute)},
+          {"out", c.out},
+          {"checkpoint_every", c.checkpoint_every},
+          {"keep_checkpoints", c.keep_checkpoints},
+          {"async_checkpoints", c.async_checkpoints},
+          {"trace_steps", c.trace_steps},
+          {"timeout_s", c.timeout_s},
+          {"threads", c.threads},
+          {"emulate", c.emulate},
+          {"progress", c.progress}};
+  if (!c.init_from.empty()) j["init_from"] = c.init_from;
+  if (!c.val_data.empty()) {
+    j["val_data"] = c.val_data;
+    j["eval_every"] = c.eval_every;
+    j["eval_batches"] = c.eval_batches;
+  }
+  return j;
+}
+
+}  // namespace harp::config

@@ -1,0 +1,73 @@
+// Elastic training across machines: devices per machine, and the report exchange.
+#include "harp/launch/elastic_nodes.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "harp/common/document.h"
+
+namespace harp::launch {
+
+StatusOr<MachineDevices> MachineDevices::split(const cluster::Cluster& c, int machines) {
+  const int D = c.num_devices();
+  if (machines < 1 || D % machines != 0)
+    return invalid_argument("the cluster has " + std::to_string(D) + " devices, which --nnodes " +
+                            std::to_string(machines) +
+                            " machines cannot share equally; each machine hosts the same number of the "
+                            "cluster's devices, in its order");
+  MachineDevices out;
+  out.devices_.resize(static_cast<size_t>(machines));
+  for (int d = 0; d < D; ++d) out.devices_[static_cast<size_t>(d / (D / machines))].push_back(d);
+  return out;
+}
+
+bool MachineDevices::hosts(int machine, int device) const {
+  const auto& mine = of(machine);
+  return std::find(mine.begin(), mine.end(), device) != mine.end();
+}
+
+void MachineDevices::remove(const cluster::Cluster& before, int d) {
+  const std::vector<int> ids = cluster::device_ids_without(before, d);
+  for (auto& devices : devices_) {
+    std::vector<int> kept;
+    for (int x : devices)
+      if (ids[static_cast<size_t>(x)] >= 0) kept.push_back(ids[static_cast<size_t>(x)]);
+    devices = kept;
+  }
+}
+
+StatusOr<std::vector<MachineReport>> exchange_reports(const std::string& dir, int attempt, int node_rank,
+                                                      const std::vector<bool>& waited, const MachineReport& mine,
+                                                      double wait_s, double started_unix, Clock& clock) {
+  const std::string folder = dir + "/attempt_" + std::to_string(attempt);
+  std::error_code ec;
+  std::filesystem::create_directories(folder, ec);
+  if (ec) return io_error(folder + ": cannot create the folder: " + ec.message());
+  auto file_of = [&](int r) { return folder + "/node_" + std::to_string(r) + ".json"; };
+  const Json report = {{"lost", mine.lost}, {"exit_code", mine.exit_code}, {"written_unix", clock.unix_s()}};
+  HARP_RETURN_IF_ERROR(write_text_file_atomic(file_of(node_rank), report.dump() + "\n"));
+  const int nnodes = static_cast<int>(waited.size());
+  std::vector<MachineReport> out(waited.size());
+  const double deadline = clock.now_s() + wait_s;
+  for (;;) {
+    bool all = true;
+    for (int r = 0; r < nnodes; ++r) {
+      MachineReport& m = out[static_cast<size_t>(r)];
+      if (!m.heard && waited[static_cast<size_t>(r)]) {
+        auto doc = load_document(file_of(r));
+        if (doc.ok() && doc->is_object() && doc->value("written_unix", 0.0) >= started_unix &&
+            doc->contains("lost") && (*doc)["lost"].is_array()) {
+          m.heard = true;
+          for (const Json& d : (*doc)["lost"])
+            if (d.is_number_integer()) m.lost.push_back(d.get<int>());
+          m.exit_code = doc->value("exit_code", 0);
+        }
+      }
+      all = all && (m.heard || !waited[static_cast<size_t>(r)]);
+    }
+    if (all || clock.now_s() >= deadline) return out;
+    clock.sleep_s(0.02);
+  }
+}
+
+}  // namespace harp::launch

@@ -1,0 +1,290 @@
+// c10d process groups behind C10dTransport (see comm.h). Gloo matches point-to-point messages by
+// (peer, tag); NCCL ignores tags, so correctness never depends on them: the lowered
+// schedule orders every pair's messages consistently (docs/schedule_format.md) and the
+// tag only helps debugging.
+//
+// libtorch 1.13's groups derive from c10d::ProcessGroup, 2.x's from c10d::Backend: the
+// groups are held through that base, whose send, recv, allreduce and barrier have the
+// same shape in both. ProcessGroupNCCL.hpp compiles to nothing unless USE_C10D_NCCL is
+// defined (src/CMakeLists.txt defines it for a CUDA libtorch).
+#include "harp/runtime/comm/comm.h"
+
+#include "harp/common/sha256.h"
+#include "harp/launch/worker_env.h"
+
+#include <cstdlib>
+#include <map>
+#include <utility>
+
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#else
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#endif
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+namespace harp::runtime {
+namespace {
+
+using Gloo = c10d::ProcessGroupGloo;
+#if TORCH_VERSION_MAJOR >= 2
+using Group = c10d::Backend;
+#else
+using Group = c10d::ProcessGroup;
+#endif
+// c10d::ProcessGroup::Work in 1.13, c10d::Work in 2.x: take it from the API itself.
+using WorkPtr = decltype(std::declval<Group&>().barrier());
+
+c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
+                                    int rank, int size, std::chrono::milliseconds timeout) {
+  auto options = Gloo::Options::create(timeout);
+  const launch::WorkerEnv env = launch::WorkerEnv::from_env();
+  const std::string& addr = env.master_addr;
+  if (!env.gloo_addr.empty())  // harp launch --testbed: this host's address
+    options->devices.push_back(Gloo::createDeviceForHostname(env.gloo_addr));
+  else if (addr == "127.0.0.1" || addr == "localhost")
+    options->devices.push_back(Gloo::createDeviceForHostname("127.0.0.1"));
+  else if (!env.gloo_ifname.empty())
+    options->devices.push_back(Gloo::createDeviceForInterface(env.gloo_ifname));
+  else
+    options->devices.push_back(Gloo::createDefaultDevice());
+  options->threads = 2;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+  return c10::make_intrusive<Gloo>(prefixed, rank, size, options);
+}
+
+// A group of `size` ranks on NCCL, under its own store prefix `name`.
+c10::intrusive_ptr<Group> make_nccl_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
+                                          int rank, int size, std::chrono::milliseconds timeout) {
+#ifdef USE_C10D_NCCL
+  auto options = c10d::ProcessGroupNCCL::Options::create();
+  options->timeout = timeout;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
+  return c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, rank, size, options);
+#else
+  (void)store, (void)name, (void)rank, (void)size, (void)timeout;
+  throw RuntimeFailure("this build of harp has no NCCL (its libtorch was not built with USE_C10D_NCCL): train on "
+                       "the CPU (--device cpu), or build against a CUDA libtorch (docs/runtime.md, \"GPUs\")");
+#endif
+}
+
+// Throws RuntimeFailure("<what>: <reason>"), or just "<reason>" when `what` is empty.
+template <typename Work>
+void wait_or_throw(const Work& work, std::chrono::milliseconds timeout, const std::string& what) {
+  const std::string prefix = what.empty() ? "" : what + ": ";
+  try {
+    if (!work->wait(timeout)) throw RuntimeFailure(prefix + "timed out after " + std::to_string(timeout.count()) + " ms");
+  } catch (const RuntimeFailure&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    const size_t nl = msg.find('\n');
+    if (nl != std::string::npos) msg = msg.substr(0, nl);
+    throw RuntimeFailure(prefix + msg);
+  }
+}
+
+// c10d work as a Transfer::Op.
+class C10dOp : public Transfer::Op {
+ public:
+  explicit C10dOp(WorkPtr work) : work_(std::move(work)) {}
+  void wait(std::chrono::milliseconds timeout) override { wait_or_throw(work_, timeout, ""); }
+
+ private:
+  WorkPtr work_;
+};
+
+}  // namespace
+
+struct C10dTransport::Groups {
+  c10::intrusive_ptr<Gloo> world;          // CPU: metrics, barriers, and the CPU's transfers
+  c10::intrusive_ptr<Group> dp, tp, tied;  // Gloo on the CPU, NCCL on CUDA
+  // NCCL: one two-rank group per directed pair (sender is group rank 0), by (sender, receiver).
+  std::map<std::pair<int, int>, c10::intrusive_ptr<Group>> links;
+};
+
+bool C10dTransport::nccl_available() {
+#ifdef USE_C10D_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+C10dTransport::C10dTransport(RankLayout layout, std::chrono::milliseconds timeout)
+    : Transport(std::move(layout), timeout), groups_(std::make_unique<Groups>()) {}
+
+C10dTransport::~C10dTransport() = default;
+
+std::unique_ptr<C10dTransport> C10dTransport::create(c10::intrusive_ptr<c10d::Store> store,
+                                                     const RankLayout& layout, std::chrono::milliseconds timeout,
+                                                     bool tied_group, const torch::Device& device) {
+  std::unique_ptr<C10dTransport> c(new C10dTransport(layout, timeout));
+  const bool nccl = device.is_cuda();
+  auto group = [&](const std::string& name, int rank, int size) -> c10::intrusive_ptr<Group> {
+    if (nccl) return make_nccl_group(store, name, rank, size, timeout);
+    return make_group(store, name, rank, size, timeout);
+  };
+  c->groups_->world = make_group(store, "world", layout.rank, layout.world_size, timeout);
+  // Each group on its own store prefix: only its members take part in making it.
+  const std::string stage = std::to_string(layout.stage);
+  if (layout.dp() > 1)
+    c->groups_->dp = group("dp" + stage + "." + std::to_string(layout.tp_rank), layout.dp_rank, layout.dp());
+  if (layout.tp() > 1)
+    c->groups_->tp = group("tp" + stage + "." + std::to_string(layout.dp_rank), layout.tp_rank, layout.tp());
+  if (tied_group) {
+    const std::vector<int> members = tied_group_members(layout);
+    for (int i = 0; i < static_cast<int>(members.size()); ++i)
+      if (members[i] == layout.rank) c->groups_->tied = group("tied", i, static_cast<int>(members.size()));
+  }
+  if (nccl) {
+    // Every rank walks the links in the same sorted order, creating and first using its
+    // own: the pair that comes first among those not yet set up always has both its
+    // ranks at it, so NCCL's blocking set-up cannot wait in a cycle.
+    for (const auto& [from, to] : layout.links()) {
+      if (from != layout.rank && to != layout.rank) continue;
+      auto g = make_nccl_group(store, "link" + std::to_string(from) + "." + std::to_string(to),
+                               from == layout.rank ? 0 : 1, 2, timeout);
+      // A first message over it: NCCL sets up its point-to-point communicator now.
+      std::vector<at::Tensor> one{torch::zeros({1}, torch::TensorOptions().device(device))};
+      const std::string what = "setting up the NCCL link " + std::to_string(from) + " -> " + std::to_string(to);
+      if (from == layout.rank)
+        wait_or_throw(g->send(one, 1, 0), timeout, what);
+      else
+        wait_or_throw(g->recv(one, 0, 0), timeout, what);
+      c->groups_->links.emplace(std::make_pair(from, to), std::move(g));
+    }
+  }
+  return c;
+}
+
+void C10dTransport::check_open() const {
+  if (!aborted_.empty()) throw RuntimeFailure("aborted: " + aborted_);
+}
+
+void C10dTransport::abort(const std::string& reason) {
+  if (aborted_.empty()) aborted_ = reason.empty() ? "aborted" : reason;
+}
+
+Transfer C10dTransport::isend(torch::Tensor& t, int peer, int tag, const std::string& what) {
+  check_open();
+  std::vector<at::Tensor> v{t};
+  if (groups_->links.empty())
+    return Transfer(std::make_shared<C10dOp>(groups_->world->send(v, peer, tag)), what, peer);
+  const auto link = groups_->links.find({layout().rank, peer});
+  HARP_CHECK(link != groups_->links.end()) << "rank " << layout().rank << " has no link to rank " << peer;
+  return Transfer(std::make_shared<C10dOp>(link->second->send(v, 1, tag)), what, peer);
+}
+
+Transfer C10dTransport::irecv(torch::Tensor& t, int peer, int tag, const std::string& what) {
+  check_open();
+  std::vector<at::Tensor> v{t};
+  if (groups_->links.empty())
+    return Transfer(std::make_shared<C10dOp>(groups_->world->recv(v, peer, tag)), what, peer);
+  const auto link = groups_->links.find({peer, layout().rank});
+  HARP_CHECK(link != groups_->links.end()) << "rank " << layout().rank << " has no link from rank " << peer;
+  return Transfer(std::make_shared<C10dOp>(link->second->recv(v, 0, tag)), what, peer);
+}
+
+void C10dTransport::allreduce_dp(torch::Tensor& t, const std::string& what) {
+  check_open();
+  if (!groups_->dp) return;
+  std::vector<at::Tensor> v{t};
+  wait_or_throw(groups_->dp->allreduce(v), timeout(), what + " (data-parallel group of stage " +
+                                                          std::to_string(layout().stage) + ")");
+}
+
+void C10dTransport::allreduce_tp(torch::Tensor& t, const std::string& what) {
+  check_open();
+  if (!groups_->tp) return;
+  std::vector<at::Tensor> v{t};
+  wait_or_throw(groups_->tp->allreduce(v), timeout(), what + " (tensor-parallel group of stage " +
+                                                          std::to_string(layout().stage) + ")");
+}
+
+void C10dTransport::allreduce_tied(torch::Tensor& t, const std::string& what) {
+  check_open();
+  HARP_CHECK(groups_->tied) << "rank " << layout().rank << " is not in the tied-embedding group";
+  std::vector<at::Tensor> v{t};
+  wait_or_throw(groups_->tied->allreduce(v), timeout(), what + " (tied-embedding group)");
+}
+
+void C10dTransport::allreduce_world(torch::Tensor& t, const std::string& what) {
+  check_open();
+  std::vector<at::Tensor> v{t};
+  wait_or_throw(groups_->world->allreduce(v), timeout(), what + " (all ranks)");
+}
+
+void C10dTransport::barrier(const std::string& what) {
+  check_open();
+  wait_or_throw(groups_->world->barrier(), timeout(), what + " (all ranks)");
+}
+
+// MASTER_PORT as a port number: digits only, 1..65535.
+std::uint16_t master_port(const std::string& text) {
+  int port = 0;
+  bool digits = !text.empty() && text.size() <= 5;
+  for (char ch : text) digits = digits && ch >= '0' && ch <= '9';
+  if (digits) port = std::stoi(text);
+  if (!digits || port < 1 || port > 65535)
+    throw RuntimeFailure("MASTER_PORT = " + text.substr(0, 40) +
+                         ": must be a port number 1..65535; set it as torchrun does, or use harp launch");
+  return static_cast<std::uint16_t>(port);
+}
+
+c10::intrusive_ptr<c10d::Store> store_from_env(int rank, int world_size, std::chrono::milliseconds timeout) {
+  const launch::WorkerEnv env = launch::WorkerEnv::from_env();
+  const std::string attempt = std::to_string(env.restart_count);
+  const std::string& file = env.store_file;
+  if (!file.empty()) {
+    // One machine (harp launch): the store is a file in the launch's private folder,
+    // so the rendezvous listens on no socket at all.
+    auto store = c10::make_intrusive<c10d::FileStore>(file, world_size);
+    store->setTimeout(timeout);
+    return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, store);
+  }
+  const std::string& addr = env.master_addr;
+  // Across machines the TCPStore answers anyone who reaches the port: the keys live
+  // under a prefix derived from a secret every rank shares, so a stranger who connects
+  // can neither read nor overwrite them without it (docs/runtime.md).
+  const bool loopback = addr == "127.0.0.1" || addr == "localhost" || addr == "::1";
+  const std::string& secret = env.rendezvous_secret;
+  if (!loopback && secret.size() < 16)
+    throw RuntimeFailure("MASTER_ADDR = " + addr.substr(0, 80) +
+                         " is not this machine: set HARP_RENDEZVOUS_SECRET (16+ characters, the same on every "
+                         "rank, e.g. `export HARP_RENDEZVOUS_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \\n')`)");
+  const std::string prefix = "harp" + (secret.empty() ? std::string() : "/" + sha256_hex(secret).substr(0, 32)) +
+                             "/" + attempt;
+  c10d::TCPStoreOptions o;
+  o.port = master_port(env.master_port);
+  // HARP_STORE_SERVER (harp launch --elastic across machines): which rank hosts it, when
+  // the plan's rank 0 is not on the master machine.
+  const std::string& server = env.store_server;
+  o.isServer = (server.empty() ? rank == 0 : server == "1") && !env.agent_store;
+  o.numWorkers = world_size;
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  try {
+    auto store = c10::make_intrusive<c10d::TCPStore>(addr, o);
+    return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+  } catch (const std::exception& e) {
+    // c10d's message carries a C++ stack trace: keep its first line.
+    std::string msg = e.what();
+    msg = msg.substr(0, msg.find('\n'));
+    throw RuntimeFailure("rendezvous at MASTER_ADDR:MASTER_PORT = " + addr + ":" + std::to_string(o.port) +
+                         (o.isServer ? " (this rank hosts it)" : "") + " failed: " + msg +
+                         (o.isServer ? "; is the port in use? pick a free MASTER_PORT" : "; is rank 0 running?"));
+  }
+}
+
+c10::intrusive_ptr<c10d::Store> hash_store() { return c10::make_intrusive<c10d::HashStore>(); }
+
+}  // namespace harp::runtime

@@ -1,0 +1,184 @@
+// The in-memory transport (see mem_transport.h). One mutex and one condition variable
+// for the whole network: tests run a handful of ranks, and simplicity beats throughput.
+#include "harp/runtime/comm/mem_transport.h"
+
+#include <thread>
+
+namespace harp::runtime {
+
+class MemTransport : public Transport {
+ public:
+  MemTransport(MemNetwork& net, RankLayout layout, std::chrono::milliseconds timeout)
+      : Transport(std::move(layout), timeout), net_(net) {}
+
+  ~MemTransport() override {
+    std::lock_guard<std::mutex> lock(net_.mu_);
+    net_.gone_.emplace(layout().rank, "closed its connection");
+    ++net_.finished_;
+    net_.cv_.notify_all();
+  }
+
+  Transfer isend(torch::Tensor& t, int peer, int tag, const std::string& what) override {
+    check_open();
+    std::lock_guard<std::mutex> lock(net_.mu_);
+    if (!dropping_) net_.mail_[{layout().rank, peer, tag}].push_back(t.clone());
+    net_.cv_.notify_all();
+    return Transfer(std::make_shared<Done>(), what, peer);
+  }
+
+  Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) override {
+    check_open();
+    return Transfer(std::make_shared<Recv>(*this, t, peer, tag), what, peer);
+  }
+
+  void allreduce_dp(torch::Tensor& t, const std::string& what) override {
+    if (layout().dp() == 1) return check_open();
+    allreduce("dp" + std::to_string(layout().stage) + "." + std::to_string(layout().tp_rank), layout().dp_group(), t,
+              what + " (data-parallel group of stage " + std::to_string(layout().stage) + ")");
+  }
+  void allreduce_tp(torch::Tensor& t, const std::string& what) override {
+    if (layout().tp() == 1) return check_open();
+    allreduce("tp" + std::to_string(layout().stage) + "." + std::to_string(layout().dp_rank), layout().tp_group(), t,
+              what + " (tensor-parallel group of stage " + std::to_string(layout().stage) + ")");
+  }
+  void allreduce_tied(torch::Tensor& t, const std::string& what) override {
+    allreduce("tied", tied_group_members(layout()), t, what + " (tied-embedding group)");
+  }
+  void allreduce_world(torch::Tensor& t, const std::string& what) override {
+    allreduce("world", all_ranks(), t, what + " (all ranks)");
+  }
+  void barrier(const std::string& what) override {
+    torch::Tensor none = torch::zeros({1});
+    allreduce("world", all_ranks(), none, what + " (all ranks)");
+  }
+
+  void abort(const std::string& reason) override {
+    std::lock_guard<std::mutex> lock(net_.mu_);
+    if (aborted_.empty()) aborted_ = reason.empty() ? "aborted" : reason;
+    net_.gone_.emplace(layout().rank, "aborted (" + aborted_ + ")");
+    net_.cv_.notify_all();
+  }
+
+  void before_action(int step, const schedule::Action& action) override {
+    dropping_ = false;
+    for (const Fault& f : net_.faults_) {
+      if (f.rank != layout().rank || f.step != step || !(f.action == action)) continue;
+      const std::string where = "at step " + std::to_string(step) + " before " + schedule::to_string(action);
+      switch (f.kind) {
+        case Fault::Kind::kKill: {
+          std::lock_guard<std::mutex> lock(net_.mu_);
+          net_.gone_.emplace(layout().rank, "died");
+          net_.cv_.notify_all();
+          aborted_ = "killed " + where;
+          throw RankKilled("rank " + std::to_string(layout().rank) + " killed (injected) " + where);
+        }
+        case Fault::Kind::kStall: {
+          // Hang until everyone else has given up; then leave without a word.
+          std::unique_lock<std::mutex> lock(net_.mu_);
+          net_.cv_.wait(lock, [&] { return net_.finished_ >= net_.world_size_ - 1; });
+          aborted_ = "stalled " + where;
+          throw RankKilled("rank " + std::to_string(layout().rank) + " stalled (injected) " + where);
+        }
+        case Fault::Kind::kDelay:
+          std::this_thread::sleep_for(std::chrono::duration<double>(f.delay_s));
+          break;
+        case Fault::Kind::kDrop:
+          dropping_ = true;
+          break;
+      }
+    }
+  }
+
+ private:
+  struct Done : Transfer::Op {
+    void wait(std::chrono::milliseconds) override {}
+  };
+  struct Recv : Transfer::Op {
+    Recv(MemTransport& self, torch::Tensor t, int peer, int tag) : self_(self), t_(std::move(t)), peer_(peer), tag_(tag) {}
+    void wait(std::chrono::milliseconds timeout) override {
+      MemNetwork& net = self_.net_;
+      std::unique_lock<std::mutex> lock(net.mu_);
+      const MemNetwork::MailKey key{peer_, self_.layout().rank, tag_};
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      auto ready = [&] {
+        auto it = net.mail_.find(key);
+        return (it != net.mail_.end() && !it->second.empty()) || net.gone_.count(peer_) > 0 ||
+               !self_.aborted_.empty();
+      };
+      if (!net.cv_.wait_until(lock, deadline, ready))
+        throw RuntimeFailure("timed out after " + std::to_string(timeout.count()) + " ms");
+      auto it = net.mail_.find(key);
+      if (it != net.mail_.end() && !it->second.empty()) {
+        torch::Tensor got = it->second.front();
+        it->second.erase(it->second.begin());
+        t_.copy_(got);
+        return;
+      }
+      if (!self_.aborted_.empty()) throw RuntimeFailure("aborted: " + self_.aborted_);
+      throw RuntimeFailure("the peer " + net.gone_.at(peer_));
+    }
+    MemTransport& self_;
+    torch::Tensor t_;
+    int peer_, tag_;
+  };
+
+  void check_open() const {
+    if (!aborted_.empty()) throw RuntimeFailure("aborted: " + aborted_);
+  }
+
+  std::vector<int> all_ranks() const {
+    std::vector<int> v(layout().world_size);
+    for (int r = 0; r < layout().world_size; ++r) v[r] = r;
+    return v;
+  }
+
+  // Sums `t` over `members` in member order (deterministic), with the bounded wait.
+  void allreduce(const std::string& group, const std::vector<int>& members, torch::Tensor& t,
+                 const std::string& what) {
+    check_open();
+    int index = -1;
+    for (int i = 0; i < static_cast<int>(members.size()); ++i)
+      if (members[i] == layout().rank) index = i;
+    HARP_CHECK(index >= 0) << "rank " << layout().rank << " is not in group " << group;
+    const std::string key = group + "#" + std::to_string(sequence_[group]++);
+    const int n = static_cast<int>(members.size());
+    std::unique_lock<std::mutex> lock(net_.mu_);
+    MemNetwork::Collective& c = net_.collectives_[key];
+    c.parts[index] = t.clone();
+    if (static_cast<int>(c.parts.size()) == n) {
+      c.sum = c.parts.at(0).clone();
+      for (int i = 1; i < n; ++i) c.sum += c.parts.at(i);
+      net_.cv_.notify_all();
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout();
+    int gone = -1;
+    auto ready = [&] {
+      if (c.sum.defined() || !aborted_.empty()) return true;
+      for (int i = 0; i < n; ++i)
+        if (net_.gone_.count(members[i]) && !c.parts.count(i)) gone = members[i];
+      return gone >= 0;
+    };
+    if (!net_.cv_.wait_until(lock, deadline, ready))
+      throw RuntimeFailure(what + ": timed out after " + std::to_string(timeout().count()) + " ms");
+    if (!c.sum.defined()) {
+      if (!aborted_.empty()) throw RuntimeFailure(what + ": aborted: " + aborted_);
+      throw RuntimeFailure(what + ": rank " + std::to_string(gone) + " " + net_.gone_.at(gone));
+    }
+    t.copy_(c.sum);
+    if (++c.taken == n) net_.collectives_.erase(key);
+  }
+
+  MemNetwork& net_;
+  std::string aborted_;
+  bool dropping_ = false;
+  std::map<std::string, int> sequence_;
+};
+
+MemNetwork::MemNetwork(int world_size, std::vector<Fault> faults)
+    : world_size_(world_size), faults_(std::move(faults)) {}
+
+std::unique_ptr<Transport> MemNetwork::connect(const RankLayout& layout, std::chrono::milliseconds timeout) {
+  return std::make_unique<MemTransport>(*this, layout, timeout);
+}
+
+}  // namespace harp::runtime

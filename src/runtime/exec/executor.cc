@@ -1,0 +1,456 @@
+// The per-rank interpreter of lowered action lists (see executor.h for the contract).
+#include "harp/runtime/exec/executor.h"
+
+#include <algorithm>
+#include <cmath>
+#include <thread>
+
+#include <torch/cuda.h>
+
+
+namespace harp::runtime {
+namespace {
+
+constexpr int kTagsPerMicrobatch = 2;  // forward and backward direction
+
+std::string where(const RankLayout& l, int step) {
+  return "rank " + std::to_string(l.rank) + " (stage " + std::to_string(l.stage) + ") at step " +
+         std::to_string(step);
+}
+
+bool has_head(const std::vector<GptLayer>& layers) {
+  return !layers.empty() && layers.front()->layer().kind == model::LayerKind::kHead;
+}
+bool has_tail(const std::vector<GptLayer>& layers) {
+  return !layers.empty() && layers.back()->layer().kind == model::LayerKind::kTail;
+}
+
+}  // namespace
+
+Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
+                   const schedule::LoweredPlan& lowered, Transport& comm, const TokenSource& data,
+                   ExecConfig config)
+    : model_(model), plan_(plan), comm_(comm), data_(&data), data_seed_(config.seed), config_(config),
+      layout_(comm.layout()) {
+  const plan::Stage& st = plan.stages[layout_.stage];
+  first_layer_ = st.first_layer;
+  last_layer_ = st.last_layer;
+  samples_ = plan.microbatch_size / st.dp;
+  sample_offset_ = layout_.dp_rank * samples_;
+  global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
+  scaler_.scale = config.loss_scale;
+  scaler_.growth_interval = config.loss_scale_growth_interval;
+  if (layout_.tp() > 1) {
+    tp_ = std::make_shared<TensorParallel>();
+    tp_->size = layout_.tp();
+    tp_->rank = layout_.tp_rank;
+    tp_->allreduce = [this](torch::Tensor& t) {
+      comm_.allreduce_tp(t, where(layout_, step_) + " in a tensor-parallel all-reduce");
+    };
+  }
+  layers_ = build_gpt_layers(model, first_layer_, last_layer_, config.seed, param_dtype(config.dtype), config.device, tp_);
+  for (const auto& layer : layers_) shards_.insert(layer->shards().begin(), layer->shards().end());
+  const Recompute recompute = config.recompute.value_or(st.recompute);
+  if (recompute == Recompute::kSelective)
+    for (auto& layer : layers_) layer->set_recompute_attention(true);
+  if (recompute == Recompute::kFull)
+    for (int i = 0; i < static_cast<int>(layers_.size()); ++i) {
+      const model::Layer& l = layers_[i]->layer();
+      const bool block = l.kind == model::LayerKind::kBlockPart;
+      if (block && i > 0 && units_.back().recompute && layers_[i - 1]->layer().block == l.block)
+        units_.back().end = i + 1;
+      else
+        units_.push_back(Unit{i, i + 1, block});
+    }
+  optimizer_ = std::make_unique<AdamW>(named_parameters(layers_), config.optim);
+  HARP_CHECK(lowered.check.ok) << lowered.require_drains().message();
+  actions_ = lowered.lowered.actions[layout_.stage];
+  stash_.resize(plan.microbatches);
+  if (layout_.stage > 0) upstream_launches_ = lowered.launch_counts[layout_.stage - 1];
+}
+
+void Executor::post_ahead(int step, int forwards_done) {
+  // Receives are posted ahead of the list, so that a transfer starts when its sender is
+  // ready (Gloo, like NCCL, moves a payload only once its receive is posted; posted
+  // where the list has them, standard 1F1B's activations waited for the receiver to
+  // reach them: +30-125% waiting on the testbed, docs/testbed.md). The upstream stage
+  // keeps at most N = its launch count microbatches in flight, so when it sends the
+  // activation of microbatch m this rank has finished forward m - N: activations are
+  // posted through forwards_done - 1 + N, N + 1 buffers at most. A gradient is posted
+  // once this rank's forward of it is done, since the downstream backward needs it.
+  const int M = static_cast<int>(stash_.size());
+  if (layout_.stage > 0)
+    for (; posted_f_upto_ < std::min(M, forwards_done + upstream_launches_); ++posted_f_upto_)
+      post_recv(posted_f_upto_, true, step);
+  if (forwards_done > 0 && layout_.stage + 1 < plan_.num_stages()) post_gradient_recv(forwards_done - 1, step);
+}
+
+void Executor::post_gradient_recv(int mb, int step) {
+  if (posted_b_[mb]) return;
+  post_recv(mb, false, step);
+  posted_b_[mb] = 1;
+}
+
+std::vector<Executor::Part> Executor::peers_of(int other_stage, bool sending) const {
+  std::vector<Part> parts;
+  for (const RankLayout::Exchange& e :
+       layout_.exchanges(layout_.stage, layout_.dp_rank, layout_.tp_rank, other_stage, sending))
+    parts.push_back(Part{e.peer, e.first, e.count, {}, {}});
+  return parts;
+}
+
+void Executor::post_recv(int mb, bool forward_direction, int step) {
+  const int other = layout_.stage + (forward_direction ? -1 : 1);
+  const int cut_layer = forward_direction ? first_layer_ - 1 : last_layer_ - 1;
+  // The tensor crossing the cut: the model's output shape of the layer before it (the
+  // plan's cut_shape was checked against it).
+  std::vector<std::int64_t> shape = model_.layers[cut_layer].output_shape;
+  std::vector<Part> parts = peers_of(other, false);
+  const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kRecvF : schedule::ActionKind::kRecvB, mb};
+  for (Part& p : parts) {
+    std::vector<std::int64_t> sizes = {p.count};
+    sizes.insert(sizes.end(), shape.begin(), shape.end());
+    p.buffer = torch::empty(sizes, torch::TensorOptions().dtype(config_.dtype).device(config_.device));
+    p.transfer = comm_.irecv(p.buffer, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
+                             where(layout_, step) + " waiting for " + schedule::to_string(a) + " from rank");
+  }
+  (forward_direction ? stash_[mb].recv_f : stash_[mb].recv_b) = std::move(parts);
+}
+
+torch::Tensor Executor::gather(std::vector<Part>& parts, const schedule::Action& recv) {
+  std::vector<torch::Tensor> pieces;
+  for (Part& p : parts) {
+    const auto begin = std::chrono::steady_clock::now();
+    p.transfer.wait(comm_.timeout());
+    if (tracing_) {
+      schedule::TimelineEvent e;
+      e.rank = layout_.rank;
+      e.action = recv;
+      e.lane = schedule::Lane::kRecv;
+      e.start_us = us_since_origin(begin);
+      e.dur_us = us_since_origin(std::chrono::steady_clock::now()) - e.start_us;
+      e.step = step_;
+      e.peer = p.peer;
+      trace_.push_back(e);
+    }
+    pieces.push_back(p.buffer);
+  }
+  torch::Tensor t = pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);
+  parts.clear();
+  return t;
+}
+
+void Executor::forward(int step, int mb) {
+  Stash& s = stash_[mb];
+  // Waiting for the input is not compute: the clock starts once it has arrived.
+  torch::Tensor x;
+  if (!has_head(layers_)) {
+    x = gather(s.recv_f, {layout_.stage, schedule::ActionKind::kRecvF, mb}).requires_grad_(true);
+    s.input = x;
+  }
+  begin_compute();
+  torch::Tensor tokens;
+  if (has_head(layers_) || has_tail(layers_))
+    tokens = sample_tokens(*data_, data_seed_, step, mb * plan_.microbatch_size + sample_offset_, samples_,
+                           model_.gpt.seq_len);
+  if (tokens.defined() && !config_.device.is_cpu()) tokens = tokens.to(config_.device);
+  if (has_head(layers_)) x = tokens.slice(1, 0, model_.gpt.seq_len);
+  if (has_tail(layers_)) s.targets = tokens.slice(1, 1, model_.gpt.seq_len + 1);
+  torch::Tensor y;
+  AutocastGuard autocast(config_.dtype, config_.device);
+  if (units_.empty() || !torch::GradMode::is_enabled()) {
+    y = run_layers(0, static_cast<int>(layers_.size()), x, s.targets);
+  } else {
+    // Full recomputation: a leaf between units, so that each unit's backward can run on
+    // its own; a recomputed unit runs without a graph now and again with one later.
+    for (size_t j = 0; j < units_.size(); ++j) {
+      const Unit& u = units_[j];
+      torch::Tensor in = j == 0 ? x : y.detach().requires_grad_(true);
+      s.unit_inputs.push_back(in);
+      if (u.recompute) {
+        torch::NoGradGuard no_grad;
+        y = run_layers(u.begin, u.end, in, s.targets);
+        s.unit_outputs.emplace_back();
+      } else {
+        y = run_layers(u.begin, u.end, in, s.targets);
+        s.unit_outputs.push_back(y);
+      }
+    }
+  }
+  if (has_tail(layers_) && layout_.tp_rank == 0) loss_sum_ += y.item<double>();  // tp ranks hold the same loss
+  s.output = y;
+  const double secs = finish_compute();
+  compute_s_ += secs;
+  forward_s_ += secs;
+}
+
+torch::Tensor Executor::run_layers(int begin, int end, torch::Tensor x, const torch::Tensor& targets) {
+  const int last = static_cast<int>(layers_.size()) - 1;
+  for (int i = begin; i < end; ++i) {
+    if (i == 0 && !has_head(layers_)) x = layers_[0]->local_cut(x);  // this tp rank's part of the cut tensor
+    x = layers_[i]->layer().kind == model::LayerKind::kTail ? layers_[i]->forward(x, targets) : layers_[i]->forward(x);
+    if (i == last && !has_tail(layers_)) x = layers_[i]->full_cut(x);  // the whole cut tensor, to send
+  }
+  return x;
+}
+
+void Executor::backward(int mb) {
+  Stash& s = stash_[mb];
+  torch::Tensor dy;
+  if (!has_tail(layers_)) dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
+  begin_compute();
+  // The gradient pass from `out` (the stage's output, or a unit's): the loss scaled to
+  // the global batch at the tail (then by the loss scale, exactly: a power of two), else
+  // the gradient received (or the next unit's).
+  auto from = [&](const torch::Tensor& out, const torch::Tensor& grad) {
+    if (grad.defined())
+      torch::autograd::backward({out}, {grad.to(out.scalar_type())});  // a bf16 wire into a float32 output
+    else if (scaler_.enabled())
+      ((out / global_tokens_) * scaler_.scale).backward();
+    else
+      (out / global_tokens_).backward();
+  };
+  if (units_.empty()) {
+    from(s.output, dy);
+  } else {
+    const int n = static_cast<int>(units_.size());
+    for (int j = n - 1; j >= 0; --j) {
+      const Unit& u = units_[j];
+      torch::Tensor out;
+      if (u.recompute) {
+        AutocastGuard autocast(config_.dtype, config_.device);  // the forward's precision again
+        out = run_layers(u.begin, u.end, s.unit_inputs[j], s.targets);
+      } else {
+        out = std::move(s.unit_outputs[j]);
+      }
+      from(out, j + 1 < n ? s.unit_inputs[j + 1].grad() : dy);
+      if (j + 1 < n) s.unit_inputs.pop_back();  // the next unit's input and its gradient
+    }
+    s.unit_inputs.clear();  // the first unit's input is s.input where the stage receives one
+    s.unit_outputs.clear();
+  }
+  s.output = torch::Tensor();
+  const double secs = finish_compute();
+  compute_s_ += secs;
+  backward_s_ += secs;
+}
+
+void Executor::send(int mb, bool forward_direction) {
+  Stash& s = stash_[mb];
+  const int other = layout_.stage + (forward_direction ? 1 : -1);
+  torch::Tensor payload = (forward_direction ? s.output.detach() : s.input.grad()).to(config_.dtype);
+  const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kSendF : schedule::ActionKind::kSendB, mb};
+  for (const Part& p : peers_of(other, true)) {
+    torch::Tensor slice = payload.slice(0, p.first, p.first + p.count).contiguous();
+    Transfer t = comm_.isend(slice, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
+                             where(layout_, step_) + " sending " + schedule::to_string(a) + " to rank");
+    sends_.emplace_back(slice, std::move(t));
+  }
+  if (!forward_direction) s.input = torch::Tensor();  // the gradient has been handed over
+}
+
+void Executor::begin_compute() { compute_start_ = start_compute(); }
+
+double Executor::finish_compute() {
+  // On CUDA the host runs ahead of the kernels: a span ends when the device is done.
+  if (config_.device.is_cuda()) torch::cuda::synchronize(config_.device.index());
+  // An emulated slower device (emulation.h) is busy factor x what the compute needed;
+  // the span and the stage's measured time include the sleep.
+  if (config_.emulate) finish_emulated_compute(compute_start_, plan_.stages[layout_.stage].emulated_slowdown);
+  compute_end_ = std::chrono::steady_clock::now();
+  return std::chrono::duration<double>(compute_end_ - compute_start_.wall).count();
+}
+
+void Executor::reduce_grads(int step) {
+  const std::string what = where(layout_, step) + " in REDUCE_GRAD";
+  // The tied pair (token embedding on the first stage, LM head on the last) gets one
+  // summed gradient: summed locally when one rank holds both, then over the tied group.
+  torch::Tensor tied_head = has_head(layers_) ? layers_.front()->tied_weight() : torch::Tensor();
+  torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
+  const bool tied = model_.gpt.tied_embeddings;
+  if (tied && (tied_head.defined() || tied_tail.defined())) {
+    // Vocabulary shards, maybe of different tp on the two stages (or whole tensors):
+    // every member adds its rows into a full-size zero tensor, the sum is the whole
+    // gradient, and each keeps its rows.
+    const Shard* head = tied_head.defined() ? &shards_.at("embed.token.weight") : nullptr;
+    const Shard* tail = tied_tail.defined() ? &shards_.at("head.lm.weight") : nullptr;
+    torch::Tensor g = torch::zeros((head ? head : tail)->full_shape, (head ? tied_head : tied_tail).options());
+    if (head) head->add_to(tied_head.grad(), g);
+    if (tail) tail->add_to(tied_tail.grad(), g);
+    comm_.allreduce_tied(g, what);
+    if (head) tied_head.grad().copy_(head->take(g));
+    if (tail) tied_tail.grad().copy_(tail->take(g));
+  }
+  if (layout_.dp() == 1) return;
+  // One flat buffer: Gloo pays per call, and the sum is elementwise either way.
+  std::vector<torch::Tensor> grads;
+  for (auto& [name, p] : optimizer_->params()) {
+    const bool is_tied = tied && ((tied_head.defined() && p.is_same(tied_head)) ||
+                                  (tied_tail.defined() && p.is_same(tied_tail)));
+    if (!is_tied) grads.push_back(p.grad());
+  }
+  if (grads.empty()) return;
+  torch::Tensor flat = torch::cat([&] {
+    std::vector<torch::Tensor> v;
+    for (auto& g : grads) v.push_back(g.reshape({-1}));
+    return v;
+  }());
+  if (config_.grad_reduce_dtype && *config_.grad_reduce_dtype != flat.scalar_type()) {  // summed in the wire dtype
+    torch::Tensor wire = flat.to(*config_.grad_reduce_dtype);
+    comm_.allreduce_dp(wire, what);
+    flat = wire.to(flat.scalar_type());
+  } else {
+    comm_.allreduce_dp(flat, what);
+  }
+  std::int64_t offset = 0;
+  for (auto& g : grads) {
+    g.copy_(flat.slice(0, offset, offset + g.numel()).view_as(g));
+    offset += g.numel();
+  }
+}
+
+void Executor::apply_step(int step, StepResult* result) {
+  for (auto& [buffer, transfer] : sends_) transfer.wait(comm_.timeout());
+  sends_.clear();
+  // Global norm: each parameter once (replica 0 of each stage; the LM head copy of a
+  // tied embedding is left to the token embedding), plus this rank's loss share.
+  std::vector<bool> count;
+  torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
+  for (auto& [name, p] : optimizer_->params())
+    count.push_back(layout_.dp_rank == 0 && (layout_.tp_rank == 0 || shards_.at(name).split()) &&
+                    !(model_.gpt.tied_embeddings && tied_tail.defined() && p.is_same(tied_tail)));
+  // Every last-stage replica holds the loss of its own samples: the sum is the total.
+  torch::Tensor shared = torch::tensor({optimizer_->grad_squared_norm(count), loss_sum_}, torch::kFloat64);
+  comm_.allreduce_world(shared, where(layout_, step) + " in STEP");
+  // With loss scaling the gradients are the scale times the true ones, exactly: so is
+  // their norm. A norm that is not finite means an overflow on some rank, and every
+  // rank sees the same sum: all skip the update together.
+  const double squared = shared[0].item<double>();
+  const double scale = scaler_.enabled() ? scaler_.scale : 1.0;
+  result->loss_scale = scaler_.scale;
+  result->grad_norm = std::sqrt(squared) / scale;
+  result->loss = shared[1].item<double>() / global_tokens_;
+  result->skipped = !scaler_.update(std::isfinite(squared));
+  if (result->skipped) return;
+  optimizer_->step(step, optimizer_->clip_scale(result->grad_norm) / scale);
+}
+
+StepResult Executor::run_step(int step, bool trace) {
+  StepResult result;
+  step_ = step;
+  loss_sum_ = 0;
+  compute_s_ = forward_s_ = backward_s_ = 0;
+  tracing_ = trace;
+  trace_.clear();
+  optimizer_->zero_grad();
+  if (trace) comm_.barrier(where(layout_, step) + " before a traced step");
+  const auto begin = std::chrono::steady_clock::now();
+  if (trace && !traced_before_) {
+    origin_ = config_.clock_origin_ns > 0
+                  ? std::chrono::steady_clock::time_point(std::chrono::nanoseconds(config_.clock_origin_ns))
+                  : begin;
+    traced_before_ = true;
+  }
+  posted_f_upto_ = 0;
+  posted_b_.assign(stash_.size(), 0);
+  int forwards_done = 0;
+  post_ahead(step, forwards_done);
+  for (const schedule::Action& a : actions_) {
+    comm_.before_action(step, a);
+    const auto start = std::chrono::steady_clock::now();
+    switch (a.kind) {
+      case schedule::ActionKind::kRecvF:  // posted ahead (post_ahead), unless the list runs further ahead
+        for (; posted_f_upto_ <= a.microbatch; ++posted_f_upto_) post_recv(posted_f_upto_, true, step);
+        break;
+      case schedule::ActionKind::kRecvB: post_gradient_recv(a.microbatch, step); break;
+      case schedule::ActionKind::kF:
+        forward(step, a.microbatch);
+        post_ahead(step, ++forwards_done);
+        break;
+      case schedule::ActionKind::kB: backward(a.microbatch); break;
+      case schedule::ActionKind::kSendF: send(a.microbatch, true); break;
+      case schedule::ActionKind::kSendB: send(a.microbatch, false); break;
+      case schedule::ActionKind::kReduceGrad: reduce_grads(step); break;
+      case schedule::ActionKind::kStep: apply_step(step, &result); break;
+    }
+    if (trace && (a.is_compute() || a.kind == schedule::ActionKind::kReduceGrad ||
+                  a.kind == schedule::ActionKind::kStep)) {
+      // Compute spans exclude the wait for their input, as in the simulator's trace.
+      const auto from = a.is_compute() ? compute_start_.wall : start;
+      const auto to = a.is_compute() ? compute_end_ : std::chrono::steady_clock::now();
+      schedule::TimelineEvent e;
+      e.rank = layout_.rank;
+      e.action = a;
+      e.start_us = us_since_origin(from);
+      e.dur_us = us_since_origin(to) - e.start_us;
+      e.step = step;
+      trace_.push_back(e);
+    }
+  }
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  result.compute_seconds = compute_s_;
+  result.forward_seconds = forward_s_;
+  result.backward_seconds = backward_s_;
+  return result;
+}
+
+double Executor::evaluate(const TokenSource& source, int batch) {
+  torch::NoGradGuard no_grad;
+  const TokenSource* training = data_;
+  data_ = &source;
+  data_seed_ = config_.seed ^ 0x5eedeba1ULL;  // the evaluation's own sample stream
+  step_ = batch;
+  loss_sum_ = 0;
+  for (const schedule::Action& a : actions_) {
+    switch (a.kind) {
+      case schedule::ActionKind::kRecvF: post_recv(a.microbatch, true, batch); break;
+      case schedule::ActionKind::kF: forward(batch, a.microbatch); break;
+      case schedule::ActionKind::kSendF: send(a.microbatch, true); break;
+      default: break;  // no backward, reduction or update
+    }
+  }
+  for (auto& [buffer, transfer] : sends_) transfer.wait(comm_.timeout());
+  sends_.clear();
+  for (Stash& s : stash_) s.input = s.output = s.targets = torch::Tensor();
+  data_ = training;
+  data_seed_ = config_.seed;
+  torch::Tensor shared = torch::tensor({loss_sum_}, torch::kFloat64);
+  comm_.allreduce_world(shared, where(layout_, batch) + " in evaluation");
+  return shared[0].item<double>() / global_tokens_;
+}
+
+const Shard& Executor::shard_of(const std::string& name) const {
+  auto it = shards_.find(name);
+  for (const char* suffix : {".exp_avg_sq", ".exp_avg"}) {  // optimizer state: its parameter's
+    const std::string s = suffix;
+    if (it == shards_.end() && name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0)
+      it = shards_.find(name.substr(0, name.size() - s.size()));
+  }
+  HARP_CHECK(it != shards_.end()) << "no parameter `" << name << "` on rank " << layout_.rank;
+  return it->second;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Executor::full_tensors(
+    const std::vector<std::pair<std::string, torch::Tensor>>& local) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& [name, t] : local) {
+    const Shard& shard = shard_of(name);
+    if (!shard.split()) {
+      out.emplace_back(name, t);
+      continue;
+    }
+    torch::Tensor full = torch::zeros(shard.full_shape, t.options());
+    shard.add_to(t.detach(), full);
+    comm_.allreduce_tp(full, where(layout_, step_) + " gathering `" + name + "`");
+    out.emplace_back(name, full);
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Executor::named_grads() const {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& [name, p] : optimizer_->params()) out.emplace_back(name, p.grad());
+  return out;
+}
+
+}  // namespace harp::runtime

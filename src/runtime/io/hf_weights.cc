@@ -1,0 +1,273 @@
+// Hugging Face GPT-2 and LLaMA weights in and out (see hf_weights.h).
+#include "harp/runtime/io/hf_weights.h"
+
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <regex>
+
+#include "harp/data/safetensors.h"
+#include "harp/runtime/nn/gpt.h"
+#include "harp/runtime/exec/device.h"
+#include "harp/runtime/nn/trainable.h"
+
+namespace harp::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string shape_text(torch::IntArrayRef s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+StatusOr<torch::Dtype> torch_dtype_of(const std::string& dtype) {
+  if (dtype == "F32") return torch::kFloat32;
+  if (dtype == "F64") return torch::kFloat64;
+  if (dtype == "F16") return torch::kHalf;
+  if (dtype == "BF16") return torch::kBFloat16;
+  return invalid_argument("dtype " + dtype + " is not a floating-point weight type (F32, F64, F16, BF16)");
+}
+
+// The files of a checkpoint and which one holds each tensor.
+class HfFiles {
+ public:
+  static StatusOr<HfFiles> open(const std::string& path, const std::string& architecture) {
+    HfFiles f;
+    f.architecture_ = architecture;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      const std::string index = path + "/model.safetensors.index.json";
+      if (fs::exists(index, ec)) {
+        HARP_ASSIGN_OR_RETURN(Json doc, load_document(index));
+        const auto map = doc.find("weight_map");
+        if (!doc.is_object() || map == doc.end() || !map->is_object())
+          return invalid_argument(shown_path(index) + ": has no weight_map object {tensor: shard file}");
+        for (const auto& [name, shard] : map->items()) {
+          if (!shard.is_string() || shard.get<std::string>().find('/') != std::string::npos)
+            return invalid_argument(shown_path(index) + ": weight_map \"" + name.substr(0, 80) +
+                                    "\" is not a shard file name of this folder");
+          f.where_[name] = path + "/" + shard.get<std::string>();
+        }
+        return f;
+      }
+      f.single_ = path + "/model.safetensors";
+      if (!fs::exists(f.single_, ec))
+        return not_found(shown_path(path) + ": holds neither model.safetensors nor model.safetensors.index.json");
+      return f;
+    }
+    f.single_ = path;
+    return f;
+  }
+
+  // The file holding `name` and its entry; NotFound naming what was searched.
+  StatusOr<std::pair<const data::SafetensorsFile*, const data::SafetensorsEntry*>> find(const std::string& name) {
+    std::string file = single_;
+    if (file.empty()) {
+      const auto it = where_.find(name);
+      if (it == where_.end()) return not_found("the checkpoint's index names no tensor " + name);
+      file = it->second;
+    }
+    auto& header = headers_[file];
+    if (!header) {
+      HARP_ASSIGN_OR_RETURN(data::SafetensorsFile h, data::read_safetensors_header(file));
+      header = std::make_unique<data::SafetensorsFile>(std::move(h));
+    }
+    const data::SafetensorsEntry* e = header->find(name);
+    if (e == nullptr)
+      return not_found(shown_path(file) + ": has no tensor " + name + "; is it a " + architecture_ +
+                       " checkpoint?");
+    return std::pair<const data::SafetensorsFile*, const data::SafetensorsEntry*>(header.get(), e);
+  }
+
+ private:
+  std::string architecture_;
+  std::string single_;
+  std::map<std::string, std::string> where_;
+  std::map<std::string, std::unique_ptr<data::SafetensorsFile>> headers_;
+};
+
+}  // namespace
+
+namespace {
+
+// One family's names: those outside the blocks, the LM head's when tied, and those
+// below "blockN." with the Hugging Face prefix of a block.
+struct NameMap {
+  const char* family;
+  std::map<std::string, HfName> fixed;
+  std::string tied_lm;
+  std::string block_prefix;
+  std::map<std::string, HfName> parts;
+};
+
+HfName map_name(const NameMap& map, const std::string& ours, bool tied) {
+  if (ours == "head.lm.weight") return {tied ? map.tied_lm : "lm_head.weight", false};
+  if (const auto it = map.fixed.find(ours); it != map.fixed.end()) return it->second;
+  static const std::regex block(R"(block(\d+)\.(.+))");
+  std::smatch m;
+  if (std::regex_match(ours, m, block)) {
+    if (const auto it = map.parts.find(m[2].str()); it != map.parts.end())
+      return {map.block_prefix + m[1].str() + "." + it->second.name, it->second.transposed};
+  }
+  HARP_CHECK(false) << "not a " << map.family << " parameter: " << ours;
+  return {};
+}
+
+}  // namespace
+
+HfName hf_llama_name(const std::string& ours, bool tied) {
+  static const NameMap map = {
+      "LLaMA",
+      {{"embed.token.weight", {"model.embed_tokens.weight"}}, {"head.norm.weight", {"model.norm.weight"}}},
+      "model.embed_tokens.weight",
+      "model.layers.",
+      {{"ln1.weight", {"input_layernorm.weight"}},
+       {"attn.q.weight", {"self_attn.q_proj.weight"}},
+       {"attn.k.weight", {"self_attn.k_proj.weight"}},
+       {"attn.v.weight", {"self_attn.v_proj.weight"}},
+       {"attn.proj.weight", {"self_attn.o_proj.weight"}},
+       {"ln2.weight", {"post_attention_layernorm.weight"}},
+       {"mlp.gate.weight", {"mlp.gate_proj.weight"}},
+       {"mlp.up.weight", {"mlp.up_proj.weight"}},
+       {"mlp.down.weight", {"mlp.down_proj.weight"}}}};
+  return map_name(map, ours, tied);
+}
+
+HfName hf_gpt2_name(const std::string& ours, bool tied) {
+  static const NameMap map = {
+      "GPT",
+      {{"embed.token.weight", {"transformer.wte.weight"}},
+       {"embed.position.weight", {"transformer.wpe.weight"}},
+       {"head.ln_f.weight", {"transformer.ln_f.weight"}},
+       {"head.ln_f.bias", {"transformer.ln_f.bias"}}},
+      "transformer.wte.weight",
+      "transformer.h.",
+      {{"ln1.weight", {"ln_1.weight"}},
+       {"ln1.bias", {"ln_1.bias"}},
+       {"attn.qkv.weight", {"attn.c_attn.weight", true}},  // Conv1D: [in, out]
+       {"attn.qkv.bias", {"attn.c_attn.bias"}},
+       {"attn.proj.weight", {"attn.c_proj.weight", true}},
+       {"attn.proj.bias", {"attn.c_proj.bias"}},
+       {"ln2.weight", {"ln_2.weight"}},
+       {"ln2.bias", {"ln_2.bias"}},
+       {"mlp.fc1.weight", {"mlp.c_fc.weight", true}},
+       {"mlp.fc1.bias", {"mlp.c_fc.bias"}},
+       {"mlp.fc2.weight", {"mlp.c_proj.weight", true}},
+       {"mlp.fc2.bias", {"mlp.c_proj.bias"}}}};
+  return map_name(map, ours, tied);
+}
+
+HfName hf_name(const std::string& ours, const model::ModelSpec& model) {
+  return model.family == "llama" ? hf_llama_name(ours, model.gpt.tied_embeddings)
+                                 : hf_gpt2_name(ours, model.gpt.tied_embeddings);
+}
+
+Json hf_config(const model::ModelSpec& model) {
+  const auto& c = model.gpt;
+  if (model.family == "llama")
+    return {{"architectures", {"LlamaForCausalLM"}},
+            {"model_type", "llama"},
+            {"hidden_size", c.hidden},
+            {"intermediate_size", c.ffn_hidden},
+            {"num_hidden_layers", c.num_blocks},
+            {"num_attention_heads", c.heads},
+            {"num_key_value_heads", c.kv_heads},
+            {"head_dim", c.hidden / c.heads},
+            {"max_position_embeddings", c.seq_len},
+            {"vocab_size", c.vocab},
+            {"hidden_act", "silu"},
+            {"rms_norm_eps", kRmsNormEps},
+            {"rope_theta", c.rope_theta},
+            {"rope_scaling", nullptr},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"attention_dropout", 0.0},
+            {"tie_word_embeddings", c.tied_embeddings},
+            {"torch_dtype", "float32"}};
+  return {{"architectures", {"GPT2LMHeadModel"}},
+          {"model_type", "gpt2"},
+          {"n_embd", c.hidden},
+          {"n_layer", c.num_blocks},
+          {"n_head", c.heads},
+          {"n_positions", c.seq_len},
+          {"n_ctx", c.seq_len},
+          {"vocab_size", c.vocab},
+          {"n_inner", c.ffn_hidden},
+          {"activation_function", "gelu_new"},
+          {"layer_norm_epsilon", kLayerNormEps},
+          {"resid_pdrop", 0.0},
+          {"embd_pdrop", 0.0},
+          {"attn_pdrop", 0.0},
+          {"scale_attn_weights", true},
+          {"tie_word_embeddings", c.tied_embeddings},
+          {"torch_dtype", "float32"}};
+}
+
+Status export_hf(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir) {
+  HARP_RETURN_IF_ERROR(check_trainable(model));
+  const bool tied = model.gpt.tied_embeddings;
+  std::vector<data::SafetensorsTensor> out;
+  for (const auto& [ours, tensor] : params) {
+    if (ours.find(".exp_avg") != std::string::npos) continue;  // optimizer state
+    if (tied && ours == "head.lm.weight") continue;             // tied to the token embedding
+    const HfName hf = hf_name(ours, model);
+    torch::Tensor t = tensor.detach().to(torch::kCPU, torch::kFloat32);
+    if (hf.transposed) t = t.t();
+    t = t.contiguous();
+    data::SafetensorsTensor st;
+    st.name = hf.name;
+    st.dtype = "F32";
+    st.shape.assign(t.sizes().begin(), t.sizes().end());
+    st.bytes.assign(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4);
+    out.push_back(std::move(st));
+  }
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) return io_error(shown_path(out_dir) + ": cannot create the output folder: " + ec.message());
+  HARP_RETURN_IF_ERROR(data::write_safetensors(out_dir + "/model.safetensors", out, {{"format", "pt"}}));
+  return write_text_file_atomic(out_dir + "/config.json", hf_config(model).dump(2) + "\n");
+}
+
+Status load_hf(Executor& ex, const model::ModelSpec& model, const std::string& path) {
+  HARP_RETURN_IF_ERROR(check_trainable(model));
+  const bool llama = model.family == "llama";
+  HARP_ASSIGN_OR_RETURN(HfFiles files, HfFiles::open(path, llama ? "LLaMA (LlamaForCausalLM)" : "GPT-2 (GPT2LMHeadModel)"));
+  torch::NoGradGuard no_grad;
+  for (auto& [ours, p] : ex.optimizer().params()) {
+    const HfName hf = hf_name(ours, model);
+    const Shard& shard = ex.shard_of(ours);  // the file holds the full tensor: keep this rank's part
+    const std::vector<std::int64_t>& full = shard.full_shape;
+    HARP_ASSIGN_OR_RETURN(auto found, files.find(hf.name));
+    const auto& [file, entry] = found;
+    const std::string what = shown_path(file->path) + ": tensor " + hf.name;
+    auto dtype = torch_dtype_of(entry->dtype);
+    if (!dtype.ok()) return invalid_argument(what + ": " + dtype.status().message());
+    HARP_ASSIGN_OR_RETURN(std::string bytes, data::read_tensor_bytes(*file, *entry));
+    torch::Tensor t = torch::from_blob(bytes.data(), entry->shape, torch::TensorOptions().dtype(*dtype)).clone();
+    if (hf.transposed) {
+      if (t.dim() != 2) return invalid_argument(what + " has shape " + shape_text(t.sizes()) + "; a Conv1D weight is 2-D");
+      t = t.t();
+    }
+    if (ours == "embed.position.weight" && t.dim() == 2 && t.size(0) > full[0] && t.size(1) == full[1])
+      t = t.narrow(0, 0, full[0]);  // GPT-2 has 1024 positions; a shorter seq_len uses the first
+    if (!t.sizes().equals(full)) {
+      std::string fix = llama ? "describe the checkpoint's model (its config.json: hidden_size, num_hidden_layers, "
+                                "num_attention_heads, num_key_value_heads, intermediate_size, vocab_size)"
+                              : "describe the checkpoint's model (its config.json: n_embd, n_layer, n_head, n_inner, "
+                                "vocab_size, n_positions)";
+      if (ours == "embed.token.weight" && t.dim() == 2 && t.size(1) == full[1])
+        fix = "set the model's vocab to " + std::to_string(t.size(0));
+      if (ours == "embed.position.weight" && t.dim() == 2 && t.size(1) == full[1])
+        fix = "use a seq_len of at most " + std::to_string(t.size(0)) + " (the checkpoint's positions)";
+      return invalid_argument(what + " is " + shape_text(t.sizes()) + (hf.transposed ? " (transposed back)" : "") +
+                              " but the model's " + ours + " is " + shape_text(full) + "; " + fix);
+    }
+    p.copy_(shard.take(t).to(p.dtype()));
+  }
+  return Status();
+}
+
+}  // namespace harp::runtime

@@ -1,0 +1,81 @@
+// Metrics lines, progress lines and the measured plan (see metrics.h).
+#include "harp/runtime/io/metrics.h"
+
+#include <chrono>
+#include <cstdio>
+
+#include "harp/common/document.h"
+#include "harp/launch/progress.h"
+#include "harp/plan/closed_form.h"
+
+namespace harp::runtime {
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+StatusOr<MetricsLog> MetricsLog::open(const std::string& out_dir, bool writer, bool append) {
+  MetricsLog m;
+  m.writer_ = writer;
+  if (!writer) return m;
+  const std::string path = out_dir + "/metrics.jsonl";
+  m.file_.open(path, append ? std::ios::app : std::ios::trunc);
+  if (!m.file_) return io_error(shown_path(path) + ": cannot open for writing");
+  return m;
+}
+
+void MetricsLog::write(const StepMetrics& m, bool progress, std::ostream& log) {
+  if (!writer_) return;
+  const double tokens_per_s = m.tokens / m.iteration_s;
+  Json line = {{"step", m.step},
+               {"loss", m.loss},
+               {"grad_norm", m.grad_norm},
+               {"iteration_s", m.iteration_s},
+               {"tokens_per_s", tokens_per_s},
+               {"tflops", m.flops / m.iteration_s / 1e12},
+               {"lr", m.lr},
+               {"busy_fraction", m.busy_fraction},
+               {launch::kProgressWallKey, unix_now()}};
+  if (m.resumed_from >= 0) line[launch::kProgressResumedKey] = m.resumed_from;
+  if (m.stopping_at >= 0) line[launch::kProgressStoppedKey] = m.stopping_at;
+  if (m.loss_scale > 0) {
+    line["loss_scale"] = m.loss_scale;
+    line["skipped"] = m.skipped;
+  }
+  file_ << line.dump() << "\n" << std::flush;
+  if (!progress) return;
+  char buf[240];
+  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s%s\n", m.step + 1,
+                m.total_steps, m.loss, m.iteration_s * 1e3, tokens_per_s,
+                m.skipped ? "  (update skipped: the scaled gradients overflowed; loss scale halved)" : "");
+  log << buf << std::flush;
+}
+
+void MetricsLog::write_eval(int steps_done, double val_loss, bool progress, std::ostream& log) {
+  if (!writer_) return;
+  file_ << Json({{"eval_after_steps", steps_done}, {"val_loss", val_loss}}).dump() << "\n" << std::flush;
+  if (!progress) return;
+  char buf[120];
+  std::snprintf(buf, sizeof buf, "validation after %d steps: loss %.4f\n", steps_done, val_loss);
+  log << buf << std::flush;
+}
+
+plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,
+                         const std::vector<double>& bwd_s) {
+  plan::Plan measured = plan;
+  for (int s = 0; s < measured.num_stages(); ++s) {
+    auto& st = measured.stages[s];
+    st.fwd_s = fwd_s[s];
+    st.bwd_s = bwd_s[s];
+    st.comm_s = st.comm_latency_s = 0;  // loopback: microseconds
+    st.allreduce_s = st.optimizer_s = 0;
+    st.cost_source = "measured";
+  }
+  measured.predicted = plan::closed_form(measured);
+  return measured;
+}
+
+}  // namespace harp::runtime

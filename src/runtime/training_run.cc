@@ -1,0 +1,187 @@
+// One rank's training run (see training_run.h).
+#include "harp/runtime/training_run.h"
+
+#include "harp/common/document.h"
+#include "harp/common/format.h"
+#include "harp/runtime/comm/comm.h"
+#include "harp/runtime/exec/data.h"
+#include "harp/runtime/exec/device.h"
+#include "harp/runtime/exec/memory.h"
+#include "harp/runtime/io/run_folder.h"
+#include "harp/runtime/nn/trainable.h"
+#include "harp/runtime/trainer.h"
+#include "harp/schedule/generators.h"
+#include "harp/sim/run_report.h"
+
+namespace harp::runtime {
+
+struct TrainingRun::State {
+  RunRequest r;
+  std::ostream* log = nullptr;
+  std::unique_ptr<TokenSource> data, val_data;
+  torch::Device device{torch::kCPU};
+  TrainOptions options;
+  std::unique_ptr<RunDirLock> lock;
+  std::unique_ptr<Transport> comm;
+};
+
+namespace {
+
+// A token file the model can read: ids below its vocabulary, at least one sample long.
+StatusOr<std::unique_ptr<TokenSource>> open_tokens(const std::string& path, const model::GptConfig& g) {
+  HARP_ASSIGN_OR_RETURN(std::unique_ptr<TokenSource> d, open_token_file(path));
+  if (d->vocab_limit() > g.vocab)
+    return failed_precondition(path + " has token ids up to " + std::to_string(d->vocab_limit() - 1) +
+                               " but the model's vocabulary is " + std::to_string(g.vocab) +
+                               "; use a model with vocab >= " + std::to_string(d->vocab_limit()));
+  if (d->size() < static_cast<std::int64_t>(g.seq_len) + 2)
+    return failed_precondition(path + " holds " + std::to_string(d->size()) + " tokens, fewer than one sample of " +
+                               std::to_string(g.seq_len) +
+                               " + 2; use a longer token file (harp data prepare) or a shorter seq_len");
+  return d;
+}
+
+// The training data: seeded synthetic tokens or a token file, and the validation file.
+Status open_data(TrainingRun::State* s) {
+  const config::TrainConfig& c = s->r.config;
+  const model::GptConfig& g = s->r.model.gpt;
+  if (c.data == "synthetic") {
+    if (g.vocab > 65536)
+      return failed_precondition("synthetic tokens are uint16 but the model's vocabulary is " +
+                                 std::to_string(g.vocab) + "; use a token file, or a model with vocab <= 65536");
+    s->data = synthetic_tokens(c.seed, 1 << 20, g.vocab);
+  } else {
+    HARP_ASSIGN_OR_RETURN(s->data, open_tokens(c.data, g));
+  }
+  if (!c.val_data.empty()) {
+    HARP_ASSIGN_OR_RETURN(s->val_data, open_tokens(c.val_data, g));
+  }
+  return Status();
+}
+
+// The rank's device (cuda:LOCAL_RANK, as torchrun's ranks take theirs; CUDA ranks exchange
+// tensors over NCCL) and the rules of its dtypes.
+Status open_device(TrainingRun::State* s) {
+  const config::TrainConfig& c = s->r.config;
+  HARP_ASSIGN_OR_RETURN(s->device, resolve_device(c.device, s->r.env.local_rank));
+  HARP_RETURN_IF_ERROR(check_dtype_on_device(c.dtype, s->device));
+  if (s->device.is_cpu() && c.grad_reduce_dtype == config::GradReduceDtype::kBFloat16)
+    return failed_precondition("grad_reduce_dtype bfloat16 needs NCCL, and this rank runs on the CPU (Gloo cannot "
+                               "all-reduce bfloat16); use float16 or float32");
+  if (s->device.is_cuda() && !C10dTransport::nccl_available())
+    return failed_precondition("this build has no NCCL (its libtorch lacks USE_C10D_NCCL); use --device cpu, or "
+                               "build against a CUDA libtorch (docs/runtime.md, \"GPUs\")");
+  if (s->device.is_cuda()) set_current_device(s->device);
+  retain_freed_memory();
+  set_compute_threads(c.threads, torch_dtype(c.dtype));
+  // One rank per process: its tensor memory is the process's (summary.json "memory").
+  install_counting_allocator();
+  return Status();
+}
+
+// summary.json: the prediction beside the measurement, memory per stage, checkpoints.
+Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, const sim::PredictionReport& report) {
+  const plan::Plan& p = s.r.plan;
+  Json j;
+  j["plan"] = s.r.plan_file;
+  j["strategy"] = p.strategy;
+  j["schedule"] = plan::schedule_kind_name(p.schedule);
+  j["planned_schedule"] = plan::schedule_kind_name(s.r.planned_schedule);
+  j["stages"] = p.num_stages();
+  j["ranks"] = s.r.env.world_size;
+  j["steps"] = summary.losses.size();
+  j["predicted_s"] = report.predicted_s;
+  j["closed_form_s"] = report.closed_form_s;
+  j["measured_median_s"] = report.measured_s;
+  j["measured_mean_s"] = summary.mean_iteration_s;
+  j["error"] = report.error;
+  j["emulated"] = s.options.exec.emulate && report.emulated_stages;
+  j["testbed"] = s.r.env.testbed;
+  j["cost_source"] = p.cost_source;
+  j["final_loss"] = summary.losses.empty() ? Json() : Json(summary.losses.back());
+  if (!summary.val_losses.empty()) j["val_loss"] = summary.val_losses.back().second;
+  // Tensor memory per stage: the plan's figure for the launch counts this run used
+  // beside the measured one (the counting allocator; first replica of each stage).
+  const std::vector<int> counts = schedule::launch_counts_for(p, p.schedule);
+  Json memory = Json::array();
+  for (int i = 0; i < p.num_stages() && i < static_cast<int>(summary.peak_bytes.size()); ++i) {
+    const plan::Stage& st = p.stages[i];
+    memory.push_back({{"stage", i},
+                      {"launch_count", counts[i]},
+                      {"predicted_static_bytes", st.memory_static_bytes},
+                      {"predicted_activation_bytes", st.activation_bytes},
+                      {"predicted_bytes", st.memory_static_bytes + counts[i] * st.activation_bytes},
+                      {"measured_base_bytes", summary.base_bytes[i]},
+                      {"measured_peak_bytes", summary.peak_bytes[i]}});
+  }
+  j["memory"] = memory;
+  // Rank 0's checkpoints: what the step waited and how long the write took.
+  Json checkpoints = Json::array();
+  for (const CheckpointTiming& ct : summary.checkpoints)
+    checkpoints.push_back({{"step", ct.step}, {"blocked_s", ct.blocked_s}, {"write_s", ct.write_s}});
+  j["checkpoints"] = checkpoints;
+  j["async_checkpoints"] = s.options.async_checkpoints;
+  j["stopped_at"] = summary.stopped_at >= 0 ? Json(summary.stopped_at) : Json();
+  return j;
+}
+
+}  // namespace
+
+TrainingRun::TrainingRun(std::unique_ptr<State> state) : s_(std::move(state)) {}
+TrainingRun::~TrainingRun() = default;
+
+StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::open(RunRequest request, std::ostream& log) {
+  auto s = std::make_unique<State>();
+  s->r = std::move(request);
+  s->log = &log;
+  const config::TrainConfig& c = s->r.config;
+  const launch::WorkerEnv& env = s->r.env;
+  HARP_RETURN_IF_ERROR(check_plan_matches_model(s->r.plan, s->r.model));
+  HARP_ASSIGN_OR_RETURN(RankLayout layout, layout_for(s->r.plan, env.world_size, env.rank));
+  HARP_RETURN_IF_ERROR(open_data(s.get()));
+  HARP_RETURN_IF_ERROR(open_device(s.get()));
+  s->options = train_options(c);
+  s->options.exec.device = s->device;
+  s->options.measure_memory = s->device.is_cpu();  // the counting allocator sees the CPU's tensors only
+  s->options.resume = s->r.resume;
+  s->options.val_data = s->val_data.get();
+  s->options.stop_requested = s->r.stop_requested;
+  s->options.exec.emulate = c.emulate || env.emulate;  // harp launch --emulate
+  if (env.clock_origin_ns > 0) s->options.exec.clock_origin_ns = env.clock_origin_ns;  // one clock for all ranks
+  if (env.rank == 0) {
+    HARP_ASSIGN_OR_RETURN(s->lock, RunDirLock::take(c.out));
+  }
+  const auto timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
+  s->comm = C10dTransport::create(store_from_env(env.rank, env.world_size, timeout), layout, timeout,
+                                  s->r.model.gpt.tied_embeddings, s->device);
+  return std::unique_ptr<TrainingRun>(new TrainingRun(std::move(s)));
+}
+
+Status TrainingRun::run() {
+  State& s = *s_;
+  const config::TrainConfig& c = s.r.config;
+  const plan::Plan& p = s.r.plan;
+  const model::ModelSpec& m = s.r.model;
+  std::ostream& log = *s.log;
+  const bool rank0 = s.r.env.rank == 0;
+  if (rank0 && c.progress)
+    log << "training " << m.gpt.name << " (k = " << m.gpt.granularity << ", " << m.num_layers() << " layers) on "
+        << s.r.env.world_size << " ranks, " << p.num_stages() << " stages, schedule "
+        << plan::schedule_kind_name(p.schedule) << ", B = " << p.microbatches << " x " << p.microbatch_size
+        << (s.device.is_cuda() ? ", on CUDA (NCCL)" : "") << (s.options.exec.emulate ? ", emulating slower devices" : "")
+        << (!s.r.env.testbed.empty() ? ", links shaped by testbed " + s.r.env.testbed : std::string()) << "\n";
+  HARP_ASSIGN_OR_RETURN(TrainSummary summary, train(m, p, *s.comm, *s.data, s.options, log));
+  if (!rank0) return Status();
+  if (c.progress)
+    log << "done: " << summary.losses.size() << " steps, median " << fmt_time(summary.median_iteration_s)
+        << "/step (mean " << fmt_time(summary.mean_iteration_s) << "), " << fmt("%.0f", summary.tokens_per_s)
+        << " tokens/s; metrics in " << c.out << "/metrics.jsonl\n";
+  // The plan's own claim beside the measurement (sim/run_report.h).
+  const sim::PredictionReport report = sim::predict_against_measured(p, summary.median_iteration_s);
+  if (c.progress && report.predicted_s > 0 && report.measured_s > 0)
+    log << sim::prediction_line(report, p, s.r.planned_schedule, s.options.exec.emulate) << "\n";
+  // The same figures for scripts (make demo's table, bench/): OUT/summary.json.
+  return write_text_file_atomic(c.out + "/summary.json", summary_json(s, summary, report).dump(2) + "\n");
+}
+
+}  // namespace harp::runtime
