@@ -16,12 +16,17 @@ function(harp_add_library name)
   target_link_libraries(harp_${name} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# harp_add_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT s] [SERIAL])
+# harp_add_test(NAME SOURCES ... DEPS ... LABELS ... [TIMEOUT s] [SERIAL] [COST c])
 # SERIAL: ctest runs these alone (timing tests: a test on the other core would skew them).
+# COST: ctest starts tests in decreasing cost where it has no timings of its own yet (a
+# fresh clone, CI); the default 0 leaves the order to ctest.
 function(harp_add_test name)
-  cmake_parse_arguments(ARG "SERIAL" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "TIMEOUT;COST" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 120)
+  endif()
+  if(NOT ARG_COST)
+    set(ARG_COST 0)
   endif()
   add_executable(${name} ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${HARP_WARNINGS})
@@ -32,6 +37,6 @@ function(harp_add_test name)
     HARP_BINARY_DIR="${PROJECT_BINARY_DIR}")
   target_link_libraries(${name} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
   gtest_discover_tests(${name}
-    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${ARG_SERIAL}
+    PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT} RUN_SERIAL ${ARG_SERIAL} COST ${ARG_COST}
     DISCOVERY_TIMEOUT 60)
 endfunction()

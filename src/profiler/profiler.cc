@@ -18,6 +18,7 @@
 #include "harp/common/check.h"
 #include "harp/profile/unique_layers.h"
 #include "harp/runtime/comm/comm.h"
+#include "harp/runtime/comm/rendezvous.h"
 #include "harp/runtime/exec/emulation.h"
 #include "harp/runtime/nn/gpt.h"
 #include "harp/runtime/exec/memory.h"

@@ -4,6 +4,7 @@
 #include "harp/common/document.h"
 #include "harp/common/format.h"
 #include "harp/runtime/comm/comm.h"
+#include "harp/runtime/comm/rendezvous.h"
 #include "harp/runtime/exec/data.h"
 #include "harp/runtime/exec/device.h"
 #include "harp/runtime/exec/memory.h"
@@ -152,7 +153,7 @@ StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::open(RunRequest request, std
     HARP_ASSIGN_OR_RETURN(s->lock, RunDirLock::take(c.out));
   }
   const auto timeout = std::chrono::milliseconds(static_cast<long long>(c.timeout_s * 1000));
-  s->comm = C10dTransport::create(store_from_env(env.rank, env.world_size, timeout), layout, timeout,
+  s->comm = C10dTransport::create(rendezvous_store(env, timeout), layout, timeout,
                                   s->r.model.gpt.tied_embeddings, s->device);
   return std::unique_ptr<TrainingRun>(new TrainingRun(std::move(s)));
 }

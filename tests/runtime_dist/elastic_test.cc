@@ -184,7 +184,7 @@ TEST(Elastic, AcrossTwoMachinesAKilledRankContinuesOnThree) {
   ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", cpu_cluster(4)).ok());
   const int every = 4, steps = 40;
   ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", tiny_job(steps, every)).ok());
-  const std::string out = dir + "/run", port = std::to_string(free_port());
+  const std::string out = dir + "/run", port = std::to_string(free_port_run(4));  // a port per restart
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(150);
   auto node = [&](int r) {
     const std::string n = std::to_string(r);

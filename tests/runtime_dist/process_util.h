@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -32,6 +33,28 @@ inline int free_port() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+// A port P of 127.0.0.1 with P .. P + count - 1 all free, below the kernel's ephemeral
+// range (32768 and up), where no other test's connections take ports meanwhile: for a
+// launcher that moves to the next port on each restart (harp launch --elastic --nnodes).
+inline int free_port_run(int count) {
+  auto bindable = [](int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    return ok;
+  };
+  for (int base = 20000 + static_cast<int>(getpid() % 1000) * 10; base + count < 32768; base += 7) {
+    bool all = true;
+    for (int p = base; p < base + count && all; ++p) all = bindable(p);
+    if (all) return base;
+  }
+  return free_port();
 }
 
 struct Child {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "harp/runtime/comm/comm.h"
+#include "harp/runtime/comm/rendezvous.h"
 #include "harp/runtime/comm/mem_transport.h"
 #include "testutil/tiny_gpt.h"
 

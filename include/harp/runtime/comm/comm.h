@@ -60,14 +60,4 @@ class C10dTransport : public Transport {
   std::string aborted_;  // the reason, once aborted
 };
 
-// The store for a rank. With HARP_STORE_FILE (set by harp launch): a c10d FileStore at
-// that path, so a local run listens on no socket for its rendezvous. Otherwise the
-// torchrun way: a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it unless
-// TORCHELASTIC_USE_AGENT_STORE says the agent does), which listens on every interface
-// and answers anyone (docs/runtime.md). Wrapped in a prefix of the restart count.
-// Throws RuntimeFailure (one line) for a bad MASTER_PORT or a failed rendezvous.
-c10::intrusive_ptr<c10d::Store> store_from_env(int rank, int world_size, std::chrono::milliseconds timeout);
-// An in-process store for thread ranks (tests).
-c10::intrusive_ptr<c10d::Store> hash_store();
-
 }  // namespace harp::runtime
