@@ -131,6 +131,16 @@ void add_train_command(CLI::App& root, Context& ctx) {
     o->apply.push_back([&f, field](config::TrainConfig& c) { c.*field = f.*field; });
   };
   using C = config::TrainConfig;
+  // A setting named in its table (config/names.h): the flag takes the names alone (CLI11
+  // checks them, and its help lists them) and is parsed into the field when given.
+  auto named = [&](const char* flag, auto C::*field, const char* help) {
+    auto text = std::make_shared<std::string>(config::name_of(f.*field));
+    CLI::Option* opt = cmd->add_option(flag, *text, help)
+                           ->check(CLI::IsMember(config::names_of<std::decay_t<decltype(f.*field)>>()))
+                           ->capture_default_str();
+    o->overrides.push_back(opt);
+    o->apply.push_back([text, field](C& c) { config::parse_name(*text, &(c.*field)); });
+  };
   over(cmd->add_option("--data", f.data, "Token file (.bin) or `synthetic`")->capture_default_str(), &C::data);
   over(cmd->add_option("--steps", f.steps, "Training steps")->capture_default_str(), &C::steps);
   over(cmd->add_option("--seed", f.seed, "Seed of weights and data")->capture_default_str(), &C::seed);
@@ -139,30 +149,15 @@ void add_train_command(CLI::App& root, Context& ctx) {
        &C::warmup_steps);
   over(cmd->add_option("--grad-clip", f.grad_clip, "Max global gradient norm (0: off)")->capture_default_str(),
        &C::grad_clip);
-  over(cmd->add_option("--dtype", f.dtype,
-                       "float32, float64, bfloat16 or float16 (the last two: float32 master weights; float16 on CUDA)")
-           ->transform(CLI::CheckedTransformer(config::name_map<config::Dtype>()))
-           ->default_str(config::name_of(f.dtype)),
-       &C::dtype);
-  over(cmd->add_option("--device", f.device, "auto (cuda:LOCAL_RANK when CUDA is there), cpu or cuda")
-           ->transform(CLI::CheckedTransformer(config::name_map<config::Device>()))
-           ->default_str(config::name_of(f.device)),
-       &C::device);
-  over(cmd->add_option("--loss-scale", f.loss_scale, "Dynamic loss scaling: auto (on for float16), dynamic or none")
-           ->transform(CLI::CheckedTransformer(config::name_map<config::LossScale>()))
-           ->default_str(config::name_of(f.loss_scale)),
-       &C::loss_scale);
-  over(cmd->add_option("--grad-reduce-dtype", f.grad_reduce_dtype,
-                       "dtype of the data-parallel gradient all-reduce: auto (the gradients'), float32, float16 or "
-                       "bfloat16 (NCCL only)")
-           ->transform(CLI::CheckedTransformer(config::name_map<config::GradReduceDtype>()))
-           ->default_str(config::name_of(f.grad_reduce_dtype)),
-       &C::grad_reduce_dtype);
-  over(cmd->add_option("--recompute", f.recompute,
-                       "Activation recomputation: plan (each stage as the plan says), none, selective or full")
-           ->transform(CLI::CheckedTransformer(config::name_map<config::RunRecompute>()))
-           ->default_str(config::name_of(f.recompute)),
-       &C::recompute);
+  named("--dtype", &C::dtype,
+        "float32, float64, bfloat16 or float16 (the last two: float32 master weights; float16 on CUDA)");
+  named("--device", &C::device, "auto (cuda:LOCAL_RANK when CUDA is there), cpu or cuda");
+  named("--loss-scale", &C::loss_scale, "Dynamic loss scaling: auto (on for float16), dynamic or none");
+  named("--grad-reduce-dtype", &C::grad_reduce_dtype,
+        "dtype of the data-parallel gradient all-reduce: auto (the gradients'), float32, float16 or bfloat16 (NCCL "
+        "only)");
+  named("--recompute", &C::recompute,
+        "Activation recomputation: plan (each stage as the plan says), none, selective or full");
   over(cmd->add_option("--out", f.out, "Output folder: metrics, traces, checkpoints")->capture_default_str(),
        &C::out);
   over(cmd->add_option("--checkpoint-every", f.checkpoint_every, "Checkpoint every K steps (0: never)"),
