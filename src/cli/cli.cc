@@ -16,6 +16,30 @@ int Context::fail(const char* command, const Status& status) {
 
 namespace {
 
+bool is_allocation_failure(const std::string& what) {
+  return what.find("can't allocate memory") != std::string::npos ||
+         what.find("out of memory") != std::string::npos || what.find("std::bad_alloc") != std::string::npos;
+}
+
+constexpr const char* kOutOfMemory =
+    "out of memory; the input asks for more than this machine has (see docs/file_formats.md, Limits)";
+
+}  // namespace
+
+int Context::fail(const char* command, const std::exception& e) {
+  std::string what = e.what();
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr || is_allocation_failure(what)) {
+    err << "harp " << command << ": " << kOutOfMemory << "\n";
+    return rc = kExitInput;
+  }
+  what = what.substr(0, what.find('\n'));
+  if (what.size() > 400) what = what.substr(0, 400) + "...";
+  err << "harp " << command << ": " << what << "\n";
+  return rc = kExitInput;
+}
+
+namespace {
+
 std::vector<std::pair<std::string, AddCommand>>& registered() {
   static std::vector<std::pair<std::string, AddCommand>> commands;
   return commands;
@@ -89,6 +113,22 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   Context ctx{out, err};
   CLI::App app{"harp: plan, simulate and train pipelines on heterogeneous GPU clusters", "harp"};
   build_app(app, ctx);
+  // An unknown command is named (CLI11 would say "A subcommand is required", and print the
+  // top-level help with exit 0 for `harp generat --help`).
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      known = known || sub->get_name() == word;
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      err << "harp: unknown command '" << word.substr(0, 40) << (word.size() > 40 ? "..." : "")
+          << "'; the commands are " << names << " (run `harp --help`)\n";
+      return kExitUsage;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const std::bad_alloc&) {
@@ -112,8 +152,15 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
     err << "harp " << where << "error: " << e.what() << " (run `harp " << where << "--help`)\n";
     return kExitUsage;
   } catch (const std::exception& e) {
-    // Every input error is a Status with its own message; reaching here is a bug.
-    err << "harp: internal error (a bug in HARP; please report it with the command): " << e.what() << "\n";
+    // Every input error is a Status with its own message; reaching here is a bug (or an
+    // allocation failure libtorch reports as its own error). One line either way.
+    std::string what = e.what();
+    if (is_allocation_failure(what)) {
+      err << "harp: " << kOutOfMemory << "\n";
+      return kExitInput;
+    }
+    what = what.substr(0, what.find('\n'));
+    err << "harp: internal error (a bug in HARP; please report it with the command): " << what.substr(0, 400) << "\n";
     return kExitInput;
   }
   return ctx.rc;

@@ -4,10 +4,15 @@
 // runtime reads (harp/data/token_file.h): raw uint16 (nanoGPT) or llm.c's headed file
 // (uint16, or uint32 when the vocabulary exceeds 65,536). With a validation fraction the
 // last F of the tokens go to the validation file, as nanoGPT splits. Torch-free.
+#include <unistd.h>
+
+#include <cstdio>
 #include <filesystem>
 
 #include "commands.h"
+#include "validators.h"
 #include "harp/common/document.h"
+#include "harp/data/prepare.h"
 #include "harp/data/token_file.h"
 #include "harp/data/tokenizer.h"
 
@@ -40,33 +45,24 @@ int run_data_prepare(const Opts& o, Context& ctx) {
                                                      std::to_string(vocab) +
                                                      " does not fit raw uint16 tokens; pass --format llmc "
                                                      "(llm.c's uint32 file)"));
-  const std::string val_output = o.val_output.empty() ? default_val_output(o.output) : o.val_output;
-  if (o.val_fraction > 0 && std::filesystem::path(val_output) == std::filesystem::path(o.output))
-    return ctx.fail("data prepare", invalid_argument("--val-output " + val_output +
-                                                     " is the training output; name another file"));
-  auto text = read_text_file(o.input, std::int64_t{1} << 30);
-  if (!text.ok()) return ctx.fail("data prepare", text.status());
-  if (text->empty())
-    return ctx.fail("data prepare", invalid_argument(o.input + ": input is empty; nothing to tokenise"));
-  std::vector<std::uint32_t> tokens = (*tokenizer)->encode(*text);
-  std::vector<std::uint32_t> val;
-  if (o.val_fraction > 0) {
-    const auto n = static_cast<std::int64_t>(static_cast<double>(tokens.size()) * o.val_fraction);
-    if (n < 1 || n >= static_cast<std::int64_t>(tokens.size()))
-      return ctx.fail("data prepare",
-                      invalid_argument("--val-fraction " + std::to_string(o.val_fraction) + " of " +
-                                       std::to_string(tokens.size()) + " tokens leaves " +
-                                       (n < 1 ? "no validation token" : "no training token") +
-                                       "; pass a fraction that keeps both parts non-empty"));
-    val.assign(tokens.end() - n, tokens.end());
-    tokens.resize(tokens.size() - static_cast<size_t>(n));
-  }
-  Status s = data::write_tokens(tokens, format, o.output);
-  if (s.ok() && !val.empty()) s = data::write_tokens(val, format, val_output);
-  if (!s.ok()) return ctx.fail("data prepare", s);
-  ctx.out << "wrote " << tokens.size() << " tokens (" << (*tokenizer)->describe() << "; "
+  data::PrepareOptions p;
+  p.input = o.input;
+  p.output = o.output;
+  p.format = format;
+  p.val_fraction = o.val_fraction;
+  p.val_output = o.val_output.empty() ? default_val_output(o.output) : o.val_output;
+  // Long inputs show progress on a terminal; pipes and tests stay quiet.
+  if (isatty(STDERR_FILENO))
+    p.progress = [](std::int64_t done, std::int64_t total) {
+      std::fprintf(stderr, "\r  tokenising: %lld of %lld MiB", static_cast<long long>(done >> 20),
+                   static_cast<long long>(total >> 20));
+    };
+  auto r = data::prepare_tokens(**tokenizer, p);
+  if (p.progress) std::fprintf(stderr, "\r\033[K");
+  if (!r.ok()) return ctx.fail("data prepare", r.status());
+  ctx.out << "wrote " << r->tokens << " tokens (" << (*tokenizer)->describe() << "; "
           << data::token_format_name(format) << ") to " << o.output;
-  if (!val.empty()) ctx.out << " and " << val.size() << " validation tokens to " << val_output;
+  if (r->val_tokens > 0) ctx.out << " and " << r->val_tokens << " validation tokens to " << p.val_output;
   ctx.out << "\n";
   return kExitOk;
 }
@@ -87,7 +83,7 @@ void add_data_command(CLI::App& root, Context& ctx) {
                       "byte (default); a SentencePiece .model; a tokenizer.json (BPE); or a folder with "
                       "tokenizer.json, tokenizer.model or vocab.json + merges.txt");
   prepare->add_option("--val-fraction", o->val_fraction, "Put the last fraction of the tokens in a validation file")
-      ->check(CLI::Range(0.0, 0.5));
+      ->check(real(0, 0.5));
   prepare->add_option("--val-output", o->val_output, "Validation token file (default: OUTPUT with _val)");
   prepare->callback([o, &ctx] { ctx.rc = run_data_prepare(*o, ctx); });
 }

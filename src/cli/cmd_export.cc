@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "validators.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/io/checkpoint.h"
 #include "harp/runtime/io/hf_weights.h"
@@ -56,7 +57,7 @@ void add_export_command(CLI::App& root, Context& ctx) {
       ->required();
   cmd->add_option("--plan", o->plan_file, "The plan the run trained (its model)")->required();
   cmd->add_option("--model", o->model, "Model preset or file (default: the plan's)");
-  cmd->add_option("--step", o->step, "Checkpoint step (default: the latest)")->check(CLI::PositiveNumber);
+  cmd->add_option("--step", o->step, "Checkpoint step (default: the latest)")->check(whole(1));
   cmd->add_option("--format", o->format, "safetensors (Hugging Face GPT-2 or LLaMA names and config.json)")
       ->check(CLI::IsMember({"safetensors"}));
   cmd->add_option("-o,--output", o->output, "Folder to write model.safetensors and config.json into")->required();

@@ -10,6 +10,7 @@
 
 #include "cmd_launch.h"
 #include "commands.h"
+#include "validators.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/launch/launcher.h"
 #include "harp/launch/worker_env.h"
@@ -127,43 +128,46 @@ int run_launch(const Opts& o, Context& ctx) {
   }
   if (!result.ok()) return ctx.fail("launch", result.status());
   ctx.err << "harp launch: " << result->summary << "\n";
-  ctx.rc = result->exit_code;
-  return ctx.rc;
+  return ctx.rc = documented_exit(result->exit_code);
 }
 
 }  // namespace
+
+int documented_exit(int worker_code) {
+  return worker_code >= kExitOk && worker_code <= kExitCheck ? worker_code : kExitInput;
+}
 
 void add_launch_command(CLI::App& root, Context& ctx) {
   auto* cmd = root.add_subcommand("launch", "Run N local worker processes with the torchrun variables");
   auto o = std::make_shared<Opts>();
   cmd->add_option("--nproc", o->nproc, "Number of worker processes (ranks); with --plan, the plan's by default")
-      ->check(CLI::PositiveNumber);
+      ->check(whole(1, 1 << 16));
   cmd->add_option("--testbed", o->testbed_file,
                   "Cluster file: run each rank in its device's namespace of the emulated cluster (harp testbed)");
   cmd->add_option("--plan", o->plan_file, "With --testbed: the plan the ranks run, for their devices");
   cmd->add_option("--testbed-prefix", o->prefix, "With --testbed: the testbed's namespace prefix");
   cmd->add_option("--nnodes", o->nnodes, "Machines (launchers) taking part, each with --nproc workers")
       ->capture_default_str()
-      ->check(CLI::Range(1, 65536));
+      ->check(whole(1, 65536));
   cmd->add_option("--node-rank", o->node_rank, "This machine's rank, 0..nnodes-1 (its workers: ranks "
                                                "node_rank*nproc ..)")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0, 65535));
   cmd->add_option("--master-addr", o->master_addr, "Node 0's address: rank 0 hosts the rendezvous store there")
       ->capture_default_str();
   cmd->add_option("--master-port", o->master_port, "The rendezvous port on node 0 (the same on every node)")
       ->capture_default_str()
-      ->check(CLI::Range(1, 65535));
+      ->check(whole(1, 65535));
   cmd->add_flag("--elastic", o->elastic,
                 "Re-plan over the surviving devices and resume from the last checkpoint when ranks are lost");
   cmd->add_option("--job", o->job_file, "With --elastic: the job (cluster, model, planner options, training)");
   cmd->add_option("--max-restarts", o->max_restarts, "With --elastic: restarts before giving up")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole(0, 1000));
   cmd->add_flag("--emulate", o->emulate, "Set HARP_EMULATE=1: apply the plan's emulated device slowdowns");
   cmd->add_option("--grace-s", o->grace_s, "Seconds between SIGTERM and SIGKILL when a worker fails")
       ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
+      ->check(real(0, 3600, false, "s"));
   // A positional vector: after `--` CLI11 hands it every word, flags included.
   cmd->add_option("command", o->command, "Worker command and its arguments, after `--`")->required();
   cmd->callback([o, &ctx] { ctx.rc = run_launch(*o, ctx); });

@@ -15,4 +15,9 @@ namespace harp::cli {
 // job's cluster and planner options). Returns the exit code.
 int run_elastic(launch::ElasticOptions options, Context& ctx);
 
+// harp launch's exit code for a worker's (docs/errors.md): a documented code of harp's
+// own (1-4) passes through; any other status (127: command not found; 128 + N: killed by
+// signal N) is 1, the failure itself named in the launcher's summary line.
+int documented_exit(int worker_code);
+
 }  // namespace harp::cli

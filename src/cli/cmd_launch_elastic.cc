@@ -25,7 +25,7 @@ int run_elastic(launch::ElasticOptions o, Context& ctx) {
   };
   launch::ElasticController controller(o, job->cluster, plan, reread, launch::Launcher::local(),
                                        launch::Clock::system());
-  return ctx.rc = controller.run(ctx.out, ctx.err);
+  return ctx.rc = documented_exit(controller.run(ctx.out, ctx.err));
 }
 
 }  // namespace harp::cli

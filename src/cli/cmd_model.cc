@@ -1,5 +1,6 @@
 // `harp model show FILE|PRESET`: the fine-grained layer sequence.
 #include "commands.h"
+#include "validators.h"
 #include "harp/model/model_spec.h"
 #include "harp/common/table.h"
 
@@ -59,7 +60,7 @@ void add_model_command(CLI::App& root, Context& ctx) {
   auto o = std::make_shared<Opts>();
   show->add_option("model", o->what, "Model file or preset (gpt-tiny, gpt-125m ... gpt-76b)")->required();
   show->add_option("--granularity", o->granularity, "Sub-layers per block, 1-4 (default: the file's, or 1)")
-      ->check(CLI::Range(1, 4));
+      ->check(whole(1, 4));
   show->callback([o, &ctx] { ctx.rc = run_model_show(o->what, o->granularity, ctx); });
 }
 

@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "commands.h"
+#include "harp/common/document.h"
+#include "validators.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/common/format.h"
 #include "harp/job/job.h"
@@ -106,6 +108,11 @@ StatusOr<planner::PlanOutcome> plan_for(const Opts& o, Context& ctx) {
 
 int run_plan(const Opts& o, Context& ctx) {
   const bool table_mode = !o.costs_files.empty() || !o.cluster_file.empty();
+  if (!o.output.empty()) {
+    std::vector<std::string> inputs = {o.job_file, o.cluster_file, o.profile_file, o.calibrate_file};
+    inputs.insert(inputs.end(), o.costs_files.begin(), o.costs_files.end());
+    if (Status s = check_output_path(o.output, inputs, "--output"); !s.ok()) return ctx.fail("plan", s);
+  }
   if (table_mode == !o.job_file.empty() || (table_mode && (o.costs_files.empty() || o.cluster_file.empty()))) {
     ctx.err << "harp plan: give either --job FILE, or --cluster FILE with --costs FILE... and --microbatches N "
                "or --global-batch G\n";
@@ -170,17 +177,19 @@ void add_plan_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--costs", o->costs_files,
                   "Explicit cost tables (JSON), with --cluster; several (one per microbatch size) are swept");
   cmd->add_option("--global-batch", o->global_batch, "Samples per iteration, with --costs: B = G / microbatch size")
-      ->check(CLI::PositiveNumber);
+      ->check(whole(1, 1 << 30));
   cmd->add_option("--profile", o->profile_file, "Profile DB (JSON) of measured layer times, with --job");
   cmd->add_option("--calibrate", o->calibrate_file,
                   "A run's measured_plan.json: scale the costs per device type to predict its stage times (--job)");
   cmd->add_option("--strategy", o->strategy, "harp, homogeneous or uniform (default: the job's, else harp)")
       ->check(CLI::IsMember({"harp", "uniform", "homogeneous"}));
   cmd->add_flag("--compare", o->compare, "Print harp, homogeneous and uniform side by side");
-  cmd->add_option("--microbatches", o->microbatches, "Microbatches per iteration, or auto");
-  cmd->add_option("--granularity", o->granularity, "Sub-layers per block 1-4, or auto (--job only)");
+  cmd->add_option("--microbatches", o->microbatches, "Microbatches per iteration, or auto")
+      ->check(whole_or_auto(1, 1 << 16));
+  cmd->add_option("--granularity", o->granularity, "Sub-layers per block 1-4, or auto (--job only)")
+      ->check(whole_or_auto(1, 4));
   o->max_tp_flag = cmd->add_option("--max-tp", o->max_tp, "Largest tensor-parallel degree (default: devices per node)")
-      ->check(CLI::PositiveNumber);
+      ->check(whole(1, 1024));
   o->allow_idle_flag = cmd->add_flag("--allow-idle-devices", o->allow_idle, "Let the plan leave devices unused");
   o->fixed_order_flag = cmd->add_option("--fixed-order", o->fixed_order, "Keep the subcluster order (false: search it)")
       ->capture_default_str();

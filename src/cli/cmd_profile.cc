@@ -3,6 +3,7 @@
 // this machine (`harp profile check`), merge profile DBs from several machines (`merge`)
 // and import other tools' measurements (`import`, torch-free). Formats in
 // docs/file_formats.md.
+#include "validators.h"
 #include "cmd_profile.h"
 
 #include <memory>
@@ -119,11 +120,11 @@ void add_profile_command(CLI::App& root, Context& ctx) {
                   "emulated device types)");
   cmd->add_option("--microbatch-sizes", o->microbatch_sizes, "Samples per device to measure (default: the job's)")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber);
+      ->check(whole(1, 1 << 16));
   cmd->add_flag("--per-layer", o->per_layer, "Measure every layer, not one per signature (for comparison)");
   cmd->add_flag("--quick", o->quick, "Fewer repetitions: a smoke run, not a profile to plan with");
   cmd->add_option("--threads", o->threads, "Intra-op threads (default: the job's training.threads)")
-      ->check(CLI::Range(1, 256));
+      ->check(whole(1, 256));
   cmd->callback([cmd, o, &ctx] {
     if (!cmd->get_subcommands().empty()) return;
     if (o->job_file.empty() || o->output.empty()) {
@@ -138,7 +139,7 @@ void add_profile_command(CLI::App& root, Context& ctx) {
   auto c = std::make_shared<ProfileOpts>();
   check->add_option("--plan", c->plan_file, "Plan (JSON)")->required();
   check->add_flag("--quick", c->quick, "Fewer repetitions");
-  check->add_option("--threads", c->threads, "Intra-op threads (default 1)")->check(CLI::Range(1, 256));
+  check->add_option("--threads", c->threads, "Intra-op threads (default 1)")->check(whole(1, 256));
   check->callback([c, &ctx] { run_hook(g_check, "profile check", *c, ctx); });
 
   auto* links = cmd->add_subcommand(
@@ -164,7 +165,7 @@ void add_profile_command(CLI::App& root, Context& ctx) {
   imp->add_option("--gpu", i->gpus, "SRC=DEVICE: import GPU SRC as device type DEVICE (repeatable; given, only these GPUs)");
   imp->add_option("--as", i->as, "profile (default) or cost-table")->check(CLI::IsMember({"profile", "cost-table"}));
   imp->add_option("--microbatch-size", i->microbatch_size, "With --as cost-table: the table's microbatch size")
-      ->check(CLI::PositiveNumber);
+      ->check(whole(1, 1 << 16));
   imp->add_option("-o,--output", i->output, "File to write")->required();
   imp->callback([i, &ctx] { ctx.rc = run_import(*i, ctx); });
 }

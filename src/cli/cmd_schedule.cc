@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "commands.h"
+#include "validators.h"
 #include "harp/plan/closed_form.h"
 #include "harp/schedule/grid.h"
 #include "harp/schedule/lower_plan.h"
@@ -67,13 +68,13 @@ void add_schedule_command(CLI::App& root, Context& ctx) {
   cmd->require_subcommand(1, 1);
   auto* show = cmd->add_subcommand("show", "Print the per-rank grid of a schedule");
   auto o = std::make_shared<Opts>();
-  show->add_option("--stages", o->stages, "Pipeline stages S")->required()->check(CLI::Range(1, 4096));
+  show->add_option("--stages", o->stages, "Pipeline stages S")->required()->check(whole(1, 4096));
   show->add_option("--microbatches", o->microbatches, "Microbatches per iteration M")
-      ->required()->check(CLI::Range(1, 1 << 20));
+      ->required()->check(whole(1, 1 << 20));
   show->add_option("--kind", o->kind, "gpipe, 1f1b or harp-1f1b")
       ->check(CLI::IsMember(plan::schedule_kind_names()))->capture_default_str();
   show->add_option("--launch-counts", o->launch_counts, "Launch count per stage, e.g. 3,2,1")
-      ->delimiter(',')->check(CLI::PositiveNumber);
+      ->delimiter(',')->check(whole(1, 1 << 20));
   show->add_flag("--lowered", o->lowered, "Also print the lowered action lists (with SEND/RECV)");
   show->callback([o, &ctx] { ctx.rc = run_schedule_show(*o, ctx); });
 }

@@ -1,6 +1,7 @@
 // `harp simulate --plan FILE`: generate, lower, validate and simulate a plan's schedule;
 // print the prediction next to the closed form, optionally write a trace and an SVG.
 #include "commands.h"
+#include "harp/common/document.h"
 #include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
 #include "harp/sim/run.h"
@@ -20,6 +21,10 @@ struct Opts {
 };
 
 int run_simulate(const Opts& o, Context& ctx) {
+  // Checked before any work: an output that is the plan would destroy it.
+  for (const auto& [flag, file] : {std::pair{"--trace", o.trace_file}, {"--svg", o.svg_file}})
+    if (!file.empty())
+      if (Status s = check_output_path(file, {o.plan_file}, flag); !s.ok()) return ctx.fail("simulate", s);
   auto p = plan::load_plan(o.plan_file);
   if (!p.ok()) return ctx.fail("simulate", p.status());
   plan::ScheduleKind kind = p->schedule;

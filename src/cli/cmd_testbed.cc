@@ -3,6 +3,7 @@
 // so in one line and exits 3 (the machine cannot do what was asked); `status` and
 // `down` still work where `ip` runs.
 #include "commands.h"
+#include "validators.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/common/document.h"
 #include "harp/testbed/probe.h"
@@ -143,9 +144,9 @@ void add_testbed_command(CLI::App& root, Context& ctx) {
   });
   auto* probe = add("probe", "Time messages over every link (sizes x traffic patterns) against the link model");
   probe->add_option("--sizes", o->sizes, "Message sizes (e.g. 1K,16K,1M; default 1K to 4M)")->delimiter(',');
-  probe->add_option("--repeats", o->repeats, "Timed messages per cell")->check(CLI::Range(2, 1000));
+  probe->add_option("--repeats", o->repeats, "Timed messages per cell")->check(whole(2, 1000));
   probe->add_option("--max-message-s", o->max_message_s, "Skip sizes whose modelled time exceeds this")
-      ->check(CLI::Range(0.001, 60.0));
+      ->check(real(0.001, 60, false, "s"));
   probe->add_option("--csv", o->csv_file, "Write the rows as CSV");
   probe->add_option("--svg", o->svg_file, "Draw measured / model against size, per link");
   probe->callback([o, &ctx] { ctx.rc = run_probe(*o, ctx); });

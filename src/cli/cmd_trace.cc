@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "commands.h"
+#include "validators.h"
 #include "harp/schedule/timeline.h"
 #include "harp/sim/run_check.h"
 #include "harp/sim/svg.h"
@@ -114,9 +115,9 @@ void add_trace_command(CLI::App& root, Context& ctx) {
   runs->add_option("--baseline", r->baseline, "The run the speedups are over (default: the uniform plan's)");
   runs->add_option("--check", r->check, "Require this run to beat every baseline by --min-speedup (exit 4 if not)");
   runs->add_option("--min-speedup", r->min_speedup, "With --check: the speedup required, measured")
-      ->check(CLI::Range(1.0, 100.0));
+      ->check(real(1, 100));
   runs->add_option("--max-error", r->max_error, "Require every prediction within this fraction of its measurement")
-      ->check(CLI::Range(0.0, 10.0));
+      ->check(real(0, 10));
   runs->callback([r, &ctx] { ctx.rc = run_runs(*r, ctx); });
 }
 

@@ -6,10 +6,13 @@
 #include <atomic>
 #include <csignal>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <thread>
 
 #include "commands.h"
+#include "validators.h"
+#include "validators.h"
 #include "harp/job/job.h"
 #include "harp/launch/worker_env.h"
 #include "harp/plan/plan_io.h"
@@ -31,8 +34,10 @@ struct Opts {
   std::vector<std::function<void(config::TrainConfig&)>> apply;  // same order
 };
 
-// The job's training section (or the defaults), then every flag the user gave.
-StatusOr<config::TrainConfig> resolve_config(const Opts& o) {
+// The job's training section (or the defaults; checked with the job), then every flag
+// the user gave. A combination the flags made invalid is the command line's error (exit
+// 2, `*usage`), not the job file's.
+StatusOr<config::TrainConfig> resolve_config(const Opts& o, bool* usage) {
   config::TrainConfig c;
   if (!o.job_file.empty()) {
     HARP_ASSIGN_OR_RETURN(job::Job job, job::load_job(o.job_file));
@@ -41,7 +46,9 @@ StatusOr<config::TrainConfig> resolve_config(const Opts& o) {
   for (size_t i = 0; i < o.overrides.size(); ++i)
     if (o.overrides[i]->count() > 0) o.apply[i](c);
   if (o.quiet) c.progress = false;
-  HARP_RETURN_IF_ERROR(c.validate(o.job_file.empty() ? "the command line" : o.job_file + " and the command line"));
+  Status s = c.validate(o.job_file.empty() ? "the command line" : o.job_file + " with the command line's flags");
+  *usage = !s.ok();
+  HARP_RETURN_IF_ERROR(s);
   return c;
 }
 
@@ -75,8 +82,12 @@ int run_train(const Opts& o, Context& ctx) {
   g_stop_requested = false;
   take_stop_requests_on_one_thread();
   runtime::RunRequest r;
-  auto config = resolve_config(o);
-  if (!config.ok()) return ctx.fail("train", config.status());
+  bool usage = false;
+  auto config = resolve_config(o, &usage);
+  if (!config.ok()) {
+    ctx.fail("train", config.status());
+    return ctx.rc = usage ? kExitUsage : ctx.rc;
+  }
   r.config = *config;
   auto p = plan::load_plan(o.plan_file);
   if (!p.ok()) return ctx.fail("train", p.status());
@@ -94,7 +105,9 @@ int run_train(const Opts& o, Context& ctx) {
   r.plan = std::move(*p);
   r.plan_file = o.plan_file;
   r.model = std::move(*m);
-  r.env = launch::WorkerEnv::from_env();
+  auto env = launch::WorkerEnv::from_env();
+  if (!env.ok()) return ctx.fail("train", env.status());
+  r.env = *env;
   r.resume = o.resume;
   r.stop_requested = [] { return g_stop_requested.load(); };
   const int rank = r.env.rank;
@@ -103,11 +116,9 @@ int run_train(const Opts& o, Context& ctx) {
     if (!run.ok()) return ctx.fail("train", run.status());
     if (Status s = (*run)->run(); !s.ok()) return ctx.fail("train", s);
   } catch (const runtime::RuntimeFailure& e) {
-    ctx.err << "harp train: " << e.what() << "\n";
-    return ctx.rc = kExitInput;
+    return ctx.fail("train", e);
   } catch (const std::exception& e) {
-    ctx.err << "harp train: rank " << rank << ": " << e.what() << "\n";
-    return ctx.rc = kExitInput;
+    return ctx.fail(("train: rank " + std::to_string(rank)).c_str(), e);
   }
   return kExitOk;
 }
@@ -121,7 +132,7 @@ void add_train_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--model", o->model, "Model preset or file (default: the plan's model)");
   cmd->add_option("--schedule", o->schedule, "Run the plan under another schedule: gpipe, 1f1b, harp-1f1b");
   cmd->add_option("--granularity", o->granularity, "Sub-layers per block (default: from the plan)")
-      ->check(CLI::Range(1, 4));
+      ->check(whole(1, 4));
   cmd->add_option("--job", o->job_file, "Job file whose training: section is the base configuration");
   // Overrides of the training section (docs/file_formats.md, "Job"): only the given ones
   // apply, each copying its field from the flag values into the resolved config.
@@ -142,12 +153,16 @@ void add_train_command(CLI::App& root, Context& ctx) {
     o->apply.push_back([text, field](C& c) { config::parse_name(*text, &(c.*field)); });
   };
   over(cmd->add_option("--data", f.data, "Token file (.bin) or `synthetic`")->capture_default_str(), &C::data);
-  over(cmd->add_option("--steps", f.steps, "Training steps")->capture_default_str(), &C::steps);
-  over(cmd->add_option("--seed", f.seed, "Seed of weights and data")->capture_default_str(), &C::seed);
-  over(cmd->add_option("--lr", f.lr, "Peak learning rate")->capture_default_str(), &C::lr);
-  over(cmd->add_option("--warmup-steps", f.warmup_steps, "Linear warm-up steps")->capture_default_str(),
+  over(cmd->add_option("--steps", f.steps, "Training steps")->capture_default_str()->check(whole(1, 1 << 30)), &C::steps);
+  over(cmd->add_option("--seed", f.seed, "Seed of weights and data")
+           ->capture_default_str()
+           ->check(whole(0, std::numeric_limits<std::int64_t>::max())), &C::seed);
+  over(cmd->add_option("--lr", f.lr, "Peak learning rate")->capture_default_str()->check(in_quantity(quantity::kLearningRate)), &C::lr);
+  over(cmd->add_option("--warmup-steps", f.warmup_steps, "Linear warm-up steps")->capture_default_str()->check(whole(1, 1 << 30)),
        &C::warmup_steps);
-  over(cmd->add_option("--grad-clip", f.grad_clip, "Max global gradient norm (0: off)")->capture_default_str(),
+  over(cmd->add_option("--grad-clip", f.grad_clip, "Max global gradient norm (0: off)")
+           ->capture_default_str()
+           ->check(in_quantity(quantity::kGradClip)),
        &C::grad_clip);
   named("--dtype", &C::dtype,
         "float32, float64, bfloat16 or float16 (the last two: float32 master weights; float16 on CUDA)");
@@ -160,9 +175,9 @@ void add_train_command(CLI::App& root, Context& ctx) {
         "Activation recomputation: plan (each stage as the plan says), none, selective or full");
   over(cmd->add_option("--out", f.out, "Output folder: metrics, traces, checkpoints")->capture_default_str(),
        &C::out);
-  over(cmd->add_option("--checkpoint-every", f.checkpoint_every, "Checkpoint every K steps (0: never)"),
+  over(cmd->add_option("--checkpoint-every", f.checkpoint_every, "Checkpoint every K steps (0: never)")->check(whole(0, 1 << 30)),
        &C::checkpoint_every);
-  over(cmd->add_option("--keep-checkpoints", f.keep_checkpoints, "Keep the newest K checkpoints (0: all)"),
+  over(cmd->add_option("--keep-checkpoints", f.keep_checkpoints, "Keep the newest K checkpoints (0: all)")->check(whole(0, 1 << 20)),
        &C::keep_checkpoints);
   over(cmd->add_option("--async-checkpoints", f.async_checkpoints,
                        "true: write checkpoints behind the next steps; false: before them")
@@ -170,11 +185,14 @@ void add_train_command(CLI::App& root, Context& ctx) {
        &C::async_checkpoints);
   cmd->add_flag("--resume", o->resume, "Continue from the last checkpoint in --out");
   over(cmd->add_option("--trace-steps", f.trace_steps, "Steps whose measured timeline is written, e.g. 3,4")
-           ->delimiter(','),
+           ->delimiter(',')
+           ->check(whole(0, 1 << 30)),
        &C::trace_steps);
-  over(cmd->add_option("--timeout-s", f.timeout_s, "Give up on a peer after this long")->capture_default_str(),
+  over(cmd->add_option("--timeout-s", f.timeout_s, "Give up on a peer after this long")
+           ->capture_default_str()
+           ->check(in_quantity(quantity::kTimeoutS)),
        &C::timeout_s);
-  over(cmd->add_option("--threads", f.threads, "Intra-op threads per rank")->capture_default_str(), &C::threads);
+  over(cmd->add_option("--threads", f.threads, "Intra-op threads per rank")->capture_default_str()->check(whole(1, 256)), &C::threads);
   over(cmd->add_flag("--emulate", f.emulate, "Apply the plan's emulated device slowdowns"), &C::emulate);
   over(cmd->add_option("--init-from", f.init_from,
                        "Hugging Face GPT-2 or LLaMA weights: a .safetensors file or a folder (model.safetensors or the "
@@ -183,9 +201,12 @@ void add_train_command(CLI::App& root, Context& ctx) {
   over(cmd->add_option("--val-data", f.val_data, "Validation token file (harp data prepare --val-fraction)"),
        &C::val_data);
   over(cmd->add_option("--eval-every", f.eval_every, "Validation loss every K steps and after the last")
-           ->capture_default_str(),
+           ->capture_default_str()
+           ->check(whole(1, 1 << 30)),
        &C::eval_every);
-  over(cmd->add_option("--eval-batches", f.eval_batches, "Global batches per validation")->capture_default_str(),
+  over(cmd->add_option("--eval-batches", f.eval_batches, "Global batches per validation")
+           ->capture_default_str()
+           ->check(whole(1, 100000)),
        &C::eval_batches);
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->callback([o, &ctx] { ctx.rc = run_train(*o, ctx); });

@@ -31,6 +31,9 @@ struct Context {
 
   // Prints "harp <cmd>: <message>" to err and returns the exit code for the status.
   int fail(const char* command, const Status& status);
+  // An exception out of a library (libtorch's carry a stack trace): its first line, and
+  // exit 1; an allocation failure is named as one, with the limits to check.
+  int fail(const char* command, const std::exception& e);
 };
 
 // Runs `harp` with the given arguments; returns the exit code. Never exits.

@@ -3,12 +3,15 @@
 #include <set>
 
 #include "harp/common/fields.h"
+#include "harp/common/quantities.h"
 
 namespace harp::cluster {
 namespace {
 
 // Far beyond any cluster; they keep every count and id inside an int.
 constexpr std::int64_t kMaxNodes = 1 << 16, kMaxDevicesPerNode = 1 << 10;
+// What the planner is sized for (docs/file_formats.md, Limits: measured times there).
+constexpr std::int64_t kMaxDevices = 1 << 16, kMaxSubclusters = 1 << 10;
 
 constexpr const char* kVersionFix = "set `version: 1` at the top of the file";
 
@@ -16,9 +19,15 @@ constexpr const char* kVersionFix = "set `version: 1` at the top of the file";
 // {bandwidth_gbps, latency_ms} between subclusters: the usual magnitudes of each.
 Link read_link(FieldReader& r, const std::string& latency_key) {
   Link l;
-  l.bandwidth_gbps = r.positive("bandwidth_gbps");
+  l.bandwidth_gbps = read_quantity(r, "bandwidth_gbps", quantity::kBandwidthGbps);
+  const bool in_us = latency_key == "latency_us";
   double lat = r.non_negative(latency_key, 0.0);
-  l.latency_s = latency_key == "latency_us" ? us_to_s(lat) : ms_to_s(lat);
+  l.latency_s = in_us ? us_to_s(lat) : ms_to_s(lat);
+  if (!r.failed() && !in_range(quantity::kLatencyS, l.latency_s))
+    r.fail(latency_key, number_text(lat), in_us ? "a link latency must be between 0 and 1e+07 us (10 s)"
+                                                : "a link latency must be between 0 and 10000 ms (10 s)",
+           in_us ? "use e.g. 5 (a fast link) (docs/file_formats.md, Ranges)"
+                 : "use e.g. 0.5 (a slow link) (docs/file_formats.md, Ranges)");
   return l;
 }
 
@@ -40,13 +49,10 @@ Status read_device(const Json& node, const std::string& file, const std::string&
                    DeviceType* d) {
   FieldReader r(node, file, path);
   d->name = r.string("name");
-  d->peak_tflops = r.positive("peak_tflops");
-  d->memory_gib = r.positive("memory_gib");
-  d->memory_bandwidth_gbs = r.positive("memory_bandwidth_gbs");
-  d->emulated_slowdown = r.number("emulated_slowdown", 1.0);
-  if (!r.failed() && d->emulated_slowdown < 1.0)
-    r.fail("emulated_slowdown", Json(d->emulated_slowdown).dump(), "must be at least 1",
-           "use 1 for a real device, or a factor > 1 to emulate a slower one");
+  d->peak_tflops = read_quantity(r, "peak_tflops", quantity::kPeakTflops);
+  d->memory_gib = read_quantity(r, "memory_gib", quantity::kMemoryGib);
+  d->memory_bandwidth_gbs = read_quantity(r, "memory_bandwidth_gbs", quantity::kMemoryBandwidthGbs);
+  d->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
   return r.finish();
 }
 
@@ -88,7 +94,12 @@ StatusOr<Cluster> parse_cluster(const Json& node, const std::string& file,
     return field_error(file, spath, subs ? subs->dump() : "",
                        "must be a non-empty list of subclusters",
                        "add at least one `{name, device, nodes, devices_per_node, intra_node}`");
+  if (static_cast<std::int64_t>(subs->size()) > kMaxSubclusters)
+    return field_error(file, spath, "a list of " + std::to_string(subs->size()),
+                       "has more than " + std::to_string(kMaxSubclusters) + " subclusters",
+                       "merge subclusters of one device type and link");
   std::set<std::string> names;
+  std::int64_t devices = 0;
   for (size_t i = 0; i < subs->size(); ++i) {
     std::string ipath = join_path(spath, "[" + std::to_string(i) + "]");
     FieldReader sr((*subs)[i], file, ipath);
@@ -99,6 +110,11 @@ StatusOr<Cluster> parse_cluster(const Json& node, const std::string& file,
     s.nodes = static_cast<int>(sr.integer("nodes", 1, std::nullopt, kMaxNodes));
     s.devices_per_node = static_cast<int>(sr.integer("devices_per_node", 1, std::nullopt, kMaxDevicesPerNode));
     if (sr.failed()) return sr.finish();
+    devices += static_cast<std::int64_t>(s.nodes) * s.devices_per_node;
+    if (devices > kMaxDevices)
+      return field_error(file, ipath, std::to_string(s.nodes) + " x " + std::to_string(s.devices_per_node) + " devices",
+                         "brings the cluster past " + std::to_string(kMaxDevices) + " devices in all",
+                         "describe at most " + std::to_string(kMaxDevices) + " devices (plan a part of the cluster)");
     if (!names.insert(s.name).second)
       return field_error(file, join_path(ipath, "name"), Json(s.name).dump(),
                          "is used by another subcluster", "give each subcluster its own name");

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -80,6 +81,13 @@ Json yaml_to_json(const YAML::Node& node, int depth, YamlBudget& budget) {
         if (!kv.first.IsScalar()) {
           budget.error = "has a key that is not a plain value (line " + std::to_string(kv.first.Mark().line + 1) +
                          "); use names as keys";
+          return nullptr;
+        }
+        if (out.contains(kv.first.Scalar())) {
+          const std::string& key = kv.first.Scalar();
+          budget.error = "line " + std::to_string(kv.first.Mark().line + 1) + ": the key `" +
+                         (key.size() <= 60 ? key : key.substr(0, 60) + "...") +
+                         "` appears twice in one mapping; keep one (YAML keeps neither reliably)";
           return nullptr;
         }
         out[kv.first.Scalar()] = yaml_to_json(kv.second, depth + 1, budget);
@@ -181,6 +189,7 @@ std::string kind_of(mode_t mode) {
 // stat() before open(): a device is refused without being opened at all (opening some
 // has side effects); read_text_file's fstat() then guards against a swap in between.
 Status check_input_file(const std::string& path, std::int64_t max_bytes) {
+  HARP_RETURN_IF_ERROR(check_path_text(path));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0)
     return io_error(shown_path(path) + ": cannot open: " + std::strerror(errno) + "; check the path");
@@ -193,6 +202,14 @@ Status check_input_file(const std::string& path, std::int64_t max_bytes) {
 }
 
 }  // namespace
+
+Status check_path_text(const std::string& path) {
+  if (path.empty()) return invalid_argument("a file name is empty; name a file");
+  if (path.find('\0') != std::string::npos)
+    return invalid_argument(shown_path(path.substr(0, path.find('\0'))) +
+                            "...: the file name contains a NUL byte; no file can have it, remove it");
+  return Status();
+}
 
 StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_bytes) {
   HARP_RETURN_IF_ERROR(check_input_file(path, max_bytes));
@@ -228,7 +245,11 @@ StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_b
 StatusOr<Json> parse_yaml_text(const std::string& text, const std::string& name) {
   HARP_RETURN_IF_ERROR(check_text(text, name, /*yaml=*/true));
   try {
-    YAML::Node root = YAML::Load(text);
+    const std::vector<YAML::Node> docs = YAML::LoadAll(text);
+    if (docs.size() > 1)
+      return invalid_argument(name + ": holds " + std::to_string(docs.size()) +
+                              " YAML documents (separated by ---); a HARP file is one document, keep the first");
+    YAML::Node root = docs.empty() ? YAML::Node() : docs[0];
     YamlBudget budget;
     Json out = yaml_to_json(root, 0, budget);
     if (!budget.error.empty()) return invalid_argument(name + ": " + budget.error);
@@ -261,11 +282,45 @@ StatusOr<Json> load_document(const std::string& path) {
   return parse_json_text(text, shown_path(path));
 }
 
+Status check_output_path(const std::string& path, const std::vector<std::string>& inputs, const std::string& flag) {
+  namespace fs = std::filesystem;
+  const std::string who = flag.empty() ? "" : flag + " ";
+  if (path.empty()) return invalid_argument(who + "names no file; give a file name");
+  if (path.find('\0') != std::string::npos) return check_path_text(path);
+  const fs::path target(path);
+  if (target.filename().empty() || target.filename() == "." || target.filename() == "..")
+    return invalid_argument(who + shown_path(path) + ": names a folder, not a file; add a file name");
+  if (target.filename().string().size() > 255)
+    return invalid_argument(who + shown_path(path) + ": its name is " +
+                            std::to_string(target.filename().string().size()) +
+                            " bytes; a file name has at most 255; use a shorter name");
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (!S_ISREG(st.st_mode))
+      return invalid_argument(who + shown_path(path) + ": is " + kind_of(st.st_mode) +
+                              "; HARP writes regular files only (a rename would replace it), give a file name");
+    for (const std::string& in : inputs) {
+      std::error_code ec;
+      if (!in.empty() && fs::equivalent(target, fs::path(in), ec) && !ec)
+        return invalid_argument(who + shown_path(path) + ": is the input " + shown_path(in) +
+                                "; writing it would destroy what is read, name another file");
+    }
+  }
+  return Status();
+}
+
+std::string temporary_path_for(const std::string& path) {
+  static std::atomic<unsigned> counter{0};
+  const std::filesystem::path target(path);
+  const std::string name = ".harp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".tmp";
+  return (target.has_parent_path() ? target.parent_path() / name : std::filesystem::path(name)).string();
+}
+
 Status write_text_file_atomic(const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
+  HARP_RETURN_IF_ERROR(check_output_path(path));
   const fs::path target(path);
-  fs::path tmp = target;
-  tmp += ".tmp." + std::to_string(::getpid());
+  const fs::path tmp = temporary_path_for(path);
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0)
     return io_error(shown_path(path) + ": cannot open for writing: " + std::strerror(errno) +

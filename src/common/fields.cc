@@ -9,10 +9,12 @@ std::string field_message(const std::string& file, const std::string& path,
                           const std::string& fix) {
   std::string m = file.empty() ? std::string("<input>") : shown_path(file);
   m += ": " + (path.empty() ? std::string("<root>") : path);
-  // Values are quoted from the input: keep one readable line.
-  if (!value.empty()) m += " = " + (value.size() <= 120 ? value : value.substr(0, 120) + "...");
-  m += ": " + rule;
-  if (!fix.empty()) m += "; fix: " + fix;
+  // Values, and names inside rules and fixes, are quoted from the input: keep one
+  // readable line whatever their length.
+  auto clip = [](const std::string& s, size_t most) { return s.size() <= most ? s : s.substr(0, most) + "..."; };
+  if (!value.empty()) m += " = " + clip(value, 120);
+  m += ": " + clip(rule, 400);
+  if (!fix.empty()) m += "; fix: " + clip(fix, 600);
   return m;
 }
 
@@ -136,6 +138,11 @@ std::string FieldReader::string(const std::string& key, std::optional<std::strin
   }
   if (!v->is_string()) {
     fail(key, v->dump(), "must be text", "quote the value");
+    return def.value_or("");
+  }
+  // A NUL byte would end the text early wherever it is used as a name or a path.
+  if (v->get_ref<const std::string&>().find('\0') != std::string::npos) {
+    fail(key, v->dump(), "contains a NUL byte", "remove the \\u0000 (or \\0) from the text");
     return def.value_or("");
   }
   return v->get<std::string>();

@@ -3,7 +3,9 @@
 #include "harp/common/sha256.h"
 
 #include <cstdint>
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 namespace harp {
 namespace {
@@ -48,25 +50,43 @@ void compress(std::uint32_t h[8], const unsigned char* block) {
 
 }  // namespace
 
-std::string sha256_hex(const std::string& data) {
-  std::uint32_t h[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
-                        0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
-  const auto* p = reinterpret_cast<const unsigned char*>(data.data());
-  const size_t n = data.size();
-  size_t i = 0;
-  for (; i + 64 <= n; i += 64) compress(h, p + i);
+Sha256::Sha256()
+    : h_{0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19} {}
+
+void Sha256::update(const void* data, std::size_t n) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  total_ += n;
+  if (used_ > 0) {
+    const std::size_t take = std::min<std::size_t>(64 - used_, n);
+    std::memcpy(block_ + used_, p, take);
+    used_ += take, p += take, n -= take;
+    if (used_ < 64) return;
+    compress(h_, block_);
+    used_ = 0;
+  }
+  for (; n >= 64; p += 64, n -= 64) compress(h_, p);
+  std::memcpy(block_, p, n);
+  used_ = n;
+}
+
+std::string Sha256::hex() {
   // Padding: 0x80, zeros, then the bit length as a 64-bit big-endian number.
   unsigned char tail[128] = {};
-  const size_t rest = n - i;
-  for (size_t k = 0; k < rest; ++k) tail[k] = p[i + k];
-  tail[rest] = 0x80;
-  const size_t blocks = rest + 1 + 8 <= 64 ? 1 : 2;
-  const std::uint64_t bits = static_cast<std::uint64_t>(n) * 8;
+  std::memcpy(tail, block_, used_);
+  tail[used_] = 0x80;
+  const std::size_t blocks = used_ + 1 + 8 <= 64 ? 1 : 2;
+  const std::uint64_t bits = total_ * 8;
   for (int k = 0; k < 8; ++k) tail[blocks * 64 - 1 - k] = static_cast<unsigned char>(bits >> (8 * k));
-  for (size_t b = 0; b < blocks; ++b) compress(h, tail + 64 * b);
+  for (std::size_t b = 0; b < blocks; ++b) compress(h_, tail + 64 * b);
   char out[65];
-  for (int k = 0; k < 8; ++k) std::snprintf(out + 8 * k, 9, "%08x", h[k]);
+  for (int k = 0; k < 8; ++k) std::snprintf(out + 8 * k, 9, "%08x", h_[k]);
   return std::string(out, 64);
+}
+
+std::string sha256_hex(const std::string& data) {
+  Sha256 s;
+  s.update(data.data(), data.size());
+  return s.hex();
 }
 
 }  // namespace harp

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "harp/common/fields.h"
+#include "harp/common/quantities.h"
 
 namespace harp::config {
 namespace {
@@ -27,15 +28,14 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
   };
   if (data.empty()) return bad("data", data, "must name a token file or be `synthetic`", "write `data: synthetic`");
   if (steps < 1) return bad("steps", steps, "must be at least 1", "train for 1 or more steps");
-  if (!std::isfinite(lr) || lr <= 0) return bad("lr", lr, "must be a finite number above 0", "use e.g. 3e-4");
-  if (!std::isfinite(min_lr) || min_lr < 0 || min_lr > lr)
-    return bad("min_lr", min_lr, "must be finite, >= 0 and at most lr", "use 0 (lr / 10) or a floor below lr");
+  auto range = [&](const char* key, const Quantity& q, double v) { return check_quantity(q, v, file, join_path(path, key)); };
+  HARP_RETURN_IF_ERROR(range("lr", quantity::kLearningRate, lr));
+  HARP_RETURN_IF_ERROR(range("min_lr", quantity::kMinLearningRate, min_lr));
+  if (min_lr > lr) return bad("min_lr", min_lr, "must be at most lr", "use 0 (lr / 10) or a floor below lr");
   if (warmup_steps < 1) return bad("warmup_steps", warmup_steps, "must be at least 1", "use 1 for no warm-up");
   if (decay_steps < 0) return bad("decay_steps", decay_steps, "must be >= 0", "use 0 to decay over the run");
-  if (!std::isfinite(weight_decay) || weight_decay < 0)
-    return bad("weight_decay", weight_decay, "must be a finite number >= 0", "use e.g. 0.1");
-  if (!std::isfinite(grad_clip) || grad_clip < 0)
-    return bad("grad_clip", grad_clip, "must be a finite number >= 0", "use 1.0, or 0 to disable clipping");
+  HARP_RETURN_IF_ERROR(range("weight_decay", quantity::kWeightDecay, weight_decay));
+  HARP_RETURN_IF_ERROR(range("grad_clip", quantity::kGradClip, grad_clip));
   // The enum-like settings are valid by type (parsed from their name tables); what is
   // left are the combinations.
   if (dtype == Dtype::kFloat16 && device == Device::kCpu)
@@ -55,8 +55,7 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
                          std::to_string(trace_steps[i]), "must be a 0-based step below steps (" +
                              std::to_string(steps) + ")",
                          "trace a step the run reaches, e.g. " + std::to_string(steps > 3 ? 3 : steps - 1));
-  if (!std::isfinite(timeout_s) || timeout_s <= 0 || timeout_s > 86400)
-    return bad("timeout_s", timeout_s, "must be above 0 and at most 86400 seconds", "use e.g. 60");
+  HARP_RETURN_IF_ERROR(range("timeout_s", quantity::kTimeoutS, timeout_s));
   if (threads < 1 || threads > 256) return bad("threads", threads, "must be 1..256", "use the cores per rank");
   if (eval_every < 1) return bad("eval_every", eval_every, "must be at least 1", "use e.g. 100");
   if (eval_batches < 1 || eval_batches > 100000)
@@ -71,7 +70,8 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.data = r.string("data", c.data);
   if (c.data != "synthetic" && !c.data.empty()) c.data = resolve_relative_to(file, c.data);
   c.steps = static_cast<int>(r.integer("steps", 1, c.steps));
-  c.seed = static_cast<std::uint64_t>(r.integer("seed", 0, static_cast<std::int64_t>(c.seed)));
+  c.seed = static_cast<std::uint64_t>(
+      r.integer("seed", 0, static_cast<std::int64_t>(c.seed), std::numeric_limits<std::int64_t>::max()));
   c.lr = r.positive("lr", c.lr);
   c.min_lr = r.non_negative("min_lr", c.min_lr);
   c.warmup_steps = static_cast<int>(r.integer("warmup_steps", 1, c.warmup_steps));

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "harp/common/fields.h"
+#include "harp/common/quantities.h"
 
 namespace harp::cost {
 namespace {
@@ -15,9 +16,10 @@ Status read_times(const Json& node, const std::string& file, const std::string& 
                        "must be a list of one time per layer (" + std::to_string(L) + ")",
                        "give one number in seconds for each entry of `layers`");
   for (size_t i = 0; i < L; ++i) {
-    if (!node[i].is_number() || node[i].get<double>() < 0)
+    if (!node[i].is_number() || !in_range(quantity::kSeconds, node[i].get<double>()))
       return field_error(file, path + "[" + std::to_string(i) + "]", node[i].dump(),
-                         "must be a number of seconds >= 0", "write the layer's measured time");
+                         "must be a number of seconds, " + range_text(quantity::kSeconds),
+                         "write the layer's measured time");
     out->push_back(node[i].get<double>());
   }
   return Status();
@@ -89,6 +91,13 @@ StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) 
   const Json* layers = r.get("layers");
   const Json* devices = r.get("devices");
   HARP_RETURN_IF_ERROR(r.finish());
+  // What the largest model file can describe (1,024 blocks at granularity 4, embedding
+  // and head): planning takes seconds there (docs/file_formats.md, Limits).
+  constexpr size_t kMaxLayers = 4098;
+  if (layers != nullptr && layers->is_array() && layers->size() > kMaxLayers)
+    return field_error(file, "layers", "a list of " + std::to_string(layers->size()),
+                       "has more than " + std::to_string(kMaxLayers) + " layers, past what the planner is sized for",
+                       "merge layers (a coarser granularity)");
   if (layers == nullptr || !layers->is_array() || layers->empty())
     return field_error(file, "layers", layers ? layers->dump() : "", "must be a non-empty list",
                        "add one {name, param_bytes, output_bytes, activation_bytes} per layer");
@@ -96,13 +105,13 @@ StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) 
     FieldReader lr((*layers)[i], file, "layers[" + std::to_string(i) + "]");
     t.layer_names.push_back(lr.string("name", "layer" + std::to_string(i)));
     LayerBytes b;
-    b.param_bytes = lr.non_negative("param_bytes");
-    b.output_bytes = lr.non_negative("output_bytes");
-    b.activation_bytes = lr.non_negative("activation_bytes");
+    b.param_bytes = read_quantity(lr, "param_bytes", quantity::kBytes);
+    b.output_bytes = read_quantity(lr, "output_bytes", quantity::kBytes);
+    b.activation_bytes = read_quantity(lr, "activation_bytes", quantity::kBytes);
     // Optional, for recomputation (layer_costs.h); absent: the layer is not recomputed.
     b.block = static_cast<int>(lr.integer("block", -1, -1));
-    b.input_bytes = lr.non_negative("input_bytes", 0.0);
-    b.attention_score_bytes = lr.non_negative("attention_score_bytes", 0.0);
+    b.input_bytes = read_quantity(lr, "input_bytes", quantity::kBytes, 0.0);
+    b.attention_score_bytes = read_quantity(lr, "attention_score_bytes", quantity::kBytes, 0.0);
     b.attention_flop_fraction = lr.non_negative("attention_flop_fraction", 0.0);
     HARP_RETURN_IF_ERROR(lr.finish());
     if (b.attention_score_bytes > b.activation_bytes)

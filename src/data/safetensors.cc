@@ -216,7 +216,8 @@ Status write_safetensors(const std::string& path, const std::vector<SafetensorsT
   std::string head;
   put_le64(text.size(), &head);
   head += text;
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  HARP_RETURN_IF_ERROR(check_output_path(path));
+  const std::string tmp = temporary_path_for(path);
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) return io_error(shown_path(path) + ": cannot create " + shown_path(tmp));

@@ -7,7 +7,10 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "harp/common/document.h"
 
@@ -36,9 +39,11 @@ std::string prepare_fix(const std::string& path) {
   return "; fix: create it with `harp data prepare --input TEXT --output " + shown_path(path) + "`";
 }
 
-// The whole file, checked to be a regular file of 1 to kMaxTokenFileBytes bytes.
-StatusOr<std::string> token_file_bytes(const std::string& path) {
+// Maps the file read-only after checking it is a regular file of 1 to kMaxTokenFileBytes
+// bytes (a device or FIFO would read forever or block).
+Status map_token_file(const std::string& path, void** map, std::size_t* bytes) {
   const std::string fix = prepare_fix(path);
+  HARP_RETURN_IF_ERROR(check_path_text(path));
   struct stat st {};
   if (::stat(path.c_str(), &st) != 0) {
     const int err = errno;
@@ -46,15 +51,35 @@ StatusOr<std::string> token_file_bytes(const std::string& path) {
     return io_error(shown_path(path) + ": cannot read token file: " + std::strerror(err));
   }
   if (S_ISDIR(st.st_mode)) return invalid_argument(shown_path(path) + ": is a folder, not a token file" + fix);
-  // Regular files only (a device or FIFO would read forever or block), bounded size.
-  HARP_ASSIGN_OR_RETURN(std::string bytes, read_text_file(path, kMaxTokenFileBytes));
-  if (bytes.empty()) return invalid_argument(shown_path(path) + ": token file is empty (0 bytes)" + fix);
-  return bytes;
+  if (!S_ISREG(st.st_mode))
+    return io_error(shown_path(path) + ": is not a regular file; HARP reads token files from regular files only");
+  if (st.st_size > kMaxTokenFileBytes)
+    return io_error(shown_path(path) + ": is " + std::to_string(st.st_size) + " bytes, over the limit of " +
+                    std::to_string(kMaxTokenFileBytes) + " bytes for a token file (docs/file_formats.md, Limits); "
+                    "shard the corpus");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return io_error(shown_path(path) + ": cannot open: " + std::strerror(errno) + "; check the path");
+  struct stat fst {};
+  if (::fstat(fd, &fst) != 0 || !S_ISREG(fst.st_mode)) {
+    ::close(fd);
+    return io_error(shown_path(path) + ": is not a regular file; HARP reads token files from regular files only");
+  }
+  if (fst.st_size == 0) {
+    ::close(fd);
+    return invalid_argument(shown_path(path) + ": token file is empty (0 bytes)" + fix);
+  }
+  void* m = ::mmap(nullptr, static_cast<std::size_t>(fst.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  const int err = errno;
+  ::close(fd);
+  if (m == MAP_FAILED) return io_error(shown_path(path) + ": cannot map the token file: " + std::strerror(err));
+  *map = m;
+  *bytes = static_cast<std::size_t>(fst.st_size);
+  return Status();
 }
 
-std::uint32_t le(const std::string& b, std::size_t at, int size) {
+std::uint32_t le(const unsigned char* b, std::size_t at, int size) {
   std::uint32_t v = 0;
-  for (int i = size - 1; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(b[at + i]);
+  for (int i = size - 1; i >= 0; --i) v = (v << 8) | b[at + i];
   return v;
 }
 
@@ -73,17 +98,23 @@ const char* token_format_name(TokenFormat format) {
   return "?";
 }
 
-StatusOr<Tokens> read_tokens(const std::string& path) {
-  HARP_ASSIGN_OR_RETURN(const std::string bytes, token_file_bytes(path));
-  Tokens t;
+MappedTokens::~MappedTokens() {
+  if (map_ != nullptr) ::munmap(map_, mapped_bytes_);
+}
+
+StatusOr<std::unique_ptr<MappedTokens>> MappedTokens::open(const std::string& path) {
+  std::unique_ptr<MappedTokens> t(new MappedTokens());
+  HARP_RETURN_IF_ERROR(map_token_file(path, &t->map_, &t->mapped_bytes_));
+  const auto* bytes = static_cast<const unsigned char*>(t->map_);
+  const std::size_t n_bytes = t->mapped_bytes_;
   std::size_t start = 0;
   int size = 2;
-  const std::uint32_t magic = bytes.size() >= 4 ? le(bytes, 0, 4) : 0;
+  const std::uint32_t magic = n_bytes >= 4 ? le(bytes, 0, 4) : 0;
   if (magic == static_cast<std::uint32_t>(kLlmcMagic16) || magic == static_cast<std::uint32_t>(kLlmcMagic32)) {
     const bool wide = magic == static_cast<std::uint32_t>(kLlmcMagic32);
     const std::string what = shown_path(path) + ": an llm.c token file (magic " + std::to_string(magic) + ")";
-    if (bytes.size() < static_cast<std::size_t>(kLlmcHeaderBytes))
-      return invalid_argument(what + " of " + std::to_string(bytes.size()) + " bytes, shorter than its " +
+    if (n_bytes < static_cast<std::size_t>(kLlmcHeaderBytes))
+      return invalid_argument(what + " of " + std::to_string(n_bytes) + " bytes, shorter than its " +
                               std::to_string(kLlmcHeaderBytes) + "-byte header; the file is truncated");
     const std::uint32_t version = le(bytes, 4, 4);
     const std::uint32_t want = static_cast<std::uint32_t>(wide ? kLlmcVersion32 : kLlmcVersion16);
@@ -93,21 +124,31 @@ StatusOr<Tokens> read_tokens(const std::string& path) {
                               " tokens); rewrite it with llm.c's tools or `harp data prepare`");
     const std::uint64_t n = le(bytes, 8, 4);
     size = wide ? 4 : 2;
-    const std::uint64_t body = bytes.size() - kLlmcHeaderBytes;
+    const std::uint64_t body = n_bytes - kLlmcHeaderBytes;
     if (n == 0 || n >= (1ull << 31) || n * size != body)
       return invalid_argument(what + " says " + std::to_string(n) + " tokens (" + std::to_string(n * size) +
                               " bytes) but " + std::to_string(body) +
                               " bytes follow the header; the file is truncated or its header is wrong");
-    t.format = wide ? TokenFormat::kLlmc32 : TokenFormat::kLlmc16;
+    t->format_ = wide ? TokenFormat::kLlmc32 : TokenFormat::kLlmc16;
     start = kLlmcHeaderBytes;
-  } else if (bytes.size() % 2 != 0) {
-    return invalid_argument(shown_path(path) + ": " + std::to_string(bytes.size()) +
+  } else if (n_bytes % 2 != 0) {
+    return invalid_argument(shown_path(path) + ": " + std::to_string(n_bytes) +
                             " bytes is an odd byte count, but tokens are 2-byte little-endian "
                             "uint16 (and no llm.c header starts the file); the file is truncated or not a token file" +
                             prepare_fix(path));
   }
-  t.ids.resize((bytes.size() - start) / size);
-  for (std::size_t i = 0; i < t.ids.size(); ++i) t.ids[i] = le(bytes, start + i * size, size);
+  t->width_ = size;
+  t->tokens_ = bytes + start;
+  t->count_ = static_cast<std::int64_t>((n_bytes - start) / size);
+  return t;
+}
+
+StatusOr<Tokens> read_tokens(const std::string& path) {
+  HARP_ASSIGN_OR_RETURN(std::unique_ptr<MappedTokens> m, MappedTokens::open(path));
+  Tokens t;
+  t.format = m->format();
+  t.ids.resize(static_cast<std::size_t>(m->size()));
+  for (std::int64_t i = 0; i < m->size(); ++i) t.ids[static_cast<std::size_t>(i)] = m->at(i);
   return t;
 }
 

@@ -12,6 +12,9 @@ namespace {
 StatusOr<std::pair<Json, std::string>> section(const Json& node, const std::string& job_file,
                                                const std::string& key) {
   if (node.is_string()) {
+    if (node.get_ref<const std::string&>().empty())
+      return field_error(job_file, key, "''", "must name a file, or hold the section inline",
+                         "write `" + key + ": path/to/" + key + ".yaml`");
     std::string path = resolve_relative_to(job_file, node.get<std::string>());
     HARP_ASSIGN_OR_RETURN(Json doc, load_document(path));
     return std::make_pair(doc, path);

@@ -3,6 +3,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+
+#include <sys/stat.h>
+
+#include "harp/common/document.h"
+#include "harp/common/parse.h"
 
 namespace harp::launch {
 namespace {
@@ -41,45 +47,69 @@ std::map<std::string, std::string> WorkerEnv::to_env() const {
   return vars;
 }
 
-WorkerEnv WorkerEnv::from(const std::function<const char*(const char*)>& lookup) {
+StatusOr<WorkerEnv> WorkerEnv::from(const std::function<const char*(const char*)>& lookup) {
   WorkerEnv e;
+  Status error;
   auto text = [&](const char* name, std::string* out) {
     const char* v = lookup(name);
     if (v != nullptr && *v != '\0') *out = v;
   };
-  auto number = [&](const char* name, auto* out) {
+  auto number = [&](const char* name, auto* out, std::int64_t lo, std::int64_t hi) {
     const char* v = lookup(name);
-    if (v != nullptr && *v != '\0') *out = static_cast<std::remove_pointer_t<decltype(out)>>(std::atoll(v));
+    if (v == nullptr || *v == '\0' || !error.ok()) return;
+    auto n = parse_integer(v, lo, hi);
+    if (!n.ok()) {
+      const std::string value(v, strnlen(v, 40));
+      error = invalid_argument("the environment variable " + std::string(name) + " = '" + value +
+                               (std::strlen(v) > 40 ? "...'" : "'") + ": " + n.status().message() +
+                               "; fix: set it as a launcher does (harp launch, torchrun), or unset it");
+      return;
+    }
+    *out = static_cast<std::remove_pointer_t<decltype(out)>>(*n);
   };
-  number("RANK", &e.rank);
-  number("WORLD_SIZE", &e.world_size);
-  number("LOCAL_RANK", &e.local_rank);
-  number("LOCAL_WORLD_SIZE", &e.local_world_size);
-  number("GROUP_RANK", &e.group_rank);
+  constexpr std::int64_t kMaxRanks = 1 << 26;
+  number("RANK", &e.rank, 0, kMaxRanks - 1);
+  number("WORLD_SIZE", &e.world_size, 1, kMaxRanks);
+  number("LOCAL_RANK", &e.local_rank, 0, kMaxRanks - 1);
+  number("LOCAL_WORLD_SIZE", &e.local_world_size, 1, kMaxRanks);
+  number("GROUP_RANK", &e.group_rank, 0, kMaxRanks - 1);
   text("MASTER_ADDR", &e.master_addr);
   text("MASTER_PORT", &e.master_port);
-  number("TORCHELASTIC_RESTART_COUNT", &e.restart_count);
+  int port = 0;  // kept as text (the store takes it so), but checked here
+  number("MASTER_PORT", &port, 1, 65535);
+  number("TORCHELASTIC_RESTART_COUNT", &e.restart_count, 0, 1 << 20);
   const char* agent = lookup("TORCHELASTIC_USE_AGENT_STORE");
   e.agent_store = agent != nullptr && std::strcmp(agent, "True") == 0;
   text("GLOO_SOCKET_IFNAME", &e.gloo_ifname);
   text(kStoreFile, &e.store_file);
   text(kStoreServer, &e.store_server);
-  // A clock origin that is not a positive whole number is ignored (each rank's own clock).
-  if (const char* v = lookup(kClockOrigin); v != nullptr) {
-    char* end = nullptr;
-    const long long ns = std::strtoll(v, &end, 10);
-    if (end != v && *end == '\0' && ns > 0) e.clock_origin_ns = ns;
-  }
+  number(kClockOrigin, &e.clock_origin_ns, 1, std::numeric_limits<std::int64_t>::max() / 2);
   int emulate = 0;
-  number(kEmulate, &emulate);
+  number(kEmulate, &emulate, 0, 1);
   e.emulate = emulate != 0;
   text(kTestbed, &e.testbed);
   text(kGlooAddr, &e.gloo_addr);
   text(kSecret, &e.rendezvous_secret);
+  if (!error.ok()) return error;
+  // The rendezvous file: created by the first rank, so it may be absent, but never a
+  // folder or a special file (the store would throw from its own thread).
+  struct stat st {};
+  if (!e.store_file.empty() && ::stat(e.store_file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    return invalid_argument("the environment variable " + std::string(kStoreFile) + " = " +
+                            shown_path(e.store_file) +
+                            " is not a regular file (a folder?); fix: name a file in a private folder, as harp "
+                            "launch does, or unset it");
+  auto pair = [](const char* a, int av, const char* b, int bv) {
+    return invalid_argument("the environment variable " + std::string(a) + " = " + std::to_string(av) +
+                            " is not below " + b + " = " + std::to_string(bv) + "; fix: ranks are 0.." + b +
+                            " - 1, set both as a launcher does (harp launch, torchrun)");
+  };
+  if (e.rank >= e.world_size) return pair("RANK", e.rank, "WORLD_SIZE", e.world_size);
+  if (e.local_rank >= e.local_world_size) return pair("LOCAL_RANK", e.local_rank, "LOCAL_WORLD_SIZE", e.local_world_size);
   return e;
 }
 
-WorkerEnv WorkerEnv::from_env() {
+StatusOr<WorkerEnv> WorkerEnv::from_env() {
   return from([](const char* name) -> const char* { return std::getenv(name); });
 }
 

@@ -161,6 +161,12 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
   if (c.hidden % c.heads != 0)
     return bad("heads", c.heads, "must divide hidden (" + std::to_string(c.hidden) + ")",
                "choose heads so that hidden / heads is a whole number");
+  // Rotary embeddings turn pairs of a head's dimensions: the head size must be even.
+  if (llama && (c.hidden / c.heads) % 2 != 0)
+    return bad("heads", c.heads,
+               "makes the head size hidden / heads = " + std::to_string(c.hidden / c.heads) +
+                   ", which rotary embeddings (LLaMA) need even",
+               "choose hidden and heads so that hidden / heads is even (LLaMA models use 64 or 128)");
   if (c.seq_len < 1) return bad("seq_len", c.seq_len, "must be at least 1", "use a positive sequence length");
   if (c.vocab < 2) return bad("vocab", c.vocab, "must be at least 2", "use the tokenizer's vocabulary size");
   // Upper bounds far beyond published models (GPT-3 175B: 96 blocks, hidden 12288), so

@@ -1,6 +1,9 @@
 #include "harp/plan/plan_io.h"
 
+#include <map>
+
 #include "harp/common/fields.h"
+#include "harp/common/quantities.h"
 #include "harp/plan/closed_form.h"
 
 namespace harp::plan {
@@ -15,12 +18,12 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
                    int microbatches, Stage* s) {
   FieldReader r(node, file, path);
   if (r.failed()) return r.finish();
-  s->fwd_s = r.non_negative("fwd_s");
-  s->bwd_s = r.non_negative("bwd_s");
-  s->comm_s = r.non_negative("comm_s", 0.0);
-  s->comm_latency_s = r.non_negative("comm_latency_s", 0.0);
-  s->allreduce_s = r.non_negative("allreduce_s", 0.0);
-  s->optimizer_s = r.non_negative("optimizer_s", 0.0);
+  s->fwd_s = read_quantity(r, "fwd_s", quantity::kSeconds);
+  s->bwd_s = read_quantity(r, "bwd_s", quantity::kSeconds);
+  s->comm_s = read_quantity(r, "comm_s", quantity::kSeconds, 0.0);
+  s->comm_latency_s = read_quantity(r, "comm_latency_s", quantity::kSeconds, 0.0);
+  s->allreduce_s = read_quantity(r, "allreduce_s", quantity::kSeconds, 0.0);
+  s->optimizer_s = read_quantity(r, "optimizer_s", quantity::kSeconds, 0.0);
   s->dp = static_cast<int>(r.integer("dp", 1, 1, kMaxPlanMicrobatchSize));
   s->tp = static_cast<int>(r.integer("tp", 1, 1, 1024));
   s->launch_count = static_cast<int>(r.integer("launch_count", 1, 0));
@@ -39,14 +42,11 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
     else
       s->cut_shape = shape->get<std::vector<std::int64_t>>();
   }
-  s->memory_static_bytes = r.non_negative("memory_static_bytes", 0.0);
-  s->activation_bytes = r.non_negative("activation_bytes", 0.0);
-  s->memory_bytes = r.non_negative("memory_bytes", 0.0);
-  s->comm_bytes = r.non_negative("comm_bytes", 0.0);
-  s->emulated_slowdown = r.number("emulated_slowdown", 1.0);
-  if (!r.failed() && s->emulated_slowdown < 1.0)
-    r.fail("emulated_slowdown", Json(s->emulated_slowdown).dump(), "must be at least 1",
-           "use 1 for a real device, or a factor > 1 to emulate a slower one");
+  s->memory_static_bytes = read_quantity(r, "memory_static_bytes", quantity::kBytes, 0.0);
+  s->activation_bytes = read_quantity(r, "activation_bytes", quantity::kBytes, 0.0);
+  s->memory_bytes = read_quantity(r, "memory_bytes", quantity::kBytes, 0.0);
+  s->comm_bytes = read_quantity(r, "comm_bytes", quantity::kBytes, 0.0);
+  s->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
   if (r.failed()) return r.finish();
   s->crosses_nodes = r.boolean("crosses_nodes", true);
   if (!r.failed() && s->fwd_s + s->bwd_s <= 0)
@@ -86,6 +86,31 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
       for (const auto& d : *devs) s->devices.push_back(d.get<int>());
   }
   return r.finish();
+}
+
+// What every command that takes a plan needs of it (simulate predicts what train runs):
+// each replica holds a whole share of the microbatch, and each device runs one rank.
+Status check_runnable(const Plan& p, const std::string& file) {
+  std::map<int, int> owner;  // device -> first stage listing it
+  for (int i = 0; i < p.num_stages(); ++i) {
+    const Stage& s = p.stages[i];
+    const std::string path = "stages[" + std::to_string(i) + "]";
+    if (p.microbatch_size % s.dp != 0)
+      return field_error(file, path + ".dp", std::to_string(s.dp),
+                         "does not divide microbatch_size (" + std::to_string(p.microbatch_size) +
+                             "): each replica takes an equal whole share of a microbatch",
+                         "use a dp that divides " + std::to_string(p.microbatch_size) +
+                             ", or a microbatch_size that dp divides");
+    for (int d : s.devices) {
+      const auto [it, fresh] = owner.emplace(d, i);
+      if (!fresh)
+        return field_error(file, path + ".devices", std::to_string(d),
+                           it->second == i ? "appears twice in this stage"
+                                           : "is also a device of stages[" + std::to_string(it->second) + "]",
+                           "each device runs one rank of one stage: list every device once");
+    }
+  }
+  return Status();
 }
 
 }  // namespace
@@ -164,6 +189,7 @@ StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
   if (any_count && !all_counts)
     return field_error(file, "stages", "", "give launch_count on every stage or on none",
                        "add launch_count to the stages that lack it, or remove them all");
+  HARP_RETURN_IF_ERROR(check_runnable(p, file));
   p.predicted = closed_form(p);
   return p;
 }

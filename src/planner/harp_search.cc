@@ -88,6 +88,29 @@ std::string explain_infeasible(const StageCosts& costs, const SearchOptions& opt
          "); allow idle devices, use more devices, a smaller microbatch_size or fewer microbatches";
 }
 
+// An infeasibility the cluster's shape shows before any search: when every device must be
+// used, each stage holds at most microbatch_size x (largest tp) devices of one subcluster
+// and at least one layer, so the stages needed can outnumber the layers. "" when not.
+std::string too_few_layers(const StageCosts& costs, const SearchOptions& options) {
+  if (options.allow_idle_devices) return "";
+  std::int64_t stages = 0;
+  for (const auto& sub : costs.cluster().subclusters) {
+    int tp = 1;
+    while (tp * 2 <= sub.devices_per_node && (options.max_tp == 0 || tp * 2 <= options.max_tp)) tp *= 2;
+    const std::int64_t per_stage = static_cast<std::int64_t>(costs.microbatch_size()) * tp;
+    stages += (static_cast<std::int64_t>(sub.nodes) * sub.devices_per_node + per_stage - 1) / per_stage;
+  }
+  if (stages <= costs.num_layers()) return "";
+  return "every one of the " + std::to_string(costs.cluster().num_devices()) +
+         " devices must be used, which takes at least " + std::to_string(stages) +
+         " stages (a stage holds at most microbatch_size x tp devices of one subcluster), but the model has only " +
+         std::to_string(costs.num_layers()) + " layers; allow idle devices, use a finer granularity or a larger "
+         "microbatch_size";
+}
+
+// Searching the subcluster order tries C! orders.
+constexpr int kMaxOrderedSubclusters = 8;
+
 }  // namespace
 
 StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOptions& options) {
@@ -101,6 +124,16 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
         return invalid_argument(std::string("recomputation mode ") + recompute_name(options.recompute[i]) +
                                 " is listed twice");
   SearchResult result;
+  if (std::string why = too_few_layers(costs, options); !why.empty()) {
+    result.infeasible_reason = why;
+    result.stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return result;
+  }
+  const int C = static_cast<int>(costs.cluster().subclusters.size());
+  if (!options.fixed_order && C > kMaxOrderedSubclusters)
+    return invalid_argument("searching the subcluster order tries every one of " + std::to_string(C) +
+                            "! orders; that is done for at most " + std::to_string(kMaxOrderedSubclusters) +
+                            " subclusters: keep the file's order (fixed_order: true), or merge subclusters");
   // Subcluster orders are independent problems: search them on all cores.
   std::vector<DpProblem> problems;
   for (const auto& order : subcluster_orders(costs.cluster(), options.fixed_order)) {

@@ -70,6 +70,12 @@ StatusOr<cost::Calibration> calibration_of(const job::Job& job, const model::Mod
       return invalid_argument(shown_path(file) + ": stage " + std::to_string(i) + " ran on subcluster `" +
                               st.subcluster_name + "`, which the cluster of " + job.file +
                               " does not have; calibrate with a run on this cluster");
+    const int layers = static_cast<int>(m.layers.size());
+    if (st.first_layer < 0 || st.last_layer > layers)
+      return invalid_argument(shown_path(file) + ": stage " + std::to_string(i) + " ran layers [" +
+                              std::to_string(st.first_layer) + ", " + std::to_string(st.last_layer) + "), but the model of " +
+                              job.file + " has " + std::to_string(layers) +
+                              " layers at its granularity; calibrate with the measured_plan.json of a run of this model");
     stages.push_back({sub, st.first_layer, st.last_layer, measured.microbatch_size / std::max(1, st.dp), st.fwd_s,
                       st.bwd_s, st.recompute});
   }

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "harp/common/fields.h"
+#include "harp/common/quantities.h"
 
 namespace harp::profile {
 
@@ -75,11 +76,10 @@ Status parse_devices(const Json& devices, const std::string& file, ProfileDb* db
     d.date = r.string("date", "");
     d.model = r.string("model", "");
     d.threads = static_cast<int>(r.integer("threads", 0, 0, 4096));
-    d.emulated_slowdown = r.number("emulated_slowdown", 1.0);
-    if (!r.failed() && !(d.emulated_slowdown >= 1.0 && d.emulated_slowdown <= 1000.0))
-      r.fail("emulated_slowdown", std::to_string(d.emulated_slowdown), "must be in [1, 1000]",
-             "write the factor the times include (1: none)");
-    d.optimizer_s_per_param_byte = r.number("optimizer_s_per_param_byte", -1.0);
+    d.emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
+    // Absent: -1, "not measured" (the analytic estimate is used); given: in range.
+    d.optimizer_s_per_param_byte =
+        read_quantity(r, "optimizer_s_per_param_byte", quantity::kSecondsPerParamByte, -1.0);
     d.source = r.choice("source", {"measured", "imported"}, std::string("measured"));
     HARP_RETURN_IF_ERROR(r.finish());
     db->put_device(d);
@@ -113,13 +113,13 @@ StatusOr<ProfileDb> parse_profile_db(const Json& node, const std::string& file) 
     e.key.microbatch_size = static_cast<int>(er.integer("microbatch_size", 1));
     e.key.tp = static_cast<int>(er.integer("tp", 1, 1));
     e.layer = er.string("layer", "");
-    e.fwd_s = er.non_negative("fwd_s");
-    e.bwd_s = er.non_negative("bwd_s");
-    e.activation_bytes = er.non_negative("activation_bytes", 0.0);
-    e.output_bytes = er.non_negative("output_bytes", 0.0);
-    e.param_bytes = er.non_negative("param_bytes", 0.0);
-    e.workspace_bytes = er.non_negative("workspace_bytes", 0.0);
-    e.peak_bytes = er.non_negative("peak_bytes", 0.0);
+    e.fwd_s = read_quantity(er, "fwd_s", quantity::kSeconds);
+    e.bwd_s = read_quantity(er, "bwd_s", quantity::kSeconds);
+    e.activation_bytes = read_quantity(er, "activation_bytes", quantity::kBytes, 0.0);
+    e.output_bytes = read_quantity(er, "output_bytes", quantity::kBytes, 0.0);
+    e.param_bytes = read_quantity(er, "param_bytes", quantity::kBytes, 0.0);
+    e.workspace_bytes = read_quantity(er, "workspace_bytes", quantity::kBytes, 0.0);
+    e.peak_bytes = read_quantity(er, "peak_bytes", quantity::kBytes, 0.0);
     e.fwd_spread = er.non_negative("fwd_spread", 0.0);
     e.bwd_spread = er.non_negative("bwd_spread", 0.0);
     e.repeats = static_cast<int>(er.integer("repeats", 0, 0));

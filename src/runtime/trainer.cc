@@ -106,7 +106,8 @@ class StepStats {
 class Loop {
  public:
   Loop(const model::ModelSpec& model, const plan::Plan& plan, Executor& ex, Transport& comm,
-       const TrainOptions& options, std::ostream& log, TrainSummary& summary, MetricsLog& metrics)
+       const TrainOptions& options, std::ostream& log, TrainSummary& summary, MetricsLog& metrics,
+       const std::string& run_id)
       : plan_(plan), ex_(ex), comm_(comm), l_(comm.layout()), o_(options), log_(log),
         summary_(summary), metrics_(metrics), stats_(l_.num_stages()),
         measured_compute_(torch::zeros({2 * l_.num_stages()}, torch::kFloat64)),
@@ -115,6 +116,7 @@ class Loop {
         traced_(options.trace_steps.begin(), options.trace_steps.end()),
         tokens_(static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len),
         flops_(3.0 * model.fwd_flops_per_sample() * plan.microbatches * plan.microbatch_size) {
+    checkpoints_.set_run_id(run_id);
     timeline_.rows.push_back(
         {l_.rank, l_.stage, schedule::row_name(l_.stage, plan.stages[l_.stage].subcluster_name, l_.dp_rank, l_.dp())});
   }
@@ -183,6 +185,12 @@ class Loop {
     if (step > summary_.first_step) record_timed(r.seconds);
     summary_.losses.push_back(r.loss);
     write_metrics(step, r);
+    // Without loss scaling nothing overflows on purpose: gradients that are not finite
+    // mean the run diverged (every rank sees the same reduced norm, so all stop here).
+    if (r.skipped && !ex_.loss_scaler().enabled())
+      return failed_precondition("step " + std::to_string(step) + ": the gradients are not finite (loss " +
+                                 std::to_string(r.loss) + ") in a run without loss scaling: training diverged; "
+                                 "fix: lower the learning rate (--lr), or resume from an earlier checkpoint");
     if (evaluating() && ((step + 1) % o_.eval_every == 0 || step + 1 == o_.steps)) validate(step + 1);
     if ((o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) || step + 1 == stop_at_) {
       HARP_RETURN_IF_ERROR(checkpoints_.save(ex_, comm_, step + 1, plan_));
@@ -327,19 +335,29 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   std::filesystem::create_directories(options.out_dir, ec);
   if (ec) return io_error(options.out_dir + ": cannot create the output folder: " + ec.message());
   TrainSummary summary;
+  std::string run_id;
   if (options.resume) {
     HARP_ASSIGN_OR_RETURN(summary.first_step, latest_checkpoint_step(ckpt_dir));
+    // Before anything is loaded or written: a resumed run that would train nothing is a
+    // mistake in --steps (the total, as in torchtitan and Megatron), not a finished run.
+    if (summary.first_step >= options.steps)
+      return failed_precondition("--resume: the last checkpoint in " + ckpt_dir + " is at step " +
+                                 std::to_string(summary.first_step) + " and --steps is " +
+                                 std::to_string(options.steps) + ", so there is nothing to train; fix: pass --steps "
+                                 "above " + std::to_string(summary.first_step) + " (the total step count)");
     HARP_RETURN_IF_ERROR(load_checkpoint(ex, ckpt_dir, summary.first_step, checkpoint_layout(plan, options.exec.seed)));
+    run_id = checkpoint_run_id(ckpt_dir, summary.first_step);
     if (l.rank == 0 && options.progress) log << "resumed from step " << summary.first_step << "\n";
   } else if (!options.init_from.empty()) {
     HARP_RETURN_IF_ERROR(load_hf(ex, model, options.init_from));
     if (l.rank == 0 && options.progress) log << "initialised from " << options.init_from << "\n";
   }
+  if (run_id.empty()) run_id = new_run_id(comm);
   HARP_ASSIGN_OR_RETURN(MetricsLog metrics, MetricsLog::open(options.out_dir, l.rank == 0, options.resume));
   if (l.rank == 0 && !options.resolved_config.is_null())
     HARP_RETURN_IF_ERROR(write_text_file_atomic(options.out_dir + "/train_config.json",
                                                 options.resolved_config.dump(2) + "\n"));
-  HARP_RETURN_IF_ERROR(Loop(model, plan, ex, comm, options, log, summary, metrics).run());
+  HARP_RETURN_IF_ERROR(Loop(model, plan, ex, comm, options, log, summary, metrics, run_id).run());
   return summary;
 }
 

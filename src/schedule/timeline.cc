@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 
+#include "harp/common/quantities.h"
+
 namespace harp::schedule {
 namespace {
 
@@ -116,6 +118,9 @@ StatusOr<Timeline> read_timeline(const Json& trace, const std::string& file) {
     ev.rank = pid;
     ev.start_us = e["ts"];
     ev.dur_us = e["dur"];
+    if (!in_range(quantity::kTraceMicros, ev.start_us) || !in_range(quantity::kTraceMicros, ev.dur_us))
+      return bad("ts " + number_text(ev.start_us) + " and dur " + number_text(ev.dur_us) + " must each be " +
+                 range_text(quantity::kTraceMicros) + " (a time from the trace's start, a duration)");
     const Json& args = e["args"];
     ev.step = args.value("step", 0);
     const int stage = args.value("stage", pid);

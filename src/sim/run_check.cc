@@ -6,6 +6,7 @@
 
 #include "harp/common/document.h"
 #include "harp/common/format.h"
+#include "harp/common/quantities.h"
 #include "harp/common/table.h"
 
 namespace harp::sim {
@@ -24,9 +25,10 @@ StatusOr<std::vector<RunRow>> load_runs(const std::vector<std::string>& dirs) {
     const std::string file = dir + "/summary.json";
     HARP_ASSIGN_OR_RETURN(Json s, load_document(file));
     for (const char* key : {"predicted_s", "measured_median_s"})
-      if (!s.contains(key) || !s[key].is_number() || !(s[key].get<double>() > 0))
-        return invalid_argument(file + ": " + key + " is missing or not a positive number; it is written by harp "
-                                "train at the end of a run");
+      if (!s.contains(key) || !s[key].is_number() || !in_range(quantity::kPositiveSeconds, s[key].get<double>()))
+        return invalid_argument(shown_path(file) + ": " + key + " is missing or not a time " +
+                                range_text(quantity::kPositiveSeconds) +
+                                "; it is written by harp train at the end of a run");
     std::string name = std::filesystem::path(dir).filename().string();
     if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
     const int stages = s.contains("stages") && s["stages"].is_number_integer() ? s["stages"].get<int>() : -1;

@@ -25,6 +25,7 @@
 #include "harp/data/sentencepiece.h"
 #include "harp/data/tokenizer.h"
 #include "harp/data/token_file.h"
+#include "harp/launch/worker_env.h"
 #include "testutil/run_harp.h"
 #include "testutil/temp_dir.h"
 
@@ -47,7 +48,7 @@ void write(const std::string& path, const std::string& text) {
 const std::vector<std::string> kExtremes = {
     "2147483648", "4294967297", "-2147483649", "9223372036854775808", "-1", "0", "1e99999", "-1e99999",
     "1e-400", "0.5", "nan", ".nan", ".inf", "-.inf", std::string(5000, '9'), "\"text\"", "[]", "{}", "null",
-    "true", "1e308", "100000000", "65536", "1048576"};
+    "true", "1e308", "100000000", "65536", "1048576", "1e-300", "-0.0", "4294967296", "1e300"};
 
 struct Mutator {
   std::mt19937_64 rng;
@@ -73,7 +74,7 @@ struct Mutator {
   }
 
   std::string mutate(const std::string& s, bool yaml) {
-    switch (rng() % 9) {
+    switch (rng() % 11) {
       case 0: return s.substr(0, at(s.size()));                                    // truncation
       case 1: case 2: case 3: return replace_number(s);                             // extreme numbers
       case 4: {                                                                     // invalid UTF-8
@@ -96,6 +97,16 @@ struct Mutator {
           return s + bomb;
         }
         return replace_number(s);
+      case 9:                                                                       // a key twice
+        if (yaml) {
+          const size_t colon = s.find(':', at(s.size()));
+          const size_t start = colon == std::string::npos ? std::string::npos : s.rfind('\n', colon);
+          if (start != std::string::npos && colon > start + 1)
+            return s + "\n" + s.substr(start + 1, colon - start - 1) + ": 1\n";
+        }
+        return replace_number(s);
+      case 10:                                                                      // a second document
+        return yaml ? s + "\n---\n" + s.substr(0, at(s.size())) : replace_number(s);
       case 7: {                                                                     // a flipped byte
         std::string t = s;
         if (!t.empty()) t[at(t.size())] = static_cast<char>(rng() % 256);
@@ -284,6 +295,58 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
     for (const char* kind : {"gpipe", "1f1b"}) check_case("flags", {"schedule", "show", "--stages", s, "--microbatches", b, "--kind", kind}, &o);
   for (const char* v : {"0", "-1", "abc", "1e9", "99999999999999999999", "auto"})
     check_case("flags", {"plan", "--job", dir.file("job_ok.yaml"), "--microbatches", v}, &o);
+  // Output paths: every writer refuses inputs, devices, folders, FIFOs and names no file
+  // can have, and writes regular files under long (valid) names.
+  write(dir.file("in.txt"), "ab ab abc\n");
+  for (const std::string& out :
+       {dir.file("in.txt"), std::string("/dev/stdout"), std::string("/dev/null"), dir.file("fifo"), dir.path(),
+        dir.file(std::string(255, 'o')), dir.file(std::string(256, 'o')), dir.file("missing_folder/x.bin"),
+        dir.path() + "/.", std::string("")}) {
+    check_case("output paths", {"data", "prepare", "--input", dir.file("in.txt"), "--output", out}, &o);
+    EXPECT_EQ(read(dir.file("in.txt")), "ab ab abc\n") << "the input survives --output " << out.substr(0, 80);
+  }
+  write(dir.file("p_in.json"), plan);
+  for (const std::string& out : {std::string("/dev/null"), dir.path(), dir.file(std::string(255, 'q')),
+                                 dir.file(std::string(256, 'q'))}) {
+    check_case("output paths", {"plan", "--job", dir.file("job_ok.yaml"), "--output", out}, &o);
+    check_case("output paths", {"simulate", "--plan", dir.file("p_in.json"), "--svg", out}, &o);
+  }
+  check_case("output paths", {"plan", "--job", dir.file("job_ok.yaml"), "--output", dir.file("job_ok.yaml")}, &o);
+  check_case("output paths", {"simulate", "--plan", dir.file("p_in.json"), "--svg", dir.file("p_in.json")}, &o);
+  EXPECT_EQ(read(dir.file("p_in.json")), plan) << "simulate never writes over its plan";
+  EXPECT_EQ(read(dir.file("job_ok.yaml")), job) << "plan never writes over its job";
+  // Flags: numbers the project's validators read whole and in range.
+  for (const char* v : {"nan", "inf", "-1", "1e-9", "1e30", "0x10", "1x", "", " 5", "99999999999999999999"}) {
+    check_case("flags", {"launch", "--grace-s", v, "--nproc", "1", "--", "true"}, &o);
+    check_case("flags", {"data", "prepare", "--input", dir.file("in.txt"), "--output", dir.file("o.bin"),
+                         "--val-fraction", v}, &o);
+    check_case("flags", {"schedule", "show", "--stages", v, "--microbatches", "4"}, &o);
+  }
+  // The environment a launcher hands a worker: every variable read whole or refused in one line.
+  {
+    const std::vector<std::string> names = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                                            "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "HARP_CLOCK_ORIGIN_NS",
+                                            "HARP_EMULATE", "HARP_STORE_FILE"};
+    for (int i = 0; i < 120; ++i) {
+      std::map<std::string, std::string> env;
+      for (int k = 0; k < 3; ++k) env[names[m.rng() % names.size()]] = m.pick(kExtremes);
+      if (m.rng() % 4 == 0) env["HARP_STORE_FILE"] = dir.path();
+      auto parsed = launch::WorkerEnv::from([&](const char* n) -> const char* {
+        auto it = env.find(n);
+        return it == env.end() ? nullptr : it->second.c_str();
+      });
+      ++o.cases;
+      ++o.per_class["environment"];
+      if (parsed.ok()) {
+        EXPECT_GE(parsed->rank, 0);
+        EXPECT_LT(parsed->rank, parsed->world_size);
+      } else {
+        EXPECT_EQ(std::count(parsed.status().message().begin(), parsed.status().message().end(), '\n'), 0);
+        EXPECT_LT(parsed.status().message().size(), 600u);
+      }
+    }
+  }
+
   // The torch-free readers called directly: each case counted, an error in one line.
   auto reader_case = [&o](const char* cls, const Status& s) {
     ++o.cases;

@@ -132,7 +132,7 @@ WorkerEnv env_of(const std::map<std::string, std::string>& vars) {
   return WorkerEnv::from([&](const char* name) -> const char* {
     auto it = vars.find(name);
     return it == vars.end() ? nullptr : it->second.c_str();
-  });
+  }).value();
 }
 
 std::string value_after(const std::vector<std::string>& words, const std::string& flag) {
@@ -390,14 +390,16 @@ TEST(WorkerEnv, WhatALauncherWritesAWorkerReadsBack) {
   // always are; an unset environment reads as the defaults.
   EXPECT_EQ(WorkerEnv{}.to_env().size(), 7u);
   EXPECT_TRUE(WorkerEnv{}.harp_env().empty());
-  const WorkerEnv none = WorkerEnv::from([](const char*) -> const char* { return nullptr; });
+  const WorkerEnv none = WorkerEnv::from([](const char*) -> const char* { return nullptr; }).value();
   EXPECT_EQ(none.world_size, 1);
   EXPECT_EQ(none.master_addr, "127.0.0.1");
   EXPECT_FALSE(none.emulate);
-  const WorkerEnv bad_clock = WorkerEnv::from([](const char* n) -> const char* {
+  // A value that is not the whole number it should be is refused, naming the variable.
+  const auto bad_clock = WorkerEnv::from([](const char* n) -> const char* {
     return std::string(n) == "HARP_CLOCK_ORIGIN_NS" ? "12x" : nullptr;
   });
-  EXPECT_EQ(bad_clock.clock_origin_ns, 0);
+  ASSERT_FALSE(bad_clock.ok());
+  EXPECT_NE(bad_clock.status().message().find("HARP_CLOCK_ORIGIN_NS"), std::string::npos);
 }
 
 }  // namespace

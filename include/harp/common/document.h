@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,7 +39,23 @@ StatusOr<Json> parse_json_text(const std::string& text, const std::string& name)
 StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_bytes = kMaxDocumentBytes);
 
 // Writes `text` to `path` atomically (temp + rename). On failure nothing is left behind.
+// `path` must pass check_output_path.
 Status write_text_file_atomic(const std::string& path, const std::string& text);
+
+// A name a file can have: not empty, no NUL byte.
+Status check_path_text(const std::string& path);
+
+// The output policy of every command that writes a file: `path` is a name a file can
+// have, whose last part fits the file system (255 bytes); if it exists it is a regular
+// file (a directory, device, FIFO or socket, /dev/stdout included, is refused rather than
+// replaced by the rename), and it is none of `inputs` (the same file under any name: a
+// command must never destroy what it reads). `flag` names the option in messages.
+Status check_output_path(const std::string& path, const std::vector<std::string>& inputs = {},
+                         const std::string& flag = "");
+
+// A temporary name beside `path` for an atomic write: short whatever `path`'s name, so
+// that it fits wherever `path` does.
+std::string temporary_path_for(const std::string& path);
 
 // `path` for a message: as is, or its start and end around "..." when very long.
 std::string shown_path(const std::string& path);

@@ -8,6 +8,8 @@
 #include <map>
 #include <string>
 
+#include "harp/common/status.h"
+
 namespace harp::launch {
 
 struct WorkerEnv {
@@ -38,11 +40,14 @@ struct WorkerEnv {
   std::map<std::string, std::string> to_env() const;
   // HARP's that are set, alone: what a caller adds to a launch for every worker or one.
   std::map<std::string, std::string> harp_env() const;
-  // From this process's environment; an unset or empty variable keeps the default above,
-  // a number that does not parse reads as 0 (as atoi).
-  static WorkerEnv from_env();
+  // From this process's environment; an unset or empty variable keeps the default above.
+  // A number is read whole and range-checked (common/parse.h): RANK=abc, RANK=0.9,
+  // RANK=4294967296 or WORLD_SIZE=1x is an error naming the variable, its value and the
+  // rule, as is a RANK outside [0, WORLD_SIZE), a LOCAL_RANK outside [0,
+  // LOCAL_WORLD_SIZE) or a MASTER_PORT outside 1..65535.
+  static StatusOr<WorkerEnv> from_env();
   // The same from any lookup (tests): name -> value, or nullptr when unset.
-  static WorkerEnv from(const std::function<const char*(const char*)>& lookup);
+  static StatusOr<WorkerEnv> from(const std::function<const char*(const char*)>& lookup);
 };
 
 }  // namespace harp::launch

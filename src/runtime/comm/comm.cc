@@ -41,7 +41,9 @@ using WorkPtr = decltype(std::declval<Group&>().barrier());
 c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
                                     int rank, int size, std::chrono::milliseconds timeout) {
   auto options = Gloo::Options::create(timeout);
-  const launch::WorkerEnv env = launch::WorkerEnv::from_env();
+  auto parsed = launch::WorkerEnv::from_env();  // checked by harp train before any group is made
+  if (!parsed.ok()) throw RuntimeFailure(parsed.status().message());
+  const launch::WorkerEnv& env = *parsed;
   const std::string& addr = env.master_addr;
   if (!env.gloo_addr.empty())  // harp launch --testbed: this host's address
     options->devices.push_back(Gloo::createDeviceForHostname(env.gloo_addr));

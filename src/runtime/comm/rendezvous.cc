@@ -1,7 +1,9 @@
 // The rendezvous of a run's ranks (see rendezvous.h).
 #include "harp/runtime/comm/rendezvous.h"
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -27,6 +29,29 @@ std::uint16_t master_port(const std::string& text) {
   return static_cast<std::uint16_t>(port);
 }
 
+// Every rank signs in under its number and waits for the others, so that a rank that
+// never starts is named here rather than surfacing as a socket timeout inside Gloo.
+void roll_call(c10d::Store& store, int rank, int world_size, std::chrono::milliseconds timeout) {
+  store.set("joined/" + std::to_string(rank), std::vector<std::uint8_t>{1});
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size; ++r) keys.push_back("joined/" + std::to_string(r));
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    if (store.check(keys)) return;
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::string missing;
+  int count = 0;
+  for (int r = 0; r < world_size; ++r)
+    if (!store.check({keys[r]}) && count++ < 8) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+  throw RuntimeFailure("rank" + std::string(count > 1 ? "s " : " ") + missing + (count > 8 ? ", ..." : "") + " of " +
+                       std::to_string(world_size) + " never joined the rendezvous (waited " +
+                       std::to_string(timeout.count() / 1000.0).substr(0, 6) +
+                       " s); start every rank (harp launch --nproc " + std::to_string(world_size) +
+                       " starts them together), or raise --timeout-s");
+}
+
 }  // namespace
 
 c10::intrusive_ptr<c10d::Store> rendezvous_store(const launch::WorkerEnv& env, std::chrono::milliseconds timeout) {
@@ -36,9 +61,17 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const launch::WorkerEnv& env, s
   if (!file.empty()) {
     // One machine (harp launch): the store is a file in the launch's private folder,
     // so the rendezvous listens on no socket at all.
-    auto store = c10::make_intrusive<c10d::FileStore>(file, world_size);
+    c10::intrusive_ptr<c10d::FileStore> store;
+    try {
+      store = c10::make_intrusive<c10d::FileStore>(file, world_size);
+    } catch (const std::exception& e) {
+      throw RuntimeFailure("the rendezvous file " + file.substr(0, 200) + " cannot be used (" +
+                           std::string(e.what()).substr(0, 200) + "); name a file in a writable private folder");
+    }
     store->setTimeout(timeout);
-    return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, store);
+    auto prefixed = c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, store);
+    roll_call(*prefixed, rank, world_size, timeout);
+    return prefixed;
   }
   const std::string& addr = env.master_addr;
   // Across machines the TCPStore answers anyone who reaches the port: the keys live
@@ -61,9 +94,10 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const launch::WorkerEnv& env, s
   o.numWorkers = world_size;
   o.waitWorkers = false;
   o.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> prefixed;
   try {
     auto store = c10::make_intrusive<c10d::TCPStore>(addr, o);
-    return c10::make_intrusive<c10d::PrefixStore>(prefix, store);
+    prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   } catch (const std::exception& e) {
     // c10d's message carries a C++ stack trace: keep its first line.
     std::string msg = e.what();
@@ -72,6 +106,8 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const launch::WorkerEnv& env, s
                          (o.isServer ? " (this rank hosts it)" : "") + " failed: " + msg +
                          (o.isServer ? "; is the port in use? pick a free MASTER_PORT" : "; is rank 0 running?"));
   }
+  roll_call(*prefixed, rank, world_size, timeout);
+  return prefixed;
 }
 
 c10::intrusive_ptr<c10d::Store> hash_store() { return c10::make_intrusive<c10d::HashStore>(); }

@@ -31,16 +31,31 @@ class VectorSource : public TokenSource {
   int vocab_limit_;
 };
 
+// A token file read in place (data::MappedTokens): its size in memory is the pages the
+// samples touch, not the file widened to 32 bits.
+class MappedSource : public TokenSource {
+ public:
+  MappedSource(std::unique_ptr<data::MappedTokens> tokens, int vocab_limit)
+      : tokens_(std::move(tokens)), vocab_limit_(vocab_limit) {}
+  std::int64_t size() const override { return tokens_->size(); }
+  std::uint32_t at(std::int64_t i) const override { return tokens_->at(i); }
+  int vocab_limit() const override { return vocab_limit_; }
+
+ private:
+  std::unique_ptr<data::MappedTokens> tokens_;
+  int vocab_limit_;
+};
+
 }  // namespace
 
 StatusOr<std::unique_ptr<TokenSource>> open_token_file(const std::string& path) {
-  auto tokens = data::read_tokens(path);
+  auto tokens = data::MappedTokens::open(path);
   if (!tokens.ok()) return tokens.status();
-  const std::uint32_t largest = *std::max_element(tokens->ids.begin(), tokens->ids.end());
+  std::uint32_t largest = 0;
+  for (std::int64_t i = 0, n = (*tokens)->size(); i < n; ++i) largest = std::max(largest, (*tokens)->at(i));
   if (largest >= (1u << 31) - 1)
     return invalid_argument(path + ": holds token id " + std::to_string(largest) + "; ids are below 2^31 - 1");
-  return std::unique_ptr<TokenSource>(
-      std::make_unique<VectorSource>(std::move(tokens->ids), static_cast<int>(largest) + 1));
+  return std::unique_ptr<TokenSource>(std::make_unique<MappedSource>(std::move(*tokens), static_cast<int>(largest) + 1));
 }
 
 std::unique_ptr<TokenSource> synthetic_tokens(std::uint64_t seed, std::int64_t tokens, int vocab) {

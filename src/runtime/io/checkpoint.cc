@@ -8,6 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <random>
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "harp/common/check.h"
 #include "harp/common/document.h"
@@ -42,8 +47,10 @@ bool dtype_from(const std::string& s, torch::Dtype* d) {
 
 }  // namespace
 
-Status write_tensor_file(const std::string& path, const NamedTensors& tensors, long long counter) {
+Status write_tensor_file(const std::string& path, const NamedTensors& tensors, long long counter,
+                         const CheckpointId& id) {
   Json header = {{"counter", counter}, {"tensors", Json::array()}};
+  if (id.step >= 0) header["id"] = {{"step", id.step}, {"stage", id.stage}, {"run", id.run}};
   std::string body;
   for (const auto& [name, t] : tensors) {
     torch::Tensor c = t.detach().to(torch::kCPU).contiguous();
@@ -62,40 +69,118 @@ Status write_tensor_file(const std::string& path, const NamedTensors& tensors, l
   return write_text_file_atomic(path, text);
 }
 
-StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* counter) {
-  HARP_ASSIGN_OR_RETURN(std::string text, read_text_file(path, kMaxCheckpointFileBytes));
-  const size_t magic = std::strlen(kMagic);
+namespace {
+
+// Physical memory of this machine, bytes (0 if unknown).
+std::uint64_t physical_memory() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
+}
+
+// Reads a file front to back in pieces, hashing what it reads.
+class HashedReader {
+ public:
+  explicit HashedReader(int fd) : fd_(fd) {}
+  ~HashedReader() { ::close(fd_); }
+  // Exactly n bytes into `to` (nullptr: read and hash them only); false at a short read.
+  bool read(void* to, std::uint64_t n, bool hash = true) {
+    char scratch[1 << 16];
+    auto* out = static_cast<char*>(to);
+    while (n > 0) {
+      char* dst = out != nullptr ? out : scratch;
+      const size_t want = out != nullptr ? static_cast<size_t>(std::min<std::uint64_t>(n, 1 << 26))
+                                         : static_cast<size_t>(std::min<std::uint64_t>(n, sizeof scratch));
+      const ssize_t got = ::read(fd_, dst, want);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return false;
+      if (hash) sha_.update(dst, static_cast<size_t>(got));
+      if (out != nullptr) out += got;
+      n -= static_cast<std::uint64_t>(got);
+    }
+    return true;
+  }
+  std::string digest() { return sha_.hex(); }
+
+ private:
+  int fd_;
+  Sha256 sha_;
+};
+
+}  // namespace
+
+StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* counter, CheckpointId* id) {
   auto corrupt = [&](const std::string& why) {
     return invalid_argument(shown_path(path) + ": not a valid checkpoint file (" + why +
                             "); it may be truncated or from another program: resume from an earlier step");
   };
-  if (text.compare(0, std::strlen(kOldMagic), kOldMagic) == 0)
+  // Checked before anything is read: a regular file, within the format's limit and the
+  // machine's memory (the tensors are what is kept; nothing else is held whole).
+  HARP_RETURN_IF_ERROR(check_path_text(path));
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0)
+    return io_error(shown_path(path) + ": cannot open: " + std::strerror(errno) + "; check the path");
+  if (!S_ISREG(st.st_mode)) return io_error(shown_path(path) + ": is not a regular file; a checkpoint file is");
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size > static_cast<std::uint64_t>(kMaxCheckpointFileBytes))
+    return io_error(shown_path(path) + ": is " + std::to_string(size) + " bytes, over the limit of " +
+                    std::to_string(kMaxCheckpointFileBytes) + " bytes for a checkpoint file");
+  if (const std::uint64_t mem = physical_memory(); mem > 0 && size > mem)
+    return io_error(shown_path(path) + ": holds " + std::to_string(size >> 20) + " MiB of tensors but this machine has " +
+                    std::to_string(mem >> 20) + " MiB of memory; resume on a machine with more, or on more "
+                    "stages (each rank reads its stage's files)");
+  const size_t magic = std::strlen(kMagic);
+  if (size < magic + kDigestChars) return corrupt("bad header");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return io_error(shown_path(path) + ": cannot open: " + std::strerror(errno) + "; check the path");
+  HashedReader in(fd);
+  std::string head(magic, '\0');
+  if (!in.read(head.data(), magic)) return corrupt("bad header");
+  if (head.compare(0, std::strlen(kOldMagic), kOldMagic) == 0)
     return invalid_argument(shown_path(path) + ": a checkpoint of an older HARP (FNV-1a checksum, format 1); "
                             "this version reads format 2 only: start the run again without --resume");
-  if (text.size() < magic + kDigestChars || text.compare(0, magic, kMagic) != 0) return corrupt("bad header");
-  const std::string stored = text.substr(text.size() - kDigestChars);
-  text.resize(text.size() - kDigestChars);
-  if (sha256_hex(text) != stored) return corrupt("checksum (SHA-256) mismatch");
-  // Everything below is covered by the digest, but is still checked as untrusted input.
-  const size_t nl = text.find('\n', magic);
-  if (nl == std::string::npos || nl == magic || nl - magic > 12) return corrupt("no header length");
-  size_t hlen = 0;
-  for (size_t k = magic; k < nl; ++k) {
-    if (text[k] < '0' || text[k] > '9') return corrupt("header length is not a number");
-    hlen = hlen * 10 + static_cast<size_t>(text[k] - '0');
+  if (head != kMagic) return corrupt("bad header");
+  // The header's length, digits up to a newline; then the header (bounded: a document).
+  std::uint64_t hlen = 0, used = magic;
+  for (int k = 0;; ++k) {
+    char c = 0;
+    if (k > 12 || !in.read(&c, 1)) return corrupt("no header length");
+    ++used;
+    if (c == '\n' && k > 0) break;
+    if (c < '0' || c > '9') return corrupt("header length is not a number");
+    hlen = hlen * 10 + static_cast<std::uint64_t>(c - '0');
   }
-  if (hlen > text.size() - nl - 1) return corrupt("header length past the end");
-  auto header = parse_json_text(text.substr(nl + 1, hlen), shown_path(path));
+  if (hlen > static_cast<std::uint64_t>(kMaxDocumentBytes) || hlen > size - kDigestChars - used)
+    return corrupt("header length past the end");
+  std::string htext(hlen, '\0');
+  if (!in.read(htext.data(), hlen)) return corrupt("truncated header");
+  used += hlen;
+  auto header = parse_json_text(htext, shown_path(path));
   if (!header.ok() || !header->is_object() || !header->contains("tensors") || !(*header)["tensors"].is_array())
     return corrupt("header is not the expected JSON");
-  const size_t base = nl + 1 + hlen;
-  const size_t data = text.size() - base;  // bytes of tensor data
+  const std::uint64_t data = size - kDigestChars - used;  // bytes of tensor data
   if (counter) {
     const Json& c = header->value("counter", Json(0));
     if (!c.is_number_integer()) return corrupt("counter is not an integer");
     *counter = c.get<long long>();
   }
-  NamedTensors out;
+  if (id) {
+    *id = CheckpointId{};
+    if (header->contains("id")) {
+      const Json& j = (*header)["id"];
+      if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || !j.contains("stage") ||
+          !j["stage"].is_number_integer() || !j.contains("run") || !j["run"].is_string())
+        return corrupt("its id lacks step, stage or run");
+      id->step = j["step"].get<int>();
+      id->stage = j["stage"].get<int>();
+      id->run = j["run"].get<std::string>();
+    }
+  }
+  struct Entry {
+    std::string name;
+    torch::Tensor t;
+    std::uint64_t offset, bytes;
+  };
+  std::vector<Entry> entries;
   for (const auto& e : (*header)["tensors"]) {
     if (!e.is_object() || !e.contains("name") || !e["name"].is_string() || !e.contains("dtype") ||
         !e["dtype"].is_string() || !e.contains("shape") || !e["shape"].is_array() || !e.contains("offset") ||
@@ -118,9 +203,26 @@ StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* coun
     }
     torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(dtype));
     if (numel * static_cast<std::uint64_t>(t.element_size()) != bytes) return corrupt("size mismatch");
-    std::memcpy(t.data_ptr(), text.data() + base + offset, bytes);
-    out.emplace_back(e["name"].get<std::string>(), t);
+    entries.push_back({e["name"].get<std::string>(), t, offset, bytes});
   }
+  // The body front to back (this format writes tensors in order), each tensor's bytes
+  // straight into it; the digest covers every byte before it.
+  std::vector<size_t> order(entries.size());
+  for (size_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return entries[a].offset < entries[b].offset; });
+  std::uint64_t at = 0;
+  for (size_t k : order) {
+    Entry& e = entries[k];
+    if (e.offset < at) return corrupt("tensors overlap");
+    if (!in.read(nullptr, e.offset - at) || !in.read(e.t.data_ptr(), e.bytes)) return corrupt("truncated data");
+    at = e.offset + e.bytes;
+  }
+  if (!in.read(nullptr, data - at)) return corrupt("truncated data");
+  std::string stored(kDigestChars, '\0');
+  if (!in.read(stored.data(), kDigestChars, /*hash=*/false)) return corrupt("truncated checksum");
+  if (in.digest() != stored) return corrupt("checksum (SHA-256) mismatch");
+  NamedTensors out;
+  for (auto& e : entries) out.emplace_back(std::move(e.name), std::move(e.t));
   return out;
 }
 
@@ -153,10 +255,13 @@ StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long lo
   // The manifest names the stage count: a folder rewritten by a run on fewer stages may
   // still hold a stopped run's stage file of another layout, which must not be read.
   int stages = -1;
-  if (auto manifest = load_document(sd + "/manifest.json"); manifest.ok() && manifest->is_object() &&
-      manifest->contains("layout") && (*manifest)["layout"].is_object() &&
-      (*manifest)["layout"].contains("stages") && (*manifest)["layout"]["stages"].is_array())
-    stages = static_cast<int>((*manifest)["layout"]["stages"].size());
+  std::string run;  // the manifest's run id: every stage file must carry it (format 4 on)
+  if (auto manifest = load_document(sd + "/manifest.json"); manifest.ok() && manifest->is_object()) {
+    if (manifest->contains("layout") && (*manifest)["layout"].is_object() &&
+        (*manifest)["layout"].contains("stages") && (*manifest)["layout"]["stages"].is_array())
+      stages = static_cast<int>((*manifest)["layout"]["stages"].size());
+    if (manifest->contains("run") && (*manifest)["run"].is_string()) run = (*manifest)["run"].get<std::string>();
+  }
   std::vector<std::string> files;
   if (stages > 0) {
     for (int s = 0; s < stages; ++s) files.push_back(sd + "/stage_" + std::to_string(s) + ".bin");
@@ -167,14 +272,48 @@ StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long lo
     if (ec || files.empty()) return not_found(sd + ": no stage files; the checkpoint is incomplete");
     std::sort(files.begin(), files.end());
   }
-  for (const auto& f : files) {
+  for (size_t k = 0; k < files.size(); ++k) {
+    const std::string& f = files[k];
     if (!std::filesystem::exists(f)) return not_found(f + ": is missing; the checkpoint is incomplete");
     long long counter = 0;
-    HARP_ASSIGN_OR_RETURN(NamedTensors part, read_tensor_file(f, &counter));
+    CheckpointId id;
+    HARP_ASSIGN_OR_RETURN(NamedTensors part, read_tensor_file(f, &counter, &id));
+    if (!run.empty() && (id.step != step || id.stage != static_cast<int>(k) || id.run != run))
+      return failed_precondition(
+          shown_path(f) + ": holds " +
+          (id.step < 0 ? std::string("no checkpoint id")
+                       : "stage " + std::to_string(id.stage) + " of step " + std::to_string(id.step) + " of run " +
+                             id.run.substr(0, 20)) +
+          ", but this is stage " + std::to_string(k) + " of step " + std::to_string(step) + " of run " + run +
+          " (manifest.json): the file was copied or moved from another checkpoint; restore it, or resume from "
+          "another step (write its number to " + shown_path(dir) + "/latest)");
     if (optimizer_steps) *optimizer_steps = counter;
     all.insert(all.end(), part.begin(), part.end());
   }
   return all;
+}
+
+std::string checkpoint_run_id(const std::string& dir, int step) {
+  auto manifest = load_document(checkpoint_step_dir(dir, step) + "/manifest.json");
+  if (!manifest.ok() || !manifest->is_object() || !manifest->contains("run") || !(*manifest)["run"].is_string())
+    return "";
+  return (*manifest)["run"].get<std::string>();
+}
+
+std::string new_run_id(Transport& comm) {
+  // 52 random bits: a float64 holds them exactly through the all-reduce (a sum of rank 0's
+  // draw and zeros), which every transport supports on the CPU.
+  double drawn = 0;
+  if (comm.layout().rank == 0) {
+    std::random_device rd;
+    const std::uint64_t bits = ((static_cast<std::uint64_t>(rd()) << 32) | rd()) & ((1ull << 52) - 1);
+    drawn = static_cast<double>(bits);
+  }
+  torch::Tensor t = torch::full({1}, drawn, torch::kFloat64);
+  comm.allreduce_world(t, "the run id");
+  char buf[20];
+  std::snprintf(buf, sizeof buf, "%013llx", static_cast<unsigned long long>(t.item<double>()));
+  return buf;
 }
 
 Status prune_checkpoints(const std::string& dir, int keep) {

@@ -43,17 +43,19 @@ Status CheckpointWriter::save(Executor& ex, Transport& comm, int steps_done, con
   const long long counter = ex.optimizer().steps_taken();
   timings_.push_back({steps_done, 0, 0});
   const size_t slot = timings_.size() - 1;
-  auto job = [this, file, counter, slot, tensors = std::move(tensors)]() {
+  const CheckpointId id{steps_done, l.stage, run_};
+  auto job = [this, file, counter, slot, id, tensors = std::move(tensors)]() {
     if (tensors.empty()) return Status();
     if (before_write_) before_write_();
     const auto w0 = std::chrono::steady_clock::now();
-    Status s = write_tensor_file(file, tensors, counter);
+    Status s = write_tensor_file(file, tensors, counter, id);
     timings_[slot].write_s = seconds_since(w0);  // read only after the future is waited
     return s;
   };
   pending_step_ = steps_done;
-  Json manifest = {{"version", 3},
+  Json manifest = {{"version", 4},
                    {"step", steps_done},
+                   {"run", run_},
                    {"world_size", l.world_size},
                    {"layout", checkpoint_layout(plan, ex.seed())}};
   // The same on every rank (an overflow skips everywhere), so the manifest holds it.

@@ -1,6 +1,8 @@
 // Hugging Face GPT-2 and LLaMA weights in and out (see hf_weights.h).
 #include "harp/runtime/io/hf_weights.h"
 
+#include <cmath>
+
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -112,8 +114,7 @@ HfName map_name(const NameMap& map, const std::string& ours, bool tied) {
     if (const auto it = map.parts.find(m[2].str()); it != map.parts.end())
       return {map.block_prefix + m[1].str() + "." + it->second.name, it->second.transposed};
   }
-  HARP_CHECK(false) << "not a " << map.family << " parameter: " << ours;
-  return {};
+  return {};  // not one of this family's parameters: the caller says so
 }
 
 }  // namespace
@@ -214,6 +215,10 @@ Status export_hf(const model::ModelSpec& model, const NamedTensors& params, cons
     if (ours.find(".exp_avg") != std::string::npos) continue;  // optimizer state
     if (tied && ours == "head.lm.weight") continue;             // tied to the token embedding
     const HfName hf = hf_name(ours, model);
+    if (hf.name.empty())
+      return invalid_argument("the checkpoint holds `" + ours.substr(0, 80) + "`, which is not a parameter of a " +
+                              (model.family == "llama" ? "LLaMA" : "GPT") + " model (" + model.gpt.name +
+                              "); fix: export with the plan (or --model) the run was trained with");
     torch::Tensor t = tensor.detach().to(torch::kCPU, torch::kFloat32);
     if (hf.transposed) t = t.t();
     t = t.contiguous();
@@ -238,6 +243,7 @@ Status load_hf(Executor& ex, const model::ModelSpec& model, const std::string& p
   torch::NoGradGuard no_grad;
   for (auto& [ours, p] : ex.optimizer().params()) {
     const HfName hf = hf_name(ours, model);
+    if (hf.name.empty()) return invalid_argument("`" + ours + "` has no Hugging Face name for " + model.family);
     const Shard& shard = ex.shard_of(ours);  // the file holds the full tensor: keep this rank's part
     const std::vector<std::int64_t>& full = shard.full_shape;
     HARP_ASSIGN_OR_RETURN(auto found, files.find(hf.name));
@@ -264,6 +270,14 @@ Status load_hf(Executor& ex, const model::ModelSpec& model, const std::string& p
         fix = "use a seq_len of at most " + std::to_string(t.size(0)) + " (the checkpoint's positions)";
       return invalid_argument(what + " is " + shape_text(t.sizes()) + (hf.transposed ? " (transposed back)" : "") +
                               " but the model's " + ours + " is " + shape_text(full) + "; " + fix);
+    }
+    // A NaN or infinite weight trains NaN losses from the first step on: refuse it here.
+    if (t.is_floating_point() && !torch::isfinite(t).all().item<bool>()) {
+      const std::int64_t bad = (~torch::isfinite(t.to(torch::kFloat32))).flatten().nonzero()[0].item<std::int64_t>();
+      return invalid_argument(what + ": element " + std::to_string(bad) + " of " + std::to_string(t.numel()) + " is " +
+                              (std::isnan(t.flatten()[bad].item<double>()) ? "NaN" : "infinite") +
+                              "; the weights are damaged or diverged: use a checkpoint from before, or start without "
+                              "--init-from");
     }
     p.copy_(shard.take(t).to(p.dtype()));
   }

@@ -117,7 +117,7 @@ std::vector<BadCase> bad_cases() {
       {"negative_bandwidth",
        "subclusters:\n  - {name: a, device: T4, nodes: 1, devices_per_node: 2,\n"
        "     intra_node: {bandwidth_gbps: -5, latency_us: 1}}\n",
-       "subclusters[0].intra_node.bandwidth_gbps", "greater than 0"},
+       "subclusters[0].intra_node.bandwidth_gbps", "between 0.001 and 100000 Gbit/s"},
       {"negative_latency",
        "subclusters:\n  - {name: a, device: T4, nodes: 1, devices_per_node: 2,\n"
        "     intra_node: {bandwidth_gbps: 5, latency_us: -1}}\n",
@@ -141,7 +141,7 @@ std::vector<BadCase> bad_cases() {
       {"link_zero_bandwidth",
        "subclusters:\n" + kSubA + "  - {name: b, device: T4, nodes: 1, devices_per_node: 1}\n" +
            "links: [{between: [a, b], bandwidth_gbps: 0, latency_ms: 1}]\n",
-       "links[0].bandwidth_gbps", "greater than 0"},
+       "links[0].bandwidth_gbps", "between 0.001 and 100000 Gbit/s"},
       {"user_device_shadows_builtin",
        "devices: [{name: T4, peak_tflops: 1, memory_gib: 1, memory_bandwidth_gbs: 1}]\n"
        "subclusters:\n" + kSubA,
@@ -149,11 +149,11 @@ std::vector<BadCase> bad_cases() {
       {"user_device_zero_memory",
        "devices: [{name: X, peak_tflops: 1, memory_gib: 0, memory_bandwidth_gbs: 1}]\n"
        "subclusters:\n" + kSubA,
-       "devices[0].memory_gib", "greater than 0"},
+       "devices[0].memory_gib", "between 0.001 and 65536 GiB"},
       {"slowdown_below_one",
        "devices: [{name: X, peak_tflops: 1, memory_gib: 1, memory_bandwidth_gbs: 1, "
        "emulated_slowdown: 0.5}]\nsubclusters:\n" + kSubA,
-       "devices[0].emulated_slowdown", "at least 1"},
+       "devices[0].emulated_slowdown", "between 1 and 1000"},
   };
 }
 

@@ -160,5 +160,36 @@ TEST(TokenFile, BadLlmcHeadersAreRefusedNamingTheFigures) {
   }
 }
 
+// A token file is read in place: opening and reading every token of a 96 MiB file adds
+// page cache, not anonymous memory (the previous reader held the file and a copy widened
+// to 32 bits: 3x its size, so a 1.5 GiB corpus needed 4.5 GiB).
+std::int64_t rss_anon_kib() {
+  std::ifstream in("/proc/self/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoll(line.substr(8));
+  return -1;
+}
+
+TEST(TokenFile, IsReadInPlaceNotCopied) {
+  testing::TempDir d;
+  const std::int64_t tokens = 48ll << 20;  // 96 MiB of uint16
+  {
+    std::ofstream out(d.file("big.bin"), std::ios::binary);
+    std::string block(1 << 20, '\0');
+    for (size_t i = 0; i < block.size(); i += 2) block[i] = static_cast<char>(i / 2 % 251);
+    for (std::int64_t w = 0; w < tokens * 2; w += static_cast<std::int64_t>(block.size())) out << block;
+  }
+  const std::int64_t before = rss_anon_kib();
+  ASSERT_GE(before, 0);
+  auto m = MappedTokens::open(d.file("big.bin"));
+  HARP_ASSERT_OK(m);
+  ASSERT_EQ((*m)->size(), tokens);
+  std::uint64_t sum = 0;
+  for (std::int64_t i = 0; i < (*m)->size(); ++i) sum += (*m)->at(i);
+  EXPECT_GT(sum, 0u);
+  EXPECT_EQ((*m)->at(3), 3u);
+  EXPECT_LT(rss_anon_kib() - before, 8 * 1024) << "KiB of anonymous memory for a 96 MiB token file";
+}
+
 }  // namespace
 }  // namespace harp::data

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "harp/common/document.h"
+#include "harp/data/prepare.h"
 #include "harp/data/sentencepiece.h"
 #include "harp/data/tokenizer.h"
 #include "testutil/status.h"
@@ -200,6 +201,57 @@ TEST(Tokenizer, BadFilesAreRefusedNamingTheEntry) {
   if (enable_sentencepiece()) {
     EXPECT_NE(error(d + "/junk.model").find("is not a SentencePiece model"), std::string::npos)
         << error(d + "/junk.model");
+  }
+}
+
+}  // namespace
+}  // namespace harp::data
+
+namespace harp::data {
+namespace {
+
+// harp data prepare reads and encodes in pieces cut after a newline a non-space character
+// follows: the tokens equal the whole text's, for every tokenizer, at any piece size.
+std::vector<std::uint32_t> prepared(const Tokenizer& t, const std::string& text, std::int64_t piece) {
+  const std::string d = dir("prepare_" + std::to_string(piece));
+  std::ofstream(d + "/text.txt", std::ios::binary) << text;
+  PrepareOptions o;
+  o.input = d + "/text.txt";
+  o.output = d + "/out.bin";
+  o.format = TokenFormat::kLlmc32;
+  o.piece_bytes = piece;
+  auto r = prepare_tokens(t, o);
+  EXPECT_TRUE(r.ok()) << r.status().to_string();
+  auto back = read_tokens(o.output);
+  EXPECT_TRUE(back.ok()) << back.status().to_string();
+  return back.ok() ? back->ids : std::vector<std::uint32_t>{};
+}
+
+TEST(Prepare, PiecesGiveTheWholeTextsTokens) {
+  const std::string text = sample_text(6000, 5) + "\n  indented\n\nnext caf\xc3\xa9 \xe4\xb8\xad\xe6\x96\x87\nend";
+  std::vector<std::unique_ptr<Tokenizer>> tokenizers;
+  tokenizers.push_back(byte_tokenizer());
+  const std::string d = dir("prepare_bpe");
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_symbol(static_cast<unsigned char>(b))] = b;
+  vocab["th"] = 256, vocab["the"] = 257, vocab["\xc4\xa0the"] = 258;
+  std::ofstream(d + "/vocab.json") << vocab.dump();
+  std::ofstream(d + "/merges.txt") << "#version: 0.2\nt h\nth e\n\xc4\xa0 the\n";
+  auto bpe = load_tokenizer(d);
+  HARP_ASSERT_OK(bpe);
+  tokenizers.push_back(std::move(*bpe));
+  if (enable_sentencepiece() && have_python("sentencepiece, json")) {
+    const std::string s = dir("prepare_spm");
+    std::ofstream(s + "/text.txt", std::ios::binary) << text;
+    ASSERT_EQ(std::system((kPython + " " + kScript + " spm " + s + "/text.txt 400 " + s).c_str()), 0);
+    auto sp = load_tokenizer(s + "/sp.model");
+    HARP_ASSERT_OK(sp);
+    tokenizers.push_back(std::move(*sp));
+  }
+  for (const auto& t : tokenizers) {
+    SCOPED_TRACE(t->describe());
+    const std::vector<std::uint32_t> whole = t->encode(text);
+    for (std::int64_t piece : {4096, 10000, 1 << 20}) EXPECT_EQ(prepared(*t, text, piece), whole) << piece;
   }
 }
 

@@ -22,19 +22,36 @@ namespace harp::runtime {
 
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
+// What binds a stage file to its checkpoint: the step it was written at, its stage and
+// the run (an id drawn when a run starts, kept by the runs that resume it). In the
+// file's header, under the checksum; read_checkpoint compares it with the manifest, so a
+// valid stage file copied in from another step or run is refused rather than resumed.
+struct CheckpointId {
+  int step = -1;  // -1: a file without one (written before format 3)
+  int stage = -1;
+  std::string run;
+};
+
 // Writes tensors (contiguous CPU copies) with a trailing SHA-256 of everything before
 // it, atomically (fsync'd before the rename).
-Status write_tensor_file(const std::string& path, const NamedTensors& tensors, long long counter);
-// Reads a tensor file; an error names the file when the checksum or format is wrong.
-StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* counter);
+Status write_tensor_file(const std::string& path, const NamedTensors& tensors, long long counter,
+                         const CheckpointId& id = {});
+// Reads a tensor file; an error names the file when the checksum or format is wrong. The
+// size is checked before anything is read, and the checksum is taken while reading.
+StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* counter, CheckpointId* id = nullptr);
 
 std::string checkpoint_step_dir(const std::string& dir, int step);
 // The step recorded in DIR/latest, or NotFound.
 StatusOr<int> latest_checkpoint_step(const std::string& dir);
 // Marks `step` complete (DIR/latest), atomically.
 Status mark_checkpoint_complete(const std::string& dir, int step, const std::string& manifest_json);
-// Every tensor of every stage file of the step, by name.
+// Every tensor of every stage file of the step, by name; each file's CheckpointId must be
+// this step, its stage and the manifest's run.
 StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long long* optimizer_steps);
+// The run id in the manifest of checkpoint `step` ("" if it records none).
+std::string checkpoint_run_id(const std::string& dir, int step);
+// A fresh run id: 13 hex digits drawn by rank 0 and agreed by every rank of `comm`.
+std::string new_run_id(Transport& comm);
 
 // Saving: CheckpointWriter (checkpoint_writer.h), asynchronous or not.
 // Removes every step folder of DIR older than the newest `keep` complete checkpoints (a

@@ -37,6 +37,8 @@ class CheckpointWriter {
   CheckpointWriter(const CheckpointWriter&) = delete;
   CheckpointWriter& operator=(const CheckpointWriter&) = delete;
 
+  // The run id every checkpoint's files and manifest carry (checkpoint.h, CheckpointId).
+  void set_run_id(std::string run) { run_ = std::move(run); }
   // Collective: checkpoint `steps_done` of the executor's parameters and optimizer state.
   Status save(Executor& ex, Transport& comm, int steps_done, const plan::Plan& plan);
   // This rank's vote for the checkpoint in flight: 1 when its write succeeded (or none
@@ -63,6 +65,7 @@ class CheckpointWriter {
   bool async_;
   std::function<void()> before_write_;
   int pending_step_ = -1;
+  std::string run_;
   std::string pending_manifest_;
   std::future<Status> write_;
   bool write_checked_ = true;  // the write's status has been taken into write_status_
