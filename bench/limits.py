@@ -8,7 +8,7 @@ reduced scale; this is the once-at-full-scale check.
   token file   1.5 GiB of uint16 tokens trained for one step (gpt-tiny, one rank)
   text         900 MB through `harp data prepare` (byte-level)
   cost table   4,096 layers planned on two pools (examples/clusters/a100_v100_sailor.yaml)
-  devices      GPT-76B on 4 pools of 16,384 devices in all, idle devices allowed
+  devices      GPT-76B on 4 pools of 16,384 and of 65,536 devices in all, idle devices allowed
   subclusters  3,000 subclusters: refused at parse (the limit is 1,024)
 
 Writes out/bench/limits/limits.csv and limits.svg (peak MiB per case).
@@ -67,7 +67,7 @@ def main():
     # A token file of 1.5 GiB (raw uint16), one training step on it.
     tokens = os.path.join(w, "tokens.bin")
     if not os.path.exists(tokens) or os.path.getsize(tokens) != 3 << 29:
-        block = bytes(range(256)) * (1 << 12)  # 1 MiB of byte-level tokens
+        block = bytes(b for i in range(256) for b in (i, 0)) * (1 << 11)  # 1 MiB of uint16 ids below 256
         with open(tokens, "wb") as f:
             for _ in range(1536):
                 f.write(block)
@@ -110,6 +110,10 @@ def main():
     write(os.path.join(w, "pools_job.yaml"), "version: 1\ncluster: pools.yaml\nmodel: {family: gpt, preset: gpt-76b, "
           "granularity: 4}\nplanner: {strategy: harp, microbatches: 128, microbatch_size: 8}\n")
     case("devices", "16,384 (limit 65,536)", [a.harp, "plan", "--job", "pools_job.yaml", "--allow-idle-devices"])
+    write(os.path.join(w, "pools_max.yaml"), pools.replace("nodes: 512", "nodes: 2048"))
+    write(os.path.join(w, "pools_max_job.yaml"), open(os.path.join(w, "pools_job.yaml")).read().replace(
+        "pools.yaml", "pools_max.yaml"))
+    case("devices", "65,536 (the limit)", [a.harp, "plan", "--job", "pools_max_job.yaml", "--allow-idle-devices"])
     # 3,000 subclusters: past the limit, refused while reading.
     subs = ["version: 1", "name: many", "subclusters:"]
     for i in range(3000):

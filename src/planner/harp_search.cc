@@ -108,10 +108,16 @@ std::string too_few_layers(const StageCosts& costs, const SearchOptions& options
          "microbatch_size";
 }
 
-// Searching the subcluster order tries C! orders.
-constexpr int kMaxOrderedSubclusters = 8;
-
 }  // namespace
+
+Status check_order_search(const cluster::Cluster& cluster, bool fixed_order) {
+  const int C = static_cast<int>(cluster.subclusters.size());
+  if (fixed_order || C <= kMaxOrderedSubclusters) return Status();
+  return invalid_argument("searching the subcluster order tries every one of " + std::to_string(C) +
+                          "! orders; that is done for at most " + std::to_string(kMaxOrderedSubclusters) +
+                          " subclusters: keep the file's order (planner.fixed_order: true, --fixed-order true), or "
+                          "merge subclusters");
+}
 
 StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOptions& options) {
   const auto start = std::chrono::steady_clock::now();
@@ -129,11 +135,7 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
     result.stats.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return result;
   }
-  const int C = static_cast<int>(costs.cluster().subclusters.size());
-  if (!options.fixed_order && C > kMaxOrderedSubclusters)
-    return invalid_argument("searching the subcluster order tries every one of " + std::to_string(C) +
-                            "! orders; that is done for at most " + std::to_string(kMaxOrderedSubclusters) +
-                            " subclusters: keep the file's order (fixed_order: true), or merge subclusters");
+  HARP_RETURN_IF_ERROR(check_order_search(costs.cluster(), options.fixed_order));
   // Subcluster orders are independent problems: search them on all cores.
   std::vector<DpProblem> problems;
   for (const auto& order : subcluster_orders(costs.cluster(), options.fixed_order)) {

@@ -124,6 +124,7 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
   const int max_tp = max_tp_for(job.cluster, request.max_tp.value_or(job.planner.max_tp));
   const bool sweep = ks.size() * bs.size() > 1;
   const SearchOptions search = search_options(request, job.planner);
+  HARP_RETURN_IF_ERROR(check_order_search(job.cluster, search.fixed_order));
   std::optional<PlanOutcome> best;
   for (int k : ks) {
     model::GptConfig g = job.model.gpt;
@@ -156,6 +157,7 @@ StatusOr<PlanOutcome> plan_tables(const cluster::Cluster& cluster,
   HARP_CHECK(microbatches > 0 || global_batch > 0);
   const Strategy strategy = request.compare ? Strategy::kHarp : request.strategy.value_or(Strategy::kHarp);
   const SearchOptions search = search_options(request);
+  HARP_RETURN_IF_ERROR(check_order_search(cluster, search.fixed_order));
   const bool sweep = tables.size() > 1;
   std::optional<PlanOutcome> best;
   std::string skipped;

@@ -322,6 +322,35 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
                          "--val-fraction", v}, &o);
     check_case("flags", {"schedule", "show", "--stages", v, "--microbatches", "4"}, &o);
   }
+  // Sizes at the documented limits (docs/file_formats.md, Limits) and one past each: at
+  // the limit the input is taken, past it refused in one line, both within the time bound.
+  {
+    auto at_limit = [&](const std::string& name, const std::string& file, int want_at, int want_past,
+                        const std::string& at, const std::string& past) {
+      write(dir.file(file), at);
+      ++o.cases, ++o.per_class["sizes at limits"];
+      EXPECT_EQ(run_harp({"cluster", "show", dir.file(file)}).rc, want_at) << name << " at the limit";
+      write(dir.file(file), past);
+      check_case("sizes at limits", {"cluster", "show", dir.file(file)}, &o);
+      EXPECT_EQ(run_harp({"cluster", "show", dir.file(file)}).rc, want_past) << name << " past the limit";
+    };
+    const std::string one = "version: 1\nname: x\nsubclusters:\n  - {name: a, device: cpu, nodes: 1, devices_per_node: 1}\n";
+    std::string padding(static_cast<size_t>(kMaxDocumentBytes) - one.size() - 2, 'p');
+    at_limit("file size", "big.yaml", 0, 1, one + "#" + padding + "\n", one + "#" + padding + "pp\n");
+    auto subclusters = [](int n, int nodes, int last_nodes = 0) {
+      std::string t = "version: 1\nname: x\nsubclusters:\n";
+      for (int i = 0; i < n; ++i)
+        t += "  - {name: s" + std::to_string(i) + ", device: cpu, nodes: " +
+             std::to_string(i + 1 == n && last_nodes > 0 ? last_nodes : nodes) +
+             ", devices_per_node: 1, inter_node: {bandwidth_gbps: 10, latency_us: 5}}\n";
+      t += "links:\n";
+      for (int i = 0; i + 1 < n; ++i)
+        t += "  - {between: [s" + std::to_string(i) + ", s" + std::to_string(i + 1) + "], bandwidth_gbps: 1}\n";
+      return t;
+    };
+    at_limit("subclusters", "subs.yaml", 0, 1, subclusters(1024, 2), subclusters(1025, 2));
+    at_limit("devices", "devs.yaml", 0, 1, subclusters(2, 32768), subclusters(2, 32768, 32769));
+  }
   // The environment a launcher hands a worker: every variable read whole or refused in one line.
   {
     const std::vector<std::string> names = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",

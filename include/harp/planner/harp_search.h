@@ -73,6 +73,11 @@ struct SearchResult {
   std::string infeasible_reason;
 };
 
+// Searching the subcluster order (fixed_order false) tries C! orders: at most this many.
+inline constexpr int kMaxOrderedSubclusters = 8;
+// InvalidArgument naming the limit when `fixed_order` is false on a larger cluster.
+Status check_order_search(const cluster::Cluster& cluster, bool fixed_order);
+
 // REQUIRES: options.microbatches >= 1. Returns an error only for a malformed problem;
 // an infeasible one is a result with feasible == false.
 StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOptions& options);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "harp/common/document.h"
+#include "harp/data/token_file.h"
 #include "harp/runtime/io/checkpoint.h"
 #include "testutil/run_harp.h"
 #include "testutil/temp_dir.h"
@@ -368,6 +369,53 @@ TEST(Hardening, AStageFileLargerThanMemoryIsRefusedBeforeReading) {
   auto r = runtime::read_tensor_file(f, nullptr);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("this machine has"), std::string::npos) << r.status().message();
+}
+
+// Every size limit of docs/file_formats.md refused one past its value, before reading
+// (sparse files stand in for the large ones: they take no disk).
+TEST(Hardening, SizeLimitsAreEnforcedAtTheirValue) {
+  TempDir d;
+  auto sparse = [&](const std::string& name, std::uintmax_t bytes, const std::string& head = "") {
+    write(d.file(name), head);
+    fs::resize_file(d.file(name), bytes);
+    return d.file(name);
+  };
+  // Token files: 4 GiB mapped (not read), one more 2-byte token refused.
+  auto at = data::MappedTokens::open(sparse("at.bin", 4ull << 30));
+  EXPECT_TRUE(at.ok()) << at.status().message();
+  auto past = data::MappedTokens::open(sparse("past.bin", (4ull << 30) + 2));
+  ASSERT_FALSE(past.ok());
+  EXPECT_NE(past.status().message().find("over the limit"), std::string::npos) << past.status().message();
+  // Text to prepare: 1 GiB; one byte more is refused before a byte is read.
+  CliResult r = run_harp({"data", "prepare", "--input", sparse("big.txt", (1ull << 30) + 1), "--output",
+                          d.file("t.bin")});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("over the limit"), std::string::npos) << r.err;
+  // A checkpoint stage file: 1 TiB.
+  auto ck = runtime::read_tensor_file(sparse("stage_0.bin", (1ull << 40) + 1, "HARPCKPT2\n"), nullptr);
+  ASSERT_FALSE(ck.ok());
+  EXPECT_NE(ck.status().message().find("over the limit"), std::string::npos) << ck.status().message();
+  // A cost table: 4,098 layers; the subcluster-order search: 8 subclusters.
+  Json costs = Json::parse(read(kSource + "/examples/costs/opt350_sailor_mbs4.json"));
+  const Json layer = costs["layers"][1];
+  while (costs["layers"].size() < 4099) costs["layers"].push_back(layer);
+  write(d.file("costs.json"), costs.dump());
+  r = run_harp({"plan", "--cluster", kSource + "/examples/clusters/a100_v100_sailor.yaml", "--costs",
+                d.file("costs.json"), "--microbatches", "8"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("more than 4098 layers"), std::string::npos) << r.err;
+  std::string cluster = "version: 1\nname: x\nsubclusters:\n";
+  for (int i = 0; i < 9; ++i)
+    cluster += "  - {name: s" + std::to_string(i) + ", device: cpu, nodes: 1, devices_per_node: 1}\n";
+  cluster += "links:\n";
+  for (int i = 0; i < 8; ++i)
+    cluster += "  - {between: [s" + std::to_string(i) + ", s" + std::to_string(i + 1) + "], bandwidth_gbps: 1}\n";
+  write(d.file("nine.yaml"), cluster);
+  write(d.file("nine_job.yaml"), "version: 1\ncluster: nine.yaml\nmodel: {family: gpt, preset: gpt-tiny, "
+                                 "granularity: 4}\nplanner: {microbatches: 4, microbatch_size: 1, fixed_order: false}\n");
+  r = run_harp({"plan", "--job", d.file("nine_job.yaml")});
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find("at most 8 subclusters"), std::string::npos) << r.err;
 }
 
 // The top-level handler: a library's exception (libtorch's carry a stack trace) is one
