@@ -26,6 +26,7 @@
 #include "harp/data/tokenizer.h"
 #include "harp/data/token_file.h"
 #include "harp/launch/worker_env.h"
+#include "testutil/files.h"
 #include "testutil/run_harp.h"
 #include "testutil/temp_dir.h"
 
@@ -34,15 +35,6 @@ namespace {
 
 const std::string kSource = HARP_SOURCE_DIR;
 
-std::string read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
 
 // The values a mutation puts in place of a number or a string.
 const std::vector<std::string> kExtremes = {

@@ -15,6 +15,7 @@
 #include "harp/common/document.h"
 #include "harp/data/token_file.h"
 #include "harp/runtime/io/checkpoint.h"
+#include "testutil/files.h"
 #include "testutil/run_harp.h"
 #include "testutil/temp_dir.h"
 
@@ -25,15 +26,6 @@ namespace fs = std::filesystem;
 const std::string kSource = HARP_SOURCE_DIR;
 const std::string kHarp = std::string(HARP_BINARY_DIR) + "/src/cli/harp";
 
-std::string read(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-void write(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-}
 
 int lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
 
