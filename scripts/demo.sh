@@ -56,6 +56,7 @@ if "$harp" train --help > /dev/null 2>&1; then
   printf '  %-10s %s\n' profile "$(grep -h 'predicted .*/step by the plan' $out/train.log | sed 's/.*\] //')" \
                        analytic "$(grep -h 'predicted .*/step by the plan' $out/train_analytic.log | sed 's/.*\] //')" \
                        calibrated "$(grep -h 'predicted .*/step by the plan' $out/train_calibrated.log | sed 's/.*\] //')"
+  "$harp" trace runs $out/train $out/train_analytic $out/train_calibrated --svg $out/curves.svg | grep '^curves'
   # The measured proof: the emulated three-pool cluster with its shaped links, each
   # strategy's plan trained on it, prediction beside measurement.
   tjob=examples/jobs/testbed_three.yaml tcl=examples/clusters/testbed_three.yaml tb=$out/testbed
@@ -87,6 +88,6 @@ if "$harp" train --help > /dev/null 2>&1; then
   # every prediction within 15% of its measurement, or the demo fails naming the run.
   check=""
   [ "$testbed" = 1 ] && check="--check harp --min-speedup 1.3 --max-error 0.15"
-  "$harp" trace runs $tb/harp $tb/homogeneous $tb/uniform $tb/harp_as_1f1b $check
+  "$harp" trace runs $tb/harp $tb/homogeneous $tb/uniform $tb/harp_as_1f1b $check --svg $tb/curves.svg
 fi
 printf '\npictures: %s/*.svg; traces (%s/trace.json, %s/train/trace.json) open in ui.perfetto.dev\n' "$out" "$out" "$out"

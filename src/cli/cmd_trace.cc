@@ -8,6 +8,8 @@
 #include <cmath>
 
 #include "commands.h"
+#include "harp/common/document.h"
+#include "harp/sim/curves.h"
 #include "validators.h"
 #include "harp/schedule/timeline.h"
 #include "harp/sim/run_check.h"
@@ -77,12 +79,24 @@ struct RunsOpts {
   std::string baseline;
   std::string check;  // the run that must win
   double min_speedup = 1.0, max_error = 0;
+  std::string svg_file;  // the runs' curves
 };
 
 int run_runs(const RunsOpts& o, Context& ctx) {
   auto rows = sim::load_runs(o.dirs);
   if (!rows.ok()) return ctx.fail("trace runs", rows.status());
   if (Status s = sim::write_run_table(*rows, o.baseline, ctx.out); !s.ok()) return ctx.fail("trace runs", s);
+  if (!o.svg_file.empty()) {
+    std::vector<sim::RunCurves> curves;
+    for (const std::string& dir : o.dirs) {
+      auto c = sim::load_curves(dir);
+      if (!c.ok()) return ctx.fail("trace runs", c.status());
+      curves.push_back(std::move(*c));
+    }
+    if (Status s = write_text_file_atomic(o.svg_file, sim::curves_svg(curves, "training curves")); !s.ok())
+      return ctx.fail("trace runs", s);
+    ctx.out << "curves: " << o.svg_file << "\n";
+  }
   if (o.check.empty() && o.max_error <= 0) return kExitOk;
   const Status s = sim::check_runs(*rows, {o.check, o.min_speedup, o.max_error});
   if (s.code() == StatusCode::kInvalidArgument) return ctx.fail("trace runs", s);
@@ -118,6 +132,8 @@ void add_trace_command(CLI::App& root, Context& ctx) {
       ->check(real(1, 100));
   runs->add_option("--max-error", r->max_error, "Require every prediction within this fraction of its measurement")
       ->check(real(0, 10));
+  runs->add_option("--svg", r->svg_file,
+                   "Also draw the runs' curves (loss, validation loss, tokens/s, iteration time against step)");
   runs->callback([r, &ctx] { ctx.rc = run_runs(*r, ctx); });
 }
 

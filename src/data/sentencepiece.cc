@@ -34,6 +34,28 @@ class SentencePieceTokenizer : public Tokenizer {
     HARP_CHECK(s.ok()) << s.ToString();
     return std::vector<std::uint32_t>(ids.begin(), ids.end());
   }
+  std::string decode(const std::vector<std::uint32_t>& ids) const override {
+    // Runs of ids in the vocabulary decode together (SentencePiece joins pieces and undoes
+    // byte fallback); an id outside it is U+FFFD.
+    std::string out, part;
+    std::vector<int> run;
+    auto flush = [&] {
+      if (run.empty()) return;
+      const auto s = sp_.Decode(run, &part);
+      out += s.ok() ? part : std::string("\xEF\xBF\xBD");
+      run.clear();
+    };
+    for (std::uint32_t id : ids) {
+      if (id < static_cast<std::uint32_t>(sp_.GetPieceSize())) {
+        run.push_back(static_cast<int>(id));
+      } else {
+        flush();
+        out += "\xEF\xBF\xBD";
+      }
+    }
+    flush();
+    return out;
+  }
   std::int64_t vocab_size() const override { return sp_.GetPieceSize(); }
   std::string describe() const override {
     return "SentencePiece (" + std::filesystem::path(path_).filename().string() + "), vocabulary " +

@@ -16,11 +16,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr const char* kReplacement = "\xEF\xBF\xBD";  // U+FFFD, for an id outside the vocabulary
+
 class ByteTokenizer : public Tokenizer {
  public:
   std::vector<std::uint32_t> encode(std::string_view text) const override {
     return std::vector<std::uint32_t>(reinterpret_cast<const unsigned char*>(text.data()),
                                       reinterpret_cast<const unsigned char*>(text.data()) + text.size());
+  }
+  std::string decode(const std::vector<std::uint32_t>& ids) const override {
+    std::string out;
+    for (std::uint32_t id : ids)
+      if (id < 256) out += static_cast<char>(id);
+      else out += kReplacement;
+    return out;
   }
   std::int64_t vocab_size() const override { return 256; }
   std::string describe() const override { return "byte-level, vocabulary 256"; }
@@ -119,6 +128,29 @@ class BpeTokenizer : public Tokenizer {
                std::unordered_map<std::string, int> ranks, std::string source)
       : vocab_(std::move(vocab)), ranks_(std::move(ranks)), source_(std::move(source)) {
     for (const auto& [token, id] : vocab_) size_ = std::max<std::int64_t>(size_, std::int64_t{id} + 1);
+    tokens_.resize(static_cast<std::size_t>(size_));
+    for (const auto& [token, id] : vocab_) tokens_[id] = &token;
+    for (int b = 0; b < 256; ++b) bytes_of_[byte_symbols()[b]] = static_cast<char>(b);
+  }
+
+  // Each token's symbols back to their bytes (GPT-2's byte decoder).
+  std::string decode(const std::vector<std::uint32_t>& ids) const override {
+    std::string out;
+    for (std::uint32_t id : ids) {
+      if (id >= tokens_.size() || tokens_[id] == nullptr) {
+        out += kReplacement;
+        continue;
+      }
+      const std::string& token = *tokens_[id];
+      for (std::size_t k = 0; k < token.size();) {
+        const auto c = static_cast<unsigned char>(token[k]);
+        const std::size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xe ? 3 : 4;
+        const auto it = bytes_of_.find(token.substr(k, len));
+        out += it != bytes_of_.end() ? std::string(1, it->second) : token.substr(k, len);
+        k += len;
+      }
+    }
+    return out;
   }
 
   std::vector<std::uint32_t> encode(std::string_view text) const override {
@@ -196,6 +228,8 @@ class BpeTokenizer : public Tokenizer {
   }
 
   std::unordered_map<std::string, std::uint32_t> vocab_;
+  std::vector<const std::string*> tokens_;                // id -> its token (into vocab_'s keys)
+  std::unordered_map<std::string, char> bytes_of_;        // byte symbol -> byte
   std::unordered_map<std::string, int> ranks_;
   std::string source_;
   std::int64_t size_ = 0;

@@ -31,6 +31,11 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual std::vector<std::uint32_t> encode(std::string_view text) const = 0;
+  // The text of `ids`: decode(encode(t)) == t for byte-level and GPT-2 BPE, and for
+  // SentencePiece up to its normalisation (a model trained with nmt_nfkc folds runs of
+  // spaces and newlines into one space). An id outside the vocabulary decodes to U+FFFD;
+  // a sequence cut inside a character leaves its bytes as they are.
+  virtual std::string decode(const std::vector<std::uint32_t>& ids) const = 0;
   virtual std::int64_t vocab_size() const = 0;
   // e.g. "byte-level, vocabulary 256", "GPT-2 BPE (vocab.json), vocabulary 50257".
   virtual std::string describe() const = 0;

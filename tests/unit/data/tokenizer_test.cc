@@ -257,3 +257,48 @@ TEST(Prepare, PiecesGiveTheWholeTextsTokens) {
 
 }  // namespace
 }  // namespace harp::data
+
+namespace harp::data {
+namespace {
+
+// Decoding: decode(encode(text)) == text on multilingual text for every tokenizer
+// (SentencePiece on text its nmt_nfkc normaliser leaves as it is: single spaces, no
+// newlines), and an id outside the vocabulary is U+FFFD.
+TEST(Decode, RoundTripsMultilingualTextForEveryTokenizer) {
+  const std::string text = "h\xc3\xa9llo w\xc3\xb6rld, \xe4\xb8\xad\xe6\x96\x87 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e "
+                           "\xd1\x80\xd1\x83\xd1\x81\xd1\x81\xd0\xba\xd0\xb8\xd0\xb9 \xe2\x80\x94 \xf0\x9f\x8e\x89\n"
+                           "  two spaces\tand a tab, isn't it? 3.14\n\nend \xff\xfe raw bytes";
+  const auto byte = byte_tokenizer();
+  EXPECT_EQ(byte->decode(byte->encode(text)), text);
+  EXPECT_EQ(byte->decode({104, 300, 105}), "h\xef\xbf\xbdi");
+  // GPT-2 BPE: every byte symbol plus merges, so multi-byte characters stay whole tokens.
+  const std::string d = dir("decode_bpe");
+  Json vocab = Json::object();
+  for (int b = 0; b < 256; ++b) vocab[gpt2_byte_symbol(static_cast<unsigned char>(b))] = b;
+  vocab["\xc4\xa0w"] = 256, vocab["\xc3\xa4\xc2\xb8"] = 257, vocab["ll"] = 258;
+  std::ofstream(d + "/vocab.json") << vocab.dump();
+  std::ofstream(d + "/merges.txt") << "#version: 0.2\n\xc4\xa0 w\n\xc3\xa4 \xc2\xb8\nl l\n";
+  auto bpe = load_tokenizer(d);
+  HARP_ASSERT_OK(bpe);
+  const auto ids = (*bpe)->encode(text);
+  EXPECT_LT(ids.size(), text.size()) << "the merges apply";
+  EXPECT_EQ((*bpe)->decode(ids), text);
+  EXPECT_EQ((*bpe)->decode({'h', 99999}), "h\xef\xbf\xbd");
+  // A sample of English-like text as well (contractions, numbers, runs of white space).
+  const std::string english = sample_text(2000, 3);
+  EXPECT_EQ((*bpe)->decode((*bpe)->encode(english)), english);
+  if (enable_sentencepiece() && have_python("sentencepiece, json")) {
+    const std::string s = dir("decode_spm");
+    std::ofstream(s + "/text.txt", std::ios::binary) << english;
+    ASSERT_EQ(std::system((kPython + " " + kScript + " spm " + s + "/text.txt 400 " + s).c_str()), 0);
+    auto sp = load_tokenizer(s + "/sp.model");
+    HARP_ASSERT_OK(sp);
+    const std::string plain = "h\xc3\xa9llo w\xc3\xb6rld, \xe4\xb8\xad\xe6\x96\x87 \xd1\x80\xd1\x83\xd1\x81 \xe2\x80\x94 "
+                              "\xf0\x9f\x8e\x89 the pipeline stage isn't slow";
+    EXPECT_EQ((*sp)->decode((*sp)->encode(plain)), plain) << "byte fallback restores what the vocabulary lacks";
+    EXPECT_EQ((*sp)->decode({100000}), "\xef\xbf\xbd");
+  }
+}
+
+}  // namespace
+}  // namespace harp::data
