@@ -296,6 +296,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp trace runs --check",
       "harp trace runs --min-speedup",
       "harp trace runs --max-error",
+      "harp trace runs --svg",
       "harp profile --job", "harp profile --output", "harp profile --device", "harp profile --microbatch-sizes",
       "harp profile --per-layer", "harp profile --quick", "harp profile --threads",
       "harp profile check --plan", "harp profile check --quick", "harp profile check --threads",
