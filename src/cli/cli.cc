@@ -24,17 +24,21 @@ bool is_allocation_failure(const std::string& what) {
 constexpr const char* kOutOfMemory =
     "out of memory; the input asks for more than this machine has (see docs/file_formats.md, Limits)";
 
+// An exception's message as one line: its first (libtorch appends a stack trace), clipped.
+std::string first_line(const std::exception& e) {
+  std::string what = e.what();
+  what = what.substr(0, what.find('\n'));
+  return what.size() > 400 ? what.substr(0, 400) + "..." : what;
+}
+
 }  // namespace
 
 int Context::fail(const char* command, const std::exception& e) {
-  std::string what = e.what();
-  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr || is_allocation_failure(what)) {
+  if (dynamic_cast<const std::bad_alloc*>(&e) != nullptr || is_allocation_failure(e.what())) {
     err << "harp " << command << ": " << kOutOfMemory << "\n";
     return rc = kExitInput;
   }
-  what = what.substr(0, what.find('\n'));
-  if (what.size() > 400) what = what.substr(0, 400) + "...";
-  err << "harp " << command << ": " << what << "\n";
+  err << "harp " << command << ": " << first_line(e) << "\n";
   return rc = kExitInput;
 }
 
@@ -132,8 +136,7 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   try {
     app.parse(argc, argv);
   } catch (const std::bad_alloc&) {
-    err << "harp: out of memory; the input asks for more than this machine has (see docs/file_formats.md, "
-           "Limits)\n";
+    err << "harp: " << kOutOfMemory << "\n";
     return kExitInput;
   } catch (const CLI::CallForHelp&) {
     out << app.help();
@@ -154,13 +157,11 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   } catch (const std::exception& e) {
     // Every input error is a Status with its own message; reaching here is a bug (or an
     // allocation failure libtorch reports as its own error). One line either way.
-    std::string what = e.what();
-    if (is_allocation_failure(what)) {
+    if (is_allocation_failure(e.what())) {
       err << "harp: " << kOutOfMemory << "\n";
       return kExitInput;
     }
-    what = what.substr(0, what.find('\n'));
-    err << "harp: internal error (a bug in HARP; please report it with the command): " << what.substr(0, 400) << "\n";
+    err << "harp: internal error (a bug in HARP; please report it with the command): " << first_line(e) << "\n";
     return kExitInput;
   }
   return ctx.rc;

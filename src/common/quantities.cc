@@ -36,9 +36,13 @@ bool in_range(const Quantity& q, double v) {
   return std::isfinite(v) && (q.min_exclusive ? v > q.min : v >= q.min) && v <= q.max;
 }
 
-Status quantity_error(const Quantity& q, double v, const std::string& file, const std::string& path) {
+std::string quantity_rule(const Quantity& q) {
   const bool vowel = std::string("aeiou").find(q.what[0]) != std::string::npos;
-  return field_error(file, path, number_text(v), std::string(vowel ? "an " : "a ") + q.what + " must be " + range_text(q),
+  return std::string(vowel ? "an " : "a ") + q.what + " must be " + range_text(q);
+}
+
+Status quantity_error(const Quantity& q, double v, const std::string& file, const std::string& path) {
+  return field_error(file, path, number_text(v), quantity_rule(q),
                      std::string("use a value a real cluster or run can have, e.g. ") + q.example +
                          " (docs/file_formats.md, Ranges)");
 }

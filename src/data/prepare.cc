@@ -44,20 +44,6 @@ Status write_all(int fd, const std::string& bytes, const std::string& name) {
   return Status();
 }
 
-void put_le(std::uint32_t v, int size, std::string* out) {
-  for (int i = 0; i < size; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-std::string llmc_header(TokenFormat format, std::uint64_t count) {
-  std::string h;
-  const bool wide = format == TokenFormat::kLlmc32;
-  put_le(static_cast<std::uint32_t>(wide ? kLlmcMagic32 : kLlmcMagic16), 4, &h);
-  put_le(static_cast<std::uint32_t>(wide ? kLlmcVersion32 : kLlmcVersion16), 4, &h);
-  put_le(static_cast<std::uint32_t>(count), 4, &h);
-  h.resize(kLlmcHeaderBytes, '\0');
-  return h;
-}
-
 // Where a piece may end: just after the last newline that a non-space character
 // follows (0: nowhere in `text`, read on).
 size_t cut_point(const std::string& text) {

@@ -15,6 +15,8 @@ namespace harp::data {
 namespace {
 
 #if HARP_WITH_SENTENCEPIECE
+constexpr const char* kReplacement = "\xEF\xBF\xBD";  // U+FFFD, for an id outside the vocabulary
+
 class SentencePieceTokenizer : public Tokenizer {
  public:
   explicit SentencePieceTokenizer(std::string path) : path_(std::move(path)) {}
@@ -42,7 +44,7 @@ class SentencePieceTokenizer : public Tokenizer {
     auto flush = [&] {
       if (run.empty()) return;
       const auto s = sp_.Decode(run, &part);
-      out += s.ok() ? part : std::string("\xEF\xBF\xBD");
+      out += s.ok() ? part : std::string(kReplacement);
       run.clear();
     };
     for (std::uint32_t id : ids) {
@@ -50,7 +52,7 @@ class SentencePieceTokenizer : public Tokenizer {
         run.push_back(static_cast<int>(id));
       } else {
         flush();
-        out += "\xEF\xBF\xBD";
+        out += kReplacement;
       }
     }
     flush();

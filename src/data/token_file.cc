@@ -17,7 +17,7 @@
 namespace harp::data {
 namespace {
 
-// 4 GiB: two billion tokens, held in memory as uint16 (a larger corpus wants sharding).
+// 4 GiB: two billion uint16 tokens, mapped and read in place (a larger corpus wants sharding).
 constexpr std::int64_t kMaxTokenFileBytes = 4ll << 30;
 
 }  // namespace
@@ -83,11 +83,21 @@ std::uint32_t le(const unsigned char* b, std::size_t at, int size) {
   return v;
 }
 
+}  // namespace
+
 void put_le(std::uint32_t v, int size, std::string* out) {
   for (int i = 0; i < size; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
 
-}  // namespace
+std::string llmc_header(TokenFormat format, std::uint64_t count) {
+  std::string h;
+  const bool wide = format == TokenFormat::kLlmc32;
+  put_le(static_cast<std::uint32_t>(wide ? kLlmcMagic32 : kLlmcMagic16), 4, &h);
+  put_le(static_cast<std::uint32_t>(wide ? kLlmcVersion32 : kLlmcVersion16), 4, &h);
+  put_le(static_cast<std::uint32_t>(count), 4, &h);
+  h.resize(kLlmcHeaderBytes, '\0');
+  return h;
+}
 
 const char* token_format_name(TokenFormat format) {
   switch (format) {
@@ -169,11 +179,7 @@ Status write_tokens(const std::vector<std::uint32_t>& ids, TokenFormat format, c
     if (ids.size() >= (1ull << 31))
       return invalid_argument(shown_path(path) + ": " + std::to_string(ids.size()) +
                               " tokens; an llm.c file holds fewer than 2^31");
-    const bool wide = format == TokenFormat::kLlmc32;
-    put_le(static_cast<std::uint32_t>(wide ? kLlmcMagic32 : kLlmcMagic16), 4, &bytes);
-    put_le(static_cast<std::uint32_t>(wide ? kLlmcVersion32 : kLlmcVersion16), 4, &bytes);
-    put_le(static_cast<std::uint32_t>(ids.size()), 4, &bytes);
-    bytes.resize(kLlmcHeaderBytes, '\0');
+    bytes = llmc_header(format, ids.size());
   }
   bytes.reserve(bytes.size() + size * ids.size());
   for (std::size_t i = 0; i < ids.size(); ++i) {

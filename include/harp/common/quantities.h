@@ -60,6 +60,9 @@ bool in_range(const Quantity& q, double v);
 // "nan", "inf", or the shortest text of v.
 std::string number_text(double v);
 
+// "a learning rate must be above 0 and at most 10": the rule every message about q states.
+std::string quantity_rule(const Quantity& q);
+
 // The standard field message for a value outside q's range (file, path, value, rule, fix).
 Status quantity_error(const Quantity& q, double v, const std::string& file, const std::string& path);
 Status check_quantity(const Quantity& q, double v, const std::string& file, const std::string& path);

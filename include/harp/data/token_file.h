@@ -73,6 +73,11 @@ class MappedTokens {
 // error naming the file, the header's figures and the fix.
 StatusOr<Tokens> read_tokens(const std::string& path);
 
+// The 1 KiB llm.c header of a file of `count` tokens (format kLlmc16 or kLlmc32).
+std::string llmc_header(TokenFormat format, std::uint64_t count);
+// `v` as `size` little-endian bytes appended to `out` (a token is 2 or 4).
+void put_le(std::uint32_t v, int size, std::string* out);
+
 // Writes `ids` in `format` atomically. InvalidArgument for no tokens, or an id that does
 // not fit the format (>= 65536 for the uint16 ones).
 Status write_tokens(const std::vector<std::uint32_t>& ids, TokenFormat format, const std::string& path);
