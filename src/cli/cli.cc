@@ -1,5 +1,7 @@
 // Dispatch only: builds the root app, lets each subcommand register, maps CLI11's parse
 // errors to one line and exit code 2.
+#include <unistd.h>
+
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -76,6 +78,7 @@ void build_app(CLI::App& app, Context& ctx) {
   add_trace_command(app, ctx);
   add_profile_command(app, ctx);
   add_testbed_command(app, ctx);
+  add_generate_command(app, ctx);
   bool have_train = false, have_export = false;
   for (const auto& [name, add] : registered()) {
     add(app, ctx);
@@ -96,6 +99,15 @@ void list_flags(const CLI::App& app, const std::string& prefix, std::vector<std:
 }
 
 }  // namespace
+
+std::string harp_train_path() {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "harp-train";
+  const std::string path(buf, static_cast<size_t>(n));
+  const size_t slash = path.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/harp-train";
+}
 
 void register_command(const char* name, AddCommand add) {
   for (const auto& [n, a] : registered())

@@ -5,12 +5,36 @@
 #include <filesystem>
 
 #include "commands.h"
+#include "run_checkpoint.h"
 #include "validators.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/io/checkpoint.h"
 #include "harp/runtime/io/hf_weights.h"
 
 namespace harp::cli {
+
+StatusOr<RunCheckpoint> read_run_checkpoint(const std::string& checkpoint, const std::string& plan_file,
+                                            const std::string& model, int step) {
+  std::error_code ec;
+  // The run folder (OUT, holding checkpoints/) or the checkpoints folder itself.
+  const std::string dir =
+      std::filesystem::is_directory(checkpoint + "/checkpoints", ec) ? checkpoint + "/checkpoints" : checkpoint;
+  HARP_ASSIGN_OR_RETURN(plan::Plan p, plan::load_plan(plan_file));
+  RunCheckpoint run;
+  auto m = plan_model(p, plan_file, model, 0);
+  if (!m.ok() && m.status().message().empty())
+    return invalid_argument(plan_file + ": the plan names no model; pass --model PRESET|FILE");
+  if (!m.ok()) return m.status();
+  run.model = *m;
+  run.step = step;
+  if (run.step == 0) {
+    HARP_ASSIGN_OR_RETURN(run.step, runtime::latest_checkpoint_step(dir));
+  }
+  long long optimizer_steps = 0;
+  HARP_ASSIGN_OR_RETURN(run.tensors, runtime::read_checkpoint(dir, run.step, &optimizer_steps));
+  return run;
+}
+
 namespace {
 
 struct Opts {
@@ -19,32 +43,13 @@ struct Opts {
 };
 
 int run_export(const Opts& o, Context& ctx) {
-  std::error_code ec;
-  // The run folder (OUT, holding checkpoints/) or the checkpoints folder itself.
-  const std::string dir = std::filesystem::is_directory(o.checkpoint + "/checkpoints", ec) ? o.checkpoint + "/checkpoints"
-                                                                                          : o.checkpoint;
-  auto p = plan::load_plan(o.plan_file);
-  if (!p.ok()) return ctx.fail("export", p.status());
-  auto m = plan_model(*p, o.plan_file, o.model, 0);
-  if (!m.ok() && m.status().message().empty()) {
-    ctx.err << "harp export: the plan names no model; pass --model PRESET|FILE\n";
-    return ctx.rc = kExitUsage;
-  }
-  if (!m.ok()) return ctx.fail("export", m.status());
-  int step = o.step;
-  if (step == 0) {
-    auto latest = runtime::latest_checkpoint_step(dir);
-    if (!latest.ok()) return ctx.fail("export", latest.status());
-    step = *latest;
-  }
-  long long optimizer_steps = 0;
-  auto tensors = runtime::read_checkpoint(dir, step, &optimizer_steps);
-  if (!tensors.ok()) return ctx.fail("export", tensors.status());
-  Status s = runtime::export_hf(*m, *tensors, o.output);
+  auto run = read_run_checkpoint(o.checkpoint, o.plan_file, o.model, o.step);
+  if (!run.ok()) return ctx.fail("export", run.status());
+  Status s = runtime::export_hf(run->model, run->tensors, o.output);
   if (!s.ok()) return ctx.fail("export", s);
   ctx.out << "wrote " << o.output << "/model.safetensors and config.json ("
-          << runtime::hf_config(*m)["architectures"][0].get<std::string>() << ", " << m->gpt.name
-          << ", step " << step << ")\n";
+          << runtime::hf_config(run->model)["architectures"][0].get<std::string>() << ", " << run->model.gpt.name
+          << ", step " << run->step << ")\n";
   return kExitOk;
 }
 

@@ -62,6 +62,8 @@ StatusOr<model::ModelSpec> plan_model(const plan::Plan& p, const std::string& pl
 // registers them before run(); `harp` itself never loads libtorch and hands `harp train`
 // over to `harp-train` (main.cc). Without a registered `train`, run() lists a stand-in
 // that says how to get one.
+// The `harp-train` beside this executable (from /proc/self/exe).
+std::string harp_train_path();
 using AddCommand = void (*)(CLI::App& root, Context& ctx);
 void register_command(const char* name, AddCommand add);
 
@@ -69,6 +71,10 @@ void register_command(const char* name, AddCommand add);
 void add_train_command(CLI::App& root, Context& ctx);
 // In harp_train_cli: `harp export --checkpoint DIR --plan PLAN -o OUT` (cmd_export.cc).
 void add_export_command(CLI::App& root, Context& ctx);
+// In harp_train_cli: the model half of `harp generate` (cmd_generate_tokens.cc).
+void add_generate_tokens_command(CLI::App& root, Context& ctx);
+// `harp generate` (cmd_generate.cc): tokenizes, runs harp-train generate-tokens, decodes.
+void add_generate_command(CLI::App& root, Context& ctx);
 // In harp_train_cli: installs the measuring half of `harp profile` (cmd_profile.h).
 void add_profiler_commands(CLI::App& root, Context& ctx);
 

@@ -11,20 +11,6 @@
 #include "commands.h"
 #include "harp/data/sentencepiece.h"
 
-namespace {
-
-// The folder of this executable, from /proc/self/exe; "" if unknown.
-std::string own_dir() {
-  char buf[4096];
-  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return "";
-  std::string path(buf, static_cast<size_t>(n));
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "" : path.substr(0, slash);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   harp::data::enable_sentencepiece();  // for `harp data prepare` (never in harp-train)
   // `harp profile` measures with libtorch, except its torch-free merge and import.
@@ -33,7 +19,7 @@ int main(int argc, char** argv) {
                     (std::string(argv[1]) == "profile" &&
                      !(argc >= 3 && (std::string(argv[2]) == "merge" || std::string(argv[2]) == "import"))));
   if (torch_command) {
-    const std::string target = own_dir() + "/harp-train";
+    const std::string target = harp::cli::harp_train_path();
     if (access(target.c_str(), X_OK) == 0) {
       argv[0] = const_cast<char*>(target.c_str());
       execv(target.c_str(), argv);

@@ -8,5 +8,6 @@ int main(int argc, char** argv) {
   harp::cli::register_command("train", harp::cli::add_train_command);
   harp::cli::register_command("profile", harp::cli::add_profiler_commands);
   harp::cli::register_command("export", harp::cli::add_export_command);
+  harp::cli::register_command("generate-tokens", harp::cli::add_generate_tokens_command);
   return harp::cli::run(argc, argv, std::cout, std::cerr);
 }

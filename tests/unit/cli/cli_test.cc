@@ -311,6 +311,11 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp testbed probe --repeats", "harp testbed probe --max-message-s", "harp testbed probe --csv",
       "harp testbed probe --svg",
       "harp testbed status --cluster", "harp testbed status --prefix",
+      "harp generate --checkpoint", "harp generate --plan", "harp generate --model", "harp generate --step",
+      "harp generate --hf", "harp generate --max-new-tokens", "harp generate --temperature", "harp generate --top-k",
+      "harp generate --top-p", "harp generate --seed", "harp generate --dtype", "harp generate --device",
+      "harp generate --threads", "harp generate --no-cache", "harp generate --tokenizer", "harp generate --prompt",
+      "harp generate --prompt-file",
   };
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds

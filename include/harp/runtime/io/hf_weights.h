@@ -35,6 +35,7 @@
 //   head.lm.weight               lm_head.weight (model.embed_tokens.weight when tied)
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -72,5 +73,19 @@ Status export_hf(const model::ModelSpec& model, const NamedTensors& params, cons
 // model.safetensors.index.json. Only the tensors this rank holds are read. Errors name
 // the file, the tensor and what does not match (shape, dtype, vocabulary, positions).
 Status load_hf(Executor& ex, const model::ModelSpec& model, const std::string& path);
+// The same into any parameters (global names), each placed in its full tensor by `shard_of`.
+Status load_hf_params(const model::ModelSpec& model, const std::string& path,
+                      const std::vector<std::pair<std::string, torch::Tensor>>& params,
+                      const std::function<const Shard&(const std::string&)>& shard_of);
+
+// The model a Hugging Face config.json describes (in the folder `path`, or beside the
+// .safetensors file `path`): GPT2LMHeadModel (model_type gpt2: n_embd, n_layer, n_head,
+// n_positions as seq_len, vocab_size, n_inner or 4 n_embd, tie_word_embeddings) or
+// LlamaForCausalLM (model_type llama: hidden_size, num_hidden_layers,
+// num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
+// max_position_embeddings as seq_len, rope_theta, tie_word_embeddings), granularity 1.
+// What the runtime fixes must match: norm epsilon 1e-5, GELU tanh (GPT-2), SiLU, no
+// rope_scaling, no biases (LLaMA); InvalidArgument naming the field otherwise.
+StatusOr<model::ModelSpec> hf_model(const std::string& path);
 
 }  // namespace harp::runtime
