@@ -208,6 +208,18 @@ void add_train_command(CLI::App& root, Context& ctx) {
            ->capture_default_str()
            ->check(whole(1, 100000)),
        &C::eval_batches);
+  over(cmd->add_option("--sample-every", f.sample_every, "Print a sample from the model every K steps (0: never)")
+           ->check(whole(0, 1 << 30)),
+       &C::sample_every);
+  over(cmd->add_option("--sample-prompt", f.sample_prompt, "The text samples continue (default: a newline)"),
+       &C::sample_prompt);
+  over(cmd->add_option("--sample-tokens", f.sample_tokens, "Tokens per sample")->capture_default_str()->check(whole(1, 4096)),
+       &C::sample_tokens);
+  over(cmd->add_option("--sample-tokenizer", f.sample_tokenizer,
+                       "byte, or the GPT-2 BPE files the data was prepared with (vocab.json + merges.txt folder, "
+                       "tokenizer.json)")
+           ->capture_default_str(),
+       &C::sample_tokenizer);
   cmd->add_flag("--quiet", o->quiet, "No progress lines");
   cmd->callback([o, &ctx] { ctx.rc = run_train(*o, ctx); });
 }

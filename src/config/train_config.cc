@@ -60,6 +60,12 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
   if (eval_every < 1) return bad("eval_every", eval_every, "must be at least 1", "use e.g. 100");
   if (eval_batches < 1 || eval_batches > 100000)
     return bad("eval_batches", eval_batches, "must be 1..100000", "use e.g. 2");
+  if (sample_every < 0) return bad("sample_every", sample_every, "must be >= 0", "use 0 (no samples) or e.g. 100");
+  if (sample_tokens < 1 || sample_tokens > 4096)
+    return bad("sample_tokens", sample_tokens, "must be 1..4096", "use e.g. 64");
+  if (sample_every > 0 && sample_prompt.empty())
+    return field_error(file, join_path(path, "sample_prompt"), "\"\"", "must hold at least one character",
+                       "leave it out (a newline) or give the text the samples continue");
   return Status();
 }
 
@@ -106,6 +112,11 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   if (!c.val_data.empty()) c.val_data = resolve_relative_to(file, c.val_data);
   c.eval_every = static_cast<int>(r.integer("eval_every", 1, c.eval_every));
   c.eval_batches = static_cast<int>(r.integer("eval_batches", 1, c.eval_batches));
+  c.sample_every = static_cast<int>(r.integer("sample_every", 0, c.sample_every));
+  c.sample_prompt = r.string("sample_prompt", c.sample_prompt);
+  c.sample_tokens = static_cast<int>(r.integer("sample_tokens", 1, c.sample_tokens));
+  c.sample_tokenizer = r.string("sample_tokenizer", c.sample_tokenizer);
+  if (c.sample_tokenizer != "byte") c.sample_tokenizer = resolve_relative_to(file, c.sample_tokenizer);
   HARP_RETURN_IF_ERROR(r.finish());
   HARP_RETURN_IF_ERROR(c.validate(file, path));
   return c;
@@ -140,6 +151,12 @@ Json train_config_to_json(const TrainConfig& c) {
     j["val_data"] = c.val_data;
     j["eval_every"] = c.eval_every;
     j["eval_batches"] = c.eval_batches;
+  }
+  if (c.sample_every > 0) {
+    j["sample_every"] = c.sample_every;
+    j["sample_prompt"] = c.sample_prompt;
+    j["sample_tokens"] = c.sample_tokens;
+    j["sample_tokenizer"] = c.sample_tokenizer;
   }
   return j;
 }

@@ -29,6 +29,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->launch_count = static_cast<int>(r.integer("launch_count", 1, 0));
   s->subcluster = static_cast<int>(r.integer("subcluster", 0, -1));
   s->subcluster_name = r.string("subcluster_name", "");
+  s->device = r.string("device", "");
   s->cost_source = r.string("cost_source", "");
   parse_recompute(r.choice("recompute", {"none", "selective", "full"}, "none"), &s->recompute);
   if (const Json* shape = r.get("cut_shape")) {
@@ -47,6 +48,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->memory_bytes = read_quantity(r, "memory_bytes", quantity::kBytes, 0.0);
   s->comm_bytes = read_quantity(r, "comm_bytes", quantity::kBytes, 0.0);
   s->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
+  s->peak_tflops = read_quantity(r, "peak_tflops", quantity::kPeakTflops, 0.0);
   if (r.failed()) return r.finish();
   s->crosses_nodes = r.boolean("crosses_nodes", true);
   if (!r.failed() && s->fwd_s + s->bwd_s <= 0)
@@ -231,6 +233,8 @@ Json plan_to_json(const Plan& p) {
     sj["activation_bytes"] = s.activation_bytes;
     sj["memory_bytes"] = s.memory_bytes;
     if (s.emulated_slowdown != 1.0) sj["emulated_slowdown"] = s.emulated_slowdown;
+    if (!s.device.empty()) sj["device"] = s.device;
+    if (s.peak_tflops > 0) sj["peak_tflops"] = s.peak_tflops;
     if (!s.cost_source.empty()) sj["cost_source"] = s.cost_source;
     if (!s.cut_shape.empty()) sj["cut_shape"] = s.cut_shape;
     stages.push_back(sj);

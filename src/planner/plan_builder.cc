@@ -39,6 +39,8 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     s.dp = pl.dp;
     s.tp = pl.tp;
     s.emulated_slowdown = cluster.device_of(pl.subcluster).emulated_slowdown;
+    s.device = cluster.device_of(pl.subcluster).name;
+    s.peak_tflops = cluster.device_of(pl.subcluster).peak_tflops;
     const int base = cluster.first_device_id(pl.subcluster) + pl.first_node * sub.devices_per_node +
                      pl.first_local;
     for (int d = 0; d < pl.devices; ++d) s.devices.push_back(base + d);

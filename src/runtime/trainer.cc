@@ -12,6 +12,7 @@
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/exec/device.h"
 #include "harp/runtime/exec/memory.h"
+#include "harp/runtime/generate.h"
 #include "harp/runtime/io/checkpoint.h"
 #include "harp/runtime/io/hf_weights.h"
 #include "harp/runtime/io/metrics.h"
@@ -54,6 +55,9 @@ TrainOptions train_options(const config::TrainConfig& c) {
   t.init_from = c.init_from;
   t.eval_every = c.val_data.empty() ? 0 : c.eval_every;
   t.eval_batches = c.eval_batches;
+  t.sample_every = c.sample_every;
+  t.sample_prompt = c.sample_prompt;
+  t.sample_tokens = c.sample_tokens;
   t.resolved_config = config::train_config_to_json(c);
   return t;
 }
@@ -108,14 +112,15 @@ class Loop {
   Loop(const model::ModelSpec& model, const plan::Plan& plan, Executor& ex, Transport& comm,
        const TrainOptions& options, std::ostream& log, TrainSummary& summary, MetricsLog& metrics,
        const std::string& run_id)
-      : plan_(plan), ex_(ex), comm_(comm), l_(comm.layout()), o_(options), log_(log),
+      : model_(model), plan_(plan), ex_(ex), comm_(comm), l_(comm.layout()), o_(options), log_(log),
         summary_(summary), metrics_(metrics), stats_(l_.num_stages()),
         measured_compute_(torch::zeros({2 * l_.num_stages()}, torch::kFloat64)),
         checkpoints_(options.out_dir + "/checkpoints", options.keep_checkpoints, options.async_checkpoints,
                      options.before_checkpoint_write),
         traced_(options.trace_steps.begin(), options.trace_steps.end()),
         tokens_(static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len),
-        flops_(3.0 * model.fwd_flops_per_sample() * plan.microbatches * plan.microbatch_size) {
+        flops_(3.0 * model.fwd_flops_per_sample() * plan.microbatches * plan.microbatch_size),
+        utilisation_per_s_(plan_utilisation(model, plan, 1.0)) {
     checkpoints_.set_run_id(run_id);
     timeline_.rows.push_back(
         {l_.rank, l_.stage, schedule::row_name(l_.stage, plan.stages[l_.stage].subcluster_name, l_.dp_rank, l_.dp())});
@@ -192,6 +197,9 @@ class Loop {
                                  std::to_string(r.loss) + ") in a run without loss scaling: training diverged; "
                                  "fix: lower the learning rate (--lr), or resume from an earlier checkpoint");
     if (evaluating() && ((step + 1) % o_.eval_every == 0 || step + 1 == o_.steps)) validate(step + 1);
+    if (o_.sample_tokenizer != nullptr && o_.sample_every > 0 &&
+        ((step + 1) % o_.sample_every == 0 || step + 1 == o_.steps))
+      HARP_RETURN_IF_ERROR(sample(step + 1));
     if ((o_.checkpoint_every > 0 && (step + 1) % o_.checkpoint_every == 0) || step + 1 == stop_at_) {
       HARP_RETURN_IF_ERROR(checkpoints_.save(ex_, comm_, step + 1, plan_));
       report_checkpoints();
@@ -199,6 +207,46 @@ class Loop {
     if (step + 1 != stop_at_) return false;
     summary_.stopped_at = stop_at_;
     return true;
+  }
+
+  // A sample from the model after `steps_done` steps (TrainOptions::sample_every): each
+  // stage's first replica writes its parameters (tp shards gathered) to OUT/sample/, and
+  // rank 0 reads the whole model back, generates on the CPU and prints the text.
+  Status sample(int steps_done) {
+    const std::string dir = o_.out_dir + "/sample";
+    NamedTensors tensors;
+    if (l_.dp_rank == 0) {
+      tensors = ex_.optimizer().params();
+      if (l_.tp() > 1) tensors = ex_.full_tensors(tensors);
+      if (l_.tp_rank != 0) tensors.clear();
+    }
+    if (!tensors.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      HARP_RETURN_IF_ERROR(write_tensor_file(dir + "/stage_" + std::to_string(l_.stage) + ".bin", tensors, 0,
+                                             CheckpointId{steps_done, l_.stage, "sample"}));
+    }
+    comm_.barrier("writing the sample's weights");
+    if (l_.rank != 0) return Status();
+    NamedTensors all;
+    for (int s = 0; s < l_.num_stages(); ++s) {
+      long long counter = 0;
+      HARP_ASSIGN_OR_RETURN(NamedTensors part, read_tensor_file(dir + "/stage_" + std::to_string(s) + ".bin", &counter));
+      for (auto& t : part) all.push_back(std::move(t));
+    }
+    const torch::Dtype dtype = o_.exec.dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+    HARP_ASSIGN_OR_RETURN(LanguageModel lm, LanguageModel::from_params(model_, all, dtype, torch::kCPU));
+    const std::vector<std::uint32_t> prompt = o_.sample_tokenizer->encode(o_.sample_prompt);
+    GenerateOptions g;
+    g.max_new_tokens = o_.sample_tokens;
+    g.sampling.seed = o_.exec.seed * 1000003ULL + static_cast<std::uint64_t>(steps_done);
+    HARP_ASSIGN_OR_RETURN(GenerateResult r,
+                          generate(lm, std::vector<std::int64_t>(prompt.begin(), prompt.end()), g));
+    std::vector<std::uint32_t> ids = prompt;
+    ids.insert(ids.end(), r.tokens.begin(), r.tokens.end());
+    if (o_.progress) log_ << "sample after " << steps_done << " steps: " << o_.sample_tokenizer->decode(ids) << "\n";
+    metrics_.write_sample(steps_done, o_.sample_tokenizer->decode(ids));
+    return Status();
   }
 
   // The checkpoint step all ranks stop after: the next multiple of checkpoint_every
@@ -240,6 +288,8 @@ class Loop {
     m.tokens = tokens_;
     m.flops = flops_;
     m.busy_fraction = stats_.busy();
+    for (double u : utilisation_per_s_.stages) m.stage_mfu.push_back(u / r.seconds);
+    m.mfu = utilisation_per_s_.overall / r.seconds;
     m.loss_scale = r.loss_scale;
     m.skipped = r.skipped;
     if (o_.resume && step == summary_.first_step) m.resumed_from = summary_.first_step;
@@ -295,6 +345,7 @@ class Loop {
     return Status();
   }
 
+  const model::ModelSpec& model_;
   const plan::Plan& plan_;
   Executor& ex_;
   Transport& comm_;
@@ -309,6 +360,7 @@ class Loop {
   const std::set<int> traced_;
   schedule::Timeline timeline_;
   const double tokens_, flops_;     // per step
+  const Utilisation utilisation_per_s_;  // at one second per step: divide by the step's time
   int stop_at_ = -1;                // the checkpoint step all ranks stop after, once agreed
   double total_s_ = 0;
   std::vector<double> step_seconds_;  // the timed steps, for the median

@@ -8,6 +8,7 @@
 #include "harp/runtime/exec/data.h"
 #include "harp/runtime/exec/device.h"
 #include "harp/runtime/exec/memory.h"
+#include "harp/runtime/io/metrics.h"
 #include "harp/runtime/io/run_folder.h"
 #include "harp/runtime/nn/trainable.h"
 #include "harp/runtime/trainer.h"
@@ -20,6 +21,7 @@ struct TrainingRun::State {
   RunRequest r;
   std::ostream* log = nullptr;
   std::unique_ptr<TokenSource> data, val_data;
+  std::unique_ptr<harp::data::Tokenizer> sample_tokenizer;
   torch::Device device{torch::kCPU};
   TrainOptions options;
   std::unique_ptr<RunDirLock> lock;
@@ -57,6 +59,18 @@ Status open_data(TrainingRun::State* s) {
   if (!c.val_data.empty()) {
     HARP_ASSIGN_OR_RETURN(s->val_data, open_tokens(c.val_data, g));
   }
+  if (c.sample_every > 0) {
+    auto tokenizer = harp::data::load_tokenizer(c.sample_tokenizer);
+    if (!tokenizer.ok())
+      return invalid_argument("sample_tokenizer " + c.sample_tokenizer + ": " + tokenizer.status().message() +
+                              "; samples during training take byte or GPT-2 BPE tokenizers (SentencePiece: harp "
+                              "generate from a checkpoint)");
+    if ((*tokenizer)->vocab_size() > g.vocab)
+      return invalid_argument("sample_tokenizer " + c.sample_tokenizer + ": vocabulary " +
+                              std::to_string((*tokenizer)->vocab_size()) + " is larger than the model's (" +
+                              std::to_string(g.vocab) + "); use the tokenizer the data was prepared with");
+    s->sample_tokenizer = std::move(*tokenizer);
+  }
   return Status();
 }
 
@@ -80,6 +94,15 @@ Status open_device(TrainingRun::State* s) {
   return Status();
 }
 
+// ", MFU 31.2% (stage 0 cpu 40.1%, stage 1 cpu-slow 22.0%)", or "" without declared peaks.
+std::string utilisation_text(const Utilisation& u, const plan::Plan& p) {
+  if (u.stages.empty()) return "";
+  std::string out = fmt(", MFU %.1f%% (", 100 * u.overall);
+  for (int i = 0; i < p.num_stages(); ++i)
+    out += fmt("%sstage %d %s %.1f%%", i ? ", " : "", i, p.stages[i].device.c_str(), 100 * u.stages[i]);
+  return out + ")";
+}
+
 // summary.json: the prediction beside the measurement, memory per stage, checkpoints.
 Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, const sim::PredictionReport& report) {
   const plan::Plan& p = s.r.plan;
@@ -101,6 +124,17 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
   j["cost_source"] = p.cost_source;
   j["final_loss"] = summary.losses.empty() ? Json() : Json(summary.losses.back());
   if (!summary.val_losses.empty()) j["val_loss"] = summary.val_losses.back().second;
+  // Model FLOPs utilisation at the median step (cost/utilisation.h), when the plan
+  // declares its devices' peaks.
+  const Utilisation u = plan_utilisation(s.r.model, p, summary.median_iteration_s);
+  if (!u.stages.empty()) {
+    j["mfu"] = u.overall;
+    Json stages = Json::array();
+    for (int i = 0; i < p.num_stages(); ++i)
+      stages.push_back({{"stage", i}, {"device", p.stages[i].device}, {"peak_tflops", p.stages[i].peak_tflops},
+                        {"devices", p.stages[i].dp * p.stages[i].tp}, {"mfu", u.stages[i]}});
+    j["stage_mfu"] = stages;
+  }
   // Tensor memory per stage: the plan's figure for the launch counts this run used
   // beside the measured one (the counting allocator; first replica of each stage).
   const std::vector<int> counts = schedule::launch_counts_for(p, p.schedule);
@@ -146,6 +180,7 @@ StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::open(RunRequest request, std
   s->options.measure_memory = s->device.is_cpu();  // the counting allocator sees the CPU's tensors only
   s->options.resume = s->r.resume;
   s->options.val_data = s->val_data.get();
+  s->options.sample_tokenizer = s->sample_tokenizer.get();
   s->options.stop_requested = s->r.stop_requested;
   s->options.exec.emulate = c.emulate || env.emulate;  // harp launch --emulate
   if (env.clock_origin_ns > 0) s->options.exec.clock_origin_ns = env.clock_origin_ns;  // one clock for all ranks
@@ -176,7 +211,8 @@ Status TrainingRun::run() {
   if (c.progress)
     log << "done: " << summary.losses.size() << " steps, median " << fmt_time(summary.median_iteration_s)
         << "/step (mean " << fmt_time(summary.mean_iteration_s) << "), " << fmt("%.0f", summary.tokens_per_s)
-        << " tokens/s; metrics in " << c.out << "/metrics.jsonl\n";
+        << " tokens/s" << utilisation_text(plan_utilisation(m, p, summary.median_iteration_s), p) << "; metrics in "
+        << c.out << "/metrics.jsonl\n";
   // The plan's own claim beside the measurement (sim/run_report.h).
   const sim::PredictionReport report = sim::predict_against_measured(p, summary.median_iteration_s);
   if (c.progress && report.predicted_s > 0 && report.measured_s > 0)

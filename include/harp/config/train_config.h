@@ -61,6 +61,14 @@ struct TrainConfig {
   std::string val_data;
   int eval_every = 100;
   int eval_batches = 2;
+  // A sample every sample_every steps (0: none; after the last step too): rank 0 prints
+  // sample_tokens tokens continuing sample_prompt (nanoGPT's default start: a newline),
+  // tokenized by sample_tokenizer ("byte" or a GPT-2 BPE file or folder; SentencePiece
+  // cannot load beside libtorch: use harp generate on a checkpoint).
+  int sample_every = 0;
+  std::string sample_prompt = "\n";
+  int sample_tokens = 64;
+  std::string sample_tokenizer = "byte";
 
   // The first broken rule, naming `file` and the field path under `path`.
   Status validate(const std::string& file, const std::string& path = "training") const;

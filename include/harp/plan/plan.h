@@ -59,6 +59,11 @@ struct Stage {
   // Emulation only (cluster devices' emulated_slowdown): the runtime, when asked to
   // emulate, keeps this stage's compute waiting (factor - 1) x its measured time.
   double emulated_slowdown = 1.0;
+  // The stage's device type and its declared peak (dense fp16/bf16 TFLOP/s; the cluster
+  // file's, for an emulated type too): the runtime's model FLOPs utilisation is against
+  // it. Empty and 0 in hand-written plans and plans from before: no utilisation then.
+  std::string device;
+  double peak_tflops = 0;
   // Where fwd_s and bwd_s came from: "analytic", "profile", "table", "profile+analytic",
   // "measured" (re-timed by a training run); empty for hand-written plans.
   std::string cost_source;

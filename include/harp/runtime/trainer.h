@@ -12,6 +12,7 @@
 
 #include "harp/common/status.h"
 #include "harp/config/train_config.h"
+#include "harp/data/tokenizer.h"
 #include "harp/runtime/exec/executor.h"
 #include "harp/runtime/io/checkpoint_writer.h"
 
@@ -44,6 +45,15 @@ struct TrainOptions {
   const TokenSource* val_data = nullptr;
   int eval_every = 0;
   int eval_batches = 2;
+  // Samples (generate.h): every `sample_every` steps and after the last, each stage's
+  // first replica writes its parameters to OUT/sample/ and rank 0 generates
+  // `sample_tokens` tokens after `sample_prompt` on the CPU (temperature 1, seeded by the
+  // run's seed and the step) and prints them. Off when sample_tokenizer is null or
+  // sample_every is 0.
+  const data::Tokenizer* sample_tokenizer = nullptr;
+  int sample_every = 0;
+  std::string sample_prompt;
+  int sample_tokens = 64;
 };
 
 // The options of a run from its validated configuration (the resolved config included).

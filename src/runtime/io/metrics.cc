@@ -5,6 +5,8 @@
 #include <cstdio>
 
 #include "harp/common/document.h"
+#include "harp/common/format.h"
+#include "harp/cost/utilisation.h"
 #include "harp/launch/progress.h"
 #include "harp/plan/closed_form.h"
 
@@ -39,6 +41,10 @@ void MetricsLog::write(const StepMetrics& m, bool progress, std::ostream& log) {
                {"lr", m.lr},
                {"busy_fraction", m.busy_fraction},
                {launch::kProgressWallKey, unix_now()}};
+  if (!m.stage_mfu.empty()) {
+    line["mfu"] = m.mfu;
+    line["stage_mfu"] = m.stage_mfu;
+  }
   if (m.resumed_from >= 0) line[launch::kProgressResumedKey] = m.resumed_from;
   if (m.stopping_at >= 0) line[launch::kProgressStoppedKey] = m.stopping_at;
   if (m.loss_scale > 0) {
@@ -47,9 +53,10 @@ void MetricsLog::write(const StepMetrics& m, bool progress, std::ostream& log) {
   }
   file_ << line.dump() << "\n" << std::flush;
   if (!progress) return;
-  char buf[240];
-  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s%s\n", m.step + 1,
-                m.total_steps, m.loss, m.iteration_s * 1e3, tokens_per_s,
+  char buf[320];
+  const std::string mfu = m.stage_mfu.empty() ? std::string() : fmt("  MFU %.1f%%", 100 * m.mfu);
+  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f  %.1f ms/step  %.0f tokens/s%s%s\n", m.step + 1,
+                m.total_steps, m.loss, m.iteration_s * 1e3, tokens_per_s, mfu.c_str(),
                 m.skipped ? "  (update skipped: the scaled gradients overflowed; loss scale halved)" : "");
   log << buf << std::flush;
 }
@@ -61,6 +68,29 @@ void MetricsLog::write_eval(int steps_done, double val_loss, bool progress, std:
   char buf[120];
   std::snprintf(buf, sizeof buf, "validation after %d steps: loss %.4f\n", steps_done, val_loss);
   log << buf << std::flush;
+}
+
+Utilisation plan_utilisation(const model::ModelSpec& model, const plan::Plan& plan, double iteration_s) {
+  Utilisation u;
+  double flops = 0, peak_flops = 0;
+  const double samples = static_cast<double>(plan.microbatches) * plan.microbatch_size;
+  for (const plan::Stage& s : plan.stages) {
+    if (s.peak_tflops <= 0 || s.first_layer < 0) return Utilisation();
+    const int devices = s.dp * s.tp;
+    const double f = cost::model_flops(model, s.first_layer, s.last_layer, samples);
+    u.stages.push_back(cost::mfu(f, iteration_s, devices, s.peak_tflops));
+    flops += f;
+    peak_flops += devices * s.peak_tflops;
+  }
+  u.overall = cost::mfu(flops, iteration_s, 1, peak_flops);
+  return u;
+}
+
+void MetricsLog::write_sample(int steps_done, const std::string& text) {
+  if (!writer_) return;
+  // Invalid UTF-8 (a byte-level sample cut inside a character) is replaced, not refused.
+  file_ << Json({{"sample_after_steps", steps_done}, {"sample", text}}).dump(-1, ' ', false, Json::error_handler_t::replace)
+        << "\n" << std::flush;
 }
 
 plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,

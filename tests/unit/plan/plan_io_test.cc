@@ -190,6 +190,10 @@ TEST(PlanIo, RuntimeFieldsRoundTrip) {
     s.devices = {5 - i};
     s.cost_source = "analytic";
     if (i == 0) s.cut_shape = {16, 128};
+    if (i == 0) {
+      s.device = "A100-80GB";
+      s.peak_tflops = 312;
+    }
     p.stages.push_back(s);
   }
   auto back = parse_plan(plan_to_json(p), "p.json");
@@ -201,12 +205,22 @@ TEST(PlanIo, RuntimeFieldsRoundTrip) {
   EXPECT_TRUE(back->stages[1].cut_shape.empty());
   EXPECT_EQ(back->stages[1].devices, (std::vector<int>{4}));
   EXPECT_EQ(back->stages[0].cost_source, "analytic");
+  EXPECT_EQ(back->stages[0].device, "A100-80GB");
+  EXPECT_EQ(back->stages[0].peak_tflops, 312);
+  EXPECT_EQ(back->stages[1].device, "");
+  EXPECT_EQ(back->stages[1].peak_tflops, 0);
 
   Json bad = plan_to_json(p);
   bad["stages"][0]["cut_shape"] = {16, -1};
   auto refused = parse_plan(bad, "p.json");
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("stages[0].cut_shape"), std::string::npos)
+      << refused.status().message();
+  bad = plan_to_json(p);
+  bad["stages"][0]["peak_tflops"] = -3;
+  refused = parse_plan(bad, "p.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("stages[0].peak_tflops"), std::string::npos)
       << refused.status().message();
 }
 

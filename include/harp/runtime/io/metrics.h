@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "harp/common/status.h"
+#include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
 
 namespace harp::runtime {
@@ -21,6 +22,11 @@ struct StepMetrics {
   double iteration_s = 0;
   double tokens = 0, flops = 0;       // per step, for tokens/s and TFLOP/s
   std::vector<double> busy_fraction;  // per stage
+  // Model FLOPs utilisation (cost/utilisation.h): the whole run's against the sum of its
+  // devices' peaks, and each stage's against its own devices'; empty and 0 when the plan
+  // declares no peaks.
+  std::vector<double> stage_mfu;
+  double mfu = 0;
   double loss_scale = 0;              // dynamic loss scaling's scale (0: off)
   bool skipped = false;               // the update was skipped: the scaled gradients overflowed
   // Progress for the elastic controller (launch/progress.h): the checkpoint a resumed run
@@ -40,12 +46,23 @@ class MetricsLog {
   // A validation result after `steps_done` steps: the line {"eval_after_steps": n,
   // "val_loss": x} and, with `progress`, "validation after n steps: loss x".
   void write_eval(int steps_done, double val_loss, bool progress, std::ostream& log);
+  // A sample's text after `steps_done` steps: {"sample_after_steps": n, "sample": text}.
+  void write_sample(int steps_done, const std::string& text);
 
  private:
   MetricsLog() = default;
   std::ofstream file_;
   bool writer_ = false;
 };
+
+// Model FLOPs utilisation at `iteration_s` per step: each stage's (its layers' model FLOPs
+// over its dp x tp devices at its declared peak_tflops) and the whole plan's (all model
+// FLOPs over the sum of every device's peak). Empty and 0 when a stage declares no peak.
+struct Utilisation {
+  std::vector<double> stages;
+  double overall = 0;
+};
+Utilisation plan_utilisation(const model::ModelSpec& model, const plan::Plan& plan, double iteration_s);
 
 // The plan with each stage's measured forward and backward time per microbatch; link
 // and end-of-step terms zeroed (loopback transfers take microseconds), cost_source
