@@ -15,7 +15,7 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev lib
                 libgtest-dev libgmock-dev libbenchmark-dev \
                 libsentencepiece-dev python3-torch python3-numpy python3-sentencepiece
 
-.PHONY: all deps configure build tools test demo bench bench-limits bench-testbed evaluation clean
+.PHONY: all deps configure build tools test demo bench bench-limits bench-generate bench-testbed evaluation clean
 
 all: build
 
@@ -50,6 +50,10 @@ bench: build
 	$(BUILD)/bench/planner_bench
 	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
 	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
+
+# harp generate against an eager PyTorch loop, one thread (docs/runtime.md, Generation; ~30 s).
+bench-generate: build
+	/usr/bin/python3 bench/generate_vs_eager.py --harp $(BUILD)/src/cli/harp
 
 # Every documented size limit at full scale (docs/file_formats.md, Limits; ~2 min, 4 GB of /tmp).
 bench-limits: build

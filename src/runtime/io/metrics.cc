@@ -6,7 +6,7 @@
 
 #include "harp/common/document.h"
 #include "harp/common/format.h"
-#include "harp/cost/utilisation.h"
+#include "harp/model/utilisation.h"
 #include "harp/launch/progress.h"
 #include "harp/plan/closed_form.h"
 
@@ -77,12 +77,12 @@ Utilisation plan_utilisation(const model::ModelSpec& model, const plan::Plan& pl
   for (const plan::Stage& s : plan.stages) {
     if (s.peak_tflops <= 0 || s.first_layer < 0) return Utilisation();
     const int devices = s.dp * s.tp;
-    const double f = cost::model_flops(model, s.first_layer, s.last_layer, samples);
-    u.stages.push_back(cost::mfu(f, iteration_s, devices, s.peak_tflops));
+    const double f = model::model_flops(model, s.first_layer, s.last_layer, samples);
+    u.stages.push_back(model::mfu(f, iteration_s, devices, s.peak_tflops));
     flops += f;
     peak_flops += devices * s.peak_tflops;
   }
-  u.overall = cost::mfu(flops, iteration_s, 1, peak_flops);
+  u.overall = model::mfu(flops, iteration_s, 1, peak_flops);
   return u;
 }
 

@@ -9,12 +9,42 @@
 
 #include "harp/common/fields.h"
 #include "harp/model/model_spec.h"
+#include "harp/model/utilisation.h"
 
 namespace harp::model {
 namespace {
 
 std::int64_t hand_params(std::int64_t R, std::int64_t h, std::int64_t V, std::int64_t S) {
   return 12 * h * h * R + 13 * h * R + V * h + S * h + 2 * h;
+}
+
+// Model FLOPs utilisation of a GPT-2 small shape against the hand count: per token,
+// 6 N over the matrix-multiplied parameters (12 h^2 per block, the LM head V h) plus
+// 12 L h s for the attention core, i.e. torchtitan's 6N + 12 L h s:
+//   N = 12 * 768^2 * 12 + 50257 * 768 = 123,532,032
+//   per token 6 N + 12 * 12 * 768 * 1024 = 741,192,192 + 113,246,208 = 854,438,400
+//   per sample (1024 tokens) 874,944,921,600
+// 8 samples in 2 s on 4 devices of 312 TFLOP/s: 8 * 874,944,921,600 / (2 * 4 * 312e12).
+// The first half (the embedding and blocks 0-5) on 2 of them: the head's lookup counts
+// nothing, so 6 blocks' (6 * 12 h^2 * 6 + 12 * 6 * h * s) * s = 318,901,321,728 per sample.
+TEST(Utilisation, MatchesTheHandCountOfGpt2Small) {
+  GptConfig c;
+  c.name = "gpt2-small";
+  c.num_blocks = 12;
+  c.hidden = 768;
+  c.heads = 12;
+  c.seq_len = 1024;
+  c.vocab = 50257;
+  auto m = build_gpt(c);
+  HARP_ASSERT_OK(m);
+  const double whole = model_flops(*m, 0, m->num_layers(), 8);
+  EXPECT_DOUBLE_EQ(whole, 8 * 874944921600.0);
+  EXPECT_NEAR(mfu(whole, 2.0, 4, 312), 8 * 874944921600.0 / (2 * 4 * 312e12), 1e-15);
+  EXPECT_NEAR(mfu(whole, 2.0, 4, 312), 0.0028043106, 1e-10);
+  const double first = model_flops(*m, 0, 7, 8);  // embed + blocks 0..5 (granularity 1)
+  EXPECT_DOUBLE_EQ(first, 8 * 318901321728.0);
+  EXPECT_NEAR(mfu(first, 2.0, 2, 312), 0.0020442392, 1e-10);
+  EXPECT_EQ(mfu(first, 2.0, 2, 0), 0) << "no declared peak: no figure";
 }
 
 TEST(Gpt, LayerCountIsTwoPlusRk) {

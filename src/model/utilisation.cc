@@ -1,10 +1,10 @@
-#include "harp/cost/utilisation.h"
+#include "harp/model/utilisation.h"
 
 #include "harp/common/check.h"
 
-namespace harp::cost {
+namespace harp::model {
 
-double model_flops(const model::ModelSpec& model, int first, int last, double samples) {
+double model_flops(const ModelSpec& model, int first, int last, double samples) {
   HARP_CHECK(0 <= first && first <= last && last <= model.num_layers()) << first << ".." << last;
   double forward = 0;
   for (int i = first; i < last; ++i) forward += model.layers[i].fwd_flops;
@@ -16,4 +16,4 @@ double mfu(double flops, double seconds, int devices, double peak_tflops) {
   return flops / (seconds * devices * peak_tflops * 1e12);
 }
 
-}  // namespace harp::cost
+}  // namespace harp::model

@@ -13,13 +13,13 @@
 
 #include "harp/model/model_spec.h"
 
-namespace harp::cost {
+namespace harp::model {
 
 // The model FLOPs of layers [first, last) for `samples` samples, forward and backward.
-double model_flops(const model::ModelSpec& model, int first, int last, double samples);
+double model_flops(const ModelSpec& model, int first, int last, double samples);
 
 // flops / (seconds x devices x peak): a fraction (0.42 is 42%); 0 when the peak is unknown
 // (peak_tflops <= 0) or seconds <= 0.
 double mfu(double flops, double seconds, int devices, double peak_tflops);
 
-}  // namespace harp::cost
+}  // namespace harp::model
