@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 
+#include "harp/data/safetensors.h"
 #include "harp/runtime/generate.h"
 #include "harp/runtime/io/hf_weights.h"
 #include "testutil/status.h"
@@ -126,6 +127,38 @@ TEST_P(GenerateModel, GreedyFromAnExportEqualsAnIndependentPyTorchDecode) {
     // Not one token repeated: the comparison covers varied choices.
     EXPECT_GT(std::set<std::int64_t>(ours->tokens.begin(), ours->tokens.end()).size(), 3u) << joined(ours->tokens);
   }
+}
+
+// GPT-2's own files (openai-community/gpt2) hold GPT2Model's names ("h.0.ln_1.weight",
+// "wte.weight": no "transformer."), and the attention's causal-mask buffers
+// ("h.0.attn.bias"): such a folder loads and generates as the export it was made from.
+TEST(GenerateHf, Gpt2FilesWithoutTheTransformerPrefixLoad) {
+  torch::set_num_threads(1);
+  const auto m = model_of("gpt", true);
+  const std::string exported = kRoot + "/gpt2_prefixed", bare = kRoot + "/gpt2_bare";
+  std::filesystem::remove_all(exported);
+  std::filesystem::remove_all(bare);
+  HARP_ASSERT_OK(export_hf(m, spread_params(m, 13), exported));
+  auto f = data::read_safetensors_header(exported + "/model.safetensors");
+  HARP_ASSERT_OK(f);
+  std::vector<data::SafetensorsTensor> renamed;
+  for (const auto& e : f->tensors) {
+    const std::string name = e.name.rfind("transformer.", 0) == 0 ? e.name.substr(12) : e.name;
+    renamed.push_back({name, e.dtype, e.shape, data::read_tensor_bytes(*f, e).value()});
+  }
+  const std::int64_t s = m.gpt.seq_len;
+  renamed.push_back({"h.0.attn.bias", "F32", {1, 1, s, s}, std::string(static_cast<size_t>(s * s * 4), '\0')});
+  std::filesystem::create_directories(bare);
+  HARP_ASSERT_OK(data::write_safetensors(bare + "/model.safetensors", renamed));
+  std::filesystem::copy_file(exported + "/config.json", bare + "/config.json");
+  GenerateOptions o;
+  o.max_new_tokens = 20;
+  o.sampling.temperature = 0;
+  auto a = LanguageModel::from_hf(exported, torch::kFloat64, torch::kCPU);
+  auto b = LanguageModel::from_hf(bare, torch::kFloat64, torch::kCPU);
+  HARP_ASSERT_OK(a);
+  HARP_ASSERT_OK(b);
+  EXPECT_EQ(generate(*b, prompt_ids(), o)->tokens, generate(*a, prompt_ids(), o)->tokens);
 }
 
 TEST_P(GenerateModel, SeededSamplingIsReproducibleAndTopKOneIsGreedy) {

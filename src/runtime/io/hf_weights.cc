@@ -65,8 +65,19 @@ class HfFiles {
     return f;
   }
 
-  // The file holding `name` and its entry; NotFound naming what was searched.
+  // The file holding `name` and its entry; NotFound naming what was searched. GPT-2's
+  // own files (openai-community/gpt2) name the tensors of GPT2Model, without the
+  // "transformer." of GPT2LMHeadModel: a name not found is also looked up without it.
   StatusOr<std::pair<const data::SafetensorsFile*, const data::SafetensorsEntry*>> find(const std::string& name) {
+    static const std::string kBase = "transformer.";
+    auto found = find_exact(name);
+    if (found.ok() || name.rfind(kBase, 0) != 0) return found;
+    auto base = find_exact(name.substr(kBase.size()));
+    return base.ok() ? base : found;
+  }
+
+ private:
+  StatusOr<std::pair<const data::SafetensorsFile*, const data::SafetensorsEntry*>> find_exact(const std::string& name) {
     std::string file = single_;
     if (file.empty()) {
       const auto it = where_.find(name);
@@ -85,7 +96,6 @@ class HfFiles {
     return std::pair<const data::SafetensorsFile*, const data::SafetensorsEntry*>(header.get(), e);
   }
 
- private:
   std::string architecture_;
   std::string single_;
   std::map<std::string, std::string> where_;
