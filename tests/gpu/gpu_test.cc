@@ -13,6 +13,7 @@
 
 #include "harp/runtime/comm/comm.h"
 #include "harp/runtime/exec/device.h"
+#include "harp/runtime/generate.h"
 #include "rank_threads.h"
 
 namespace harp::testing {
@@ -64,6 +65,28 @@ TEST_F(Gpu, Float32OnCudaIsTheCpuRun) {
   const double rel = max_relative(gpu, cpu);
   std::printf("parameters after 3 steps: max |cuda - cpu| / max |cpu| = %.2e\n", rel);
   EXPECT_LT(rel, 1e-4);
+}
+
+// harp generate on CUDA: the same weights give the CPU's greedy tokens (float64, so that
+// the two devices' rounding cannot flip a choice), with the KV cache and without, and the
+// CPU's sampled tokens (the sampler draws on the CPU from the seed).
+TEST_F(Gpu, GenerationOnCudaIsTheCpus) {
+  const model::ModelSpec m = three_block_model(1, "llama", 256);
+  auto layers = runtime::build_gpt_layers(m, 0, m.num_layers(), 5, torch::kFloat64, torch::kCPU);
+  runtime::NamedTensors params;
+  for (auto& [name, p] : runtime::named_parameters(layers)) params.emplace_back(name, p.detach().mul(8.0));
+  auto cpu = runtime::LanguageModel::from_params(m, params, torch::kFloat64, torch::kCPU);
+  auto gpu = runtime::LanguageModel::from_params(m, params, torch::kFloat64, torch::Device(torch::kCUDA, 0));
+  ASSERT_TRUE(cpu.ok() && gpu.ok());
+  for (double temperature : {0.0, 1.0}) {
+    runtime::GenerateOptions o;
+    o.max_new_tokens = 30;
+    o.sampling.temperature = temperature;
+    const auto want = runtime::generate(*cpu, {1, 2, 3, 4}, o)->tokens;
+    EXPECT_EQ(runtime::generate(*gpu, {1, 2, 3, 4}, o)->tokens, want) << "temperature " << temperature;
+    o.use_cache = false;
+    EXPECT_EQ(runtime::generate(*gpu, {1, 2, 3, 4}, o)->tokens, want) << "no cache, temperature " << temperature;
+  }
 }
 
 // bf16 and fp16 autocast on CUDA against float32 on CUDA: the losses within 2%; fp16's
