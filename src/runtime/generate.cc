@@ -73,14 +73,20 @@ std::int64_t sample_token(const torch::Tensor& logits, const SamplingOptions& o,
   return order[keep - 1];  // u within rounding of the total
 }
 
-StatusOr<LanguageModel> LanguageModel::from_params(const model::ModelSpec& model, const NamedTensors& params,
-                                                   torch::Dtype dtype, const torch::Device& device) {
+StatusOr<LanguageModel> LanguageModel::with_layers(const model::ModelSpec& model, torch::Dtype dtype,
+                                                   const torch::Device& device) {
   HARP_RETURN_IF_ERROR(check_trainable(model));
   LanguageModel lm;
   lm.model_ = model;
   lm.dtype_ = dtype;
   lm.device_ = device;
   lm.layers_ = build_gpt_layers(model, 0, model.num_layers(), 0, dtype, device);
+  return lm;
+}
+
+StatusOr<LanguageModel> LanguageModel::from_params(const model::ModelSpec& model, const NamedTensors& params,
+                                                   torch::Dtype dtype, const torch::Device& device) {
+  HARP_ASSIGN_OR_RETURN(LanguageModel lm, with_layers(model, dtype, device));
   std::map<std::string, const torch::Tensor*> given;
   for (const auto& [name, t] : params) given[name] = &t;
   torch::NoGradGuard no_grad;
@@ -103,12 +109,7 @@ StatusOr<LanguageModel> LanguageModel::from_params(const model::ModelSpec& model
 StatusOr<LanguageModel> LanguageModel::from_hf(const std::string& path, torch::Dtype dtype,
                                                const torch::Device& device) {
   HARP_ASSIGN_OR_RETURN(model::ModelSpec model, hf_model(path));
-  HARP_RETURN_IF_ERROR(check_trainable(model));
-  LanguageModel lm;
-  lm.model_ = model;
-  lm.dtype_ = dtype;
-  lm.device_ = device;
-  lm.layers_ = build_gpt_layers(model, 0, model.num_layers(), 0, dtype, device);
+  HARP_ASSIGN_OR_RETURN(LanguageModel lm, with_layers(model, dtype, device));
   std::map<std::string, Shard> shards;
   for (const auto& layer : lm.layers_) shards.insert(layer->shards().begin(), layer->shards().end());
   const auto params = named_parameters(lm.layers_);

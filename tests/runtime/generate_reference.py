@@ -9,26 +9,12 @@ prints the new token ids, comma separated.
 """
 import json
 import math
-import struct
 import sys
 
 import numpy as np
 import torch
 
-
-def read_safetensors(path):
-    raw = open(path, "rb").read()
-    n = struct.unpack("<Q", raw[:8])[0]
-    header = json.loads(raw[8:8 + n])
-    dtypes = {"F32": np.float32, "F64": np.float64, "F16": np.float16}
-    out = {}
-    for name, e in header.items():
-        if name == "__metadata__":
-            continue
-        begin, end = e["data_offsets"]
-        a = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=dtypes[e["dtype"]])
-        out[name] = torch.from_numpy(a.reshape(e["shape"]).astype(np.float64))
-    return out
+from llama_reference import read_safetensors  # the same folder: on sys.path as the script's
 
 
 def causal(s):
@@ -101,7 +87,7 @@ def llama_logits(cfg, w, ids):
 def main():
     folder, prompt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     cfg = json.load(open(folder + "/config.json"))
-    w = read_safetensors(folder + "/model.safetensors")
+    w = read_safetensors(folder + "/model.safetensors", np.float64)
     gpt2 = cfg["model_type"] == "gpt2"
     window = cfg["n_positions"] if gpt2 else cfg["max_position_embeddings"]
     ids = [int(t) for t in prompt.split(",")]

@@ -16,7 +16,8 @@ import numpy as np
 import torch
 
 
-def read_safetensors(path):
+def read_safetensors(path, dtype=np.float32):
+    """Every tensor of a safetensors file, converted to `dtype` (generate_reference.py too)."""
     raw = open(path, "rb").read()
     n = struct.unpack("<Q", raw[:8])[0]
     header = json.loads(raw[8:8 + n])
@@ -27,7 +28,7 @@ def read_safetensors(path):
             continue
         begin, end = e["data_offsets"]
         a = np.frombuffer(raw[8 + n + begin:8 + n + end], dtype=dtypes[e["dtype"]])
-        out[name] = torch.from_numpy(a.reshape(e["shape"]).astype(np.float32))
+        out[name] = torch.from_numpy(a.reshape(e["shape"]).astype(dtype))
     return out
 
 

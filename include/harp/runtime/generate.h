@@ -71,6 +71,9 @@ class LanguageModel {
 
  private:
   LanguageModel() = default;
+  // The model's layers (seeded weights, to be overwritten), after check_trainable.
+  static StatusOr<LanguageModel> with_layers(const model::ModelSpec& model, torch::Dtype dtype,
+                                             const torch::Device& device);
   const torch::Tensor& weight(const std::string& name) const;
 
   model::ModelSpec model_;
