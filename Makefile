@@ -51,7 +51,7 @@ bench: build
 	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
 	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
 
-# harp generate against an eager PyTorch loop, one thread (docs/runtime.md, Generation; ~30 s).
+# harp generate against an eager PyTorch loop, one thread (docs/runtime.md, Generation; ~80 s).
 bench-generate: build
 	/usr/bin/python3 bench/generate_vs_eager.py --harp $(BUILD)/src/cli/harp
 

@@ -5,7 +5,8 @@ decoding with a KV cache on one thread, for the tiny presets (gpt-tiny, llama-ti
 0.02 x 8, so that greedy choices are not ties); `harp generate --hf` reads it, and the
 eager side is this file's own PyTorch forward with a cache of torch.cat'ed keys and values
 (as Hugging Face's eager attention keeps them), run by Debian's python3-torch with OpenBLAS
-pinned to one thread. Decode speed: new tokens after the first over the time they took;
+pinned to one thread. Decode speed: new tokens after the first over the time they took,
+the median of several runs of each side, alternated;
 both sides also report whether their greedy tokens agree.
 
 Writes out/bench_generate/generate_vs_eager.csv and .svg. Run on an idle machine:
@@ -14,6 +15,7 @@ Writes out/bench_generate/generate_vs_eager.csv and .svg. Run on an idle machine
 import json
 import os
 import re
+import statistics
 import struct
 import subprocess
 import sys
@@ -166,15 +168,22 @@ def main():
         window = cfg.get("n_positions", cfg.get("max_position_embeddings"))
         n = min(a.steps, window - len(PROMPT.encode()))  # inside the context: every token from the cache
         # The model half of harp generate (harp-train generate-tokens) prints the new ids:
-        # compared with eager's. Its speed line is what harp generate prints.
+        # compared with eager's. Its speed line is what harp generate prints. Each side runs
+        # `repeats` times, and the median speed counts (a tiny model's 20 tokens take ms).
+        repeats = 3 if cfg.get("n_embd", cfg.get("hidden_size")) > 256 else 7
         prompt_ids = " ".join(str(b) for b in PROMPT.encode())
-        r = subprocess.run([os.path.join(os.path.dirname(a.harp), "harp-train"), "generate-tokens", "--hf", folder,
-                            "--temperature", "0", "--max-new-tokens", str(n), "--threads", "1"], input=prompt_ids,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, check=True)
-        harp_ids = [int(t) for t in r.stdout.split()]
-        harp_rate = float(re.search(r"at ([0-9.]+) tokens/s", r.stderr).group(1))
-        eager = json.loads(subprocess.run(["/usr/bin/python3", "-c", EAGER, folder, PROMPT, str(n)],
-                                          stdout=subprocess.PIPE, text=True, env=env, check=True).stdout)
+        harp_rates, eager_rates = [], []
+        for _ in range(repeats):
+            r = subprocess.run([os.path.join(os.path.dirname(a.harp), "harp-train"), "generate-tokens", "--hf", folder,
+                                "--temperature", "0", "--max-new-tokens", str(n), "--threads", "1"], input=prompt_ids,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, check=True)
+            harp_ids = [int(t) for t in r.stdout.split("\n# ")[0].split()]
+            harp_rates.append(float(re.search(r"at ([0-9.]+) tokens/s", r.stdout).group(1)))
+            eager = json.loads(subprocess.run(["/usr/bin/python3", "-c", EAGER, folder, PROMPT, str(n)],
+                                              stdout=subprocess.PIPE, text=True, env=env, check=True).stdout)
+            eager_rates.append(eager["tokens_per_s"])
+        harp_rate = statistics.median(harp_rates)
+        eager["tokens_per_s"] = statistics.median(eager_rates)
         same = sum(1 for x, y in zip(harp_ids, eager["tokens"]) if x == y)
         rows.append({"model": name, "new_tokens": n, "harp_tokens_per_s": round(harp_rate, 1),
                      "eager_tokens_per_s": round(eager["tokens_per_s"], 1),

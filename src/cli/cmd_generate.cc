@@ -125,7 +125,7 @@ int run_generate(const Opts& o, Context& ctx) {
   // prints only its error.
   std::vector<std::uint32_t> all = encoded;
   std::string printed;
-  std::string pending;
+  std::string pending, summary;
   char buf[4096];
   for (;;) {
     const ssize_t n = read(from_child[0], buf, sizeof buf);
@@ -133,8 +133,13 @@ int run_generate(const Opts& o, Context& ctx) {
     if (n <= 0) break;
     pending.append(buf, static_cast<std::size_t>(n));
     for (std::size_t eol = pending.find('\n'); eol != std::string::npos; eol = pending.find('\n')) {
-      auto id = parse_integer(pending.substr(0, eol), 0, 0xffffffffLL);
+      const std::string line = pending.substr(0, eol);
       pending.erase(0, eol + 1);
+      if (line.rfind("# ", 0) == 0) {  // the summary, after the last id
+        summary = line.substr(2);
+        continue;
+      }
+      auto id = parse_integer(line, 0, 0xffffffffLL);
       if (!id.ok()) continue;
       all.push_back(static_cast<std::uint32_t>(*id));
       print_new_text((*tokenizer)->decode(all), &printed, ctx.out);
@@ -151,6 +156,7 @@ int run_generate(const Opts& o, Context& ctx) {
     else print_new_text(text, &printed, ctx.out);
     ctx.out << "\n" << std::flush;
   }
+  if (!summary.empty()) ctx.err << summary << "\n";
   if (WIFSIGNALED(status)) {
     ctx.err << "harp generate: " << args[0] << " ended by signal " << WTERMSIG(status) << "\n";
     return ctx.rc = kExitInput;

@@ -1,8 +1,9 @@
 // `harp-train generate-tokens`: the model half of `harp generate` (generate_flags.h). Reads
 // the prompt's token ids (decimal, white-space separated) from stdin, writes each new
-// token id on its own line to stdout as it comes, and a summary line to stderr.
+// token id on its own line to stdout as it comes, then "# " and the summary line.
 #include <algorithm>
 #include <iostream>
+#include <sstream>
 #include <iterator>
 #include <limits>
 #include <thread>
@@ -63,13 +64,17 @@ int run_generate_tokens(const GenerateFlags& f, Context& ctx) {
   if (!result.ok()) return ctx.fail("generate", result.status());
   const auto& c = lm->model().gpt;
   const std::size_t n = result->tokens.size();
-  ctx.err << "harp generate: " << prompt->size() << " prompt tokens in " << fmt_time(result->prompt_s) << ", "
-          << n << " new tokens";
-  if (n > 1) ctx.err << fmt(" at %.1f tokens/s", static_cast<double>(n - 1) / result->decode_s);
-  ctx.err << " (" << c.family << " " << c.name << fmt(", %.2fM parameters, ", lm->model().param_count() / 1e6)
-          << f.dtype << " on " << f.device;
-  if (f.device == "cpu") ctx.err << ", " << torch::get_num_threads() << (torch::get_num_threads() == 1 ? " thread" : " threads");
-  ctx.err << ", " << (o.use_cache ? "KV cache" : "no cache") << ")\n";
+  // The summary after the ids, on the same stream, marked: harp generate prints it to
+  // stderr once the text is complete (a line of its own, not inside the text).
+  std::ostringstream line;
+  line << "harp generate: " << prompt->size() << " prompt tokens in " << fmt_time(result->prompt_s) << ", " << n
+       << " new tokens";
+  if (n > 1) line << fmt(" at %.1f tokens/s", static_cast<double>(n - 1) / result->decode_s);
+  line << " (" << c.family << " " << c.name << fmt(", %.2fM parameters, ", lm->model().param_count() / 1e6)
+       << f.dtype << " on " << f.device;
+  if (f.device == "cpu") line << ", " << torch::get_num_threads() << (torch::get_num_threads() == 1 ? " thread" : " threads");
+  line << ", " << (o.use_cache ? "KV cache" : "no cache") << ")";
+  ctx.out << "# " << line.str() << "\n" << std::flush;
   return kExitOk;
 }
 

@@ -1,6 +1,7 @@
 // The flags `harp generate` (torch-free: the tokenizer, the prompt, the stream of text;
 // cmd_generate.cc) and `harp-train generate-tokens` (the model: token ids in on stdin,
-// each new token id out on its own line; cmd_generate_tokens.cc) share. Two processes,
+// each new token id out on its own line, then "# " and a summary; cmd_generate_tokens.cc)
+// share. Two processes,
 // because SentencePiece's protobuf cannot live beside libtorch's (data/sentencepiece.h):
 // `harp generate` tokenizes, starts harp-train for the model, and decodes what it streams.
 #pragma once
