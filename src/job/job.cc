@@ -91,13 +91,28 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     HARP_RETURN_IF_ERROR(require_object(*training_node, file, "training"));
     HARP_ASSIGN_OR_RETURN(job.training, config::parse_train_config(*training_node, file, "training"));
     // The planner's bytes follow the run the job trains: the model's figures are fp16;
-    // float32 (the default) doubles activations, cut tensors and gradients on the wire,
-    // float64 quadruples them, bf16 keeps them. A cost section that sets either wins.
+    // float32 (the default) doubles activations and cut tensors, float64 quadruples them,
+    // bf16 and fp16 keep them. A cost section that sets activation_bytes_scale wins.
     const config::Dtype d = job.training.dtype;
     const double scale = d == config::Dtype::kFloat64 ? 4.0 : d == config::Dtype::kFloat32 ? 2.0 : 1.0;
     auto given = [&](const char* key) { return cost_node != nullptr && cost_node->contains(key); };
     if (!given("activation_bytes_scale")) job.cost.activation_bytes_scale = scale;
-    if (!given("gradient_bytes_per_param_byte")) job.cost.gradient_bytes_per_param_byte = scale;
+    // The gradients on the wire have one source, what the runtime sends: the all-reduce
+    // dtype when training.grad_reduce_dtype names one, else the gradients' own, which
+    // are float32 in a bf16 or fp16 run (float32 master weights; Megatron-LM too reduces
+    // in float32 by default) and float64 in a float64 run.
+    const std::optional<config::Dtype> reduced = config::reduce_dtype(job.training.grad_reduce_dtype);
+    const config::Dtype wire = reduced ? *reduced : d == config::Dtype::kFloat64 ? d : config::Dtype::kFloat32;
+    const double gradient = wire == config::Dtype::kFloat64 ? 4.0 : wire == config::Dtype::kFloat32 ? 2.0 : 1.0;
+    if (given("gradient_bytes_per_param_byte") && job.cost.gradient_bytes_per_param_byte != gradient)
+      return field_error(file, "cost.gradient_bytes_per_param_byte",
+                         Json(job.cost.gradient_bytes_per_param_byte).dump(),
+                         "contradicts the training section, whose run all-reduces " + config::name_of(wire) +
+                             " gradients (" + Json(gradient).dump() + " bytes per fp16 parameter byte; training.dtype " +
+                             config::name_of(d) + ", grad_reduce_dtype " + config::name_of(job.training.grad_reduce_dtype) +
+                             ")",
+                         "remove the key (a job that trains derives it), or set training.grad_reduce_dtype");
+    job.cost.gradient_bytes_per_param_byte = gradient;
   }
 
   job.resolved = {{"version", 1},

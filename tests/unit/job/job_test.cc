@@ -84,10 +84,21 @@ TEST(Job, PlannerBytesFollowTheTrainingDtype) {
   EXPECT_EQ(load(""), P(1, 1));  // no training section: mixed precision, fp16 figures
   EXPECT_EQ(load("training: {steps: 2}\n"), P(2, 2));  // float32, the default
   EXPECT_EQ(load("training: {dtype: float64}\n"), P(4, 4));
-  EXPECT_EQ(load("training: {dtype: bfloat16}\n"), P(1, 1));
-  EXPECT_EQ(load("training: {dtype: float16}\n"), P(1, 1));
+  // bf16 and fp16 runs keep float32 master weights: their gradients, and so the
+  // all-reduce, are float32 unless grad_reduce_dtype says otherwise.
+  EXPECT_EQ(load("training: {dtype: bfloat16}\n"), P(1, 2));
+  EXPECT_EQ(load("training: {dtype: float16}\n"), P(1, 2));
+  EXPECT_EQ(load("training: {dtype: bfloat16, grad_reduce_dtype: bfloat16}\n"), P(1, 1));
+  EXPECT_EQ(load("training: {dtype: float64, grad_reduce_dtype: float32}\n"), P(4, 2));
   EXPECT_EQ(load("training: {dtype: float64}\ncost: {activation_bytes_scale: 3}\n"), P(3, 4));
-  EXPECT_EQ(load("training: {steps: 2}\ncost: {gradient_bytes_per_param_byte: 1}\n"), P(2, 1));
+  EXPECT_EQ(load("training: {steps: 2}\ncost: {gradient_bytes_per_param_byte: 2}\n"), P(2, 2));  // agrees
+  // One source: a cost knob that contradicts what the run sends is refused.
+  auto doc = parse_yaml_text(base + "training: {dtype: bfloat16}\ncost: {gradient_bytes_per_param_byte: 1}\n", "job.yaml");
+  auto contradicting = parse_job(*doc, "job.yaml");
+  ASSERT_FALSE(contradicting.ok());
+  EXPECT_NE(contradicting.status().message().find("cost.gradient_bytes_per_param_byte"), std::string::npos);
+  EXPECT_NE(contradicting.status().message().find("float32 gradients"), std::string::npos)
+      << contradicting.status().message();
 }
 
 }  // namespace
