@@ -109,6 +109,8 @@ StatusOr<LanguageModel> LanguageModel::from_params(const model::ModelSpec& model
 StatusOr<LanguageModel> LanguageModel::from_hf(const std::string& path, torch::Dtype dtype,
                                                const torch::Device& device) {
   HARP_ASSIGN_OR_RETURN(model::ModelSpec model, hf_model(path));
+  HARP_RETURN_IF_ERROR(check_trainable(model));
+  HARP_RETURN_IF_ERROR(check_hf_size(model, path));
   HARP_ASSIGN_OR_RETURN(LanguageModel lm, with_layers(model, dtype, device));
   std::map<std::string, Shard> shards;
   for (const auto& layer : lm.layers_) shards.insert(layer->shards().begin(), layer->shards().end());

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 
 #include "harp/common/format.h"
 #include "harp/data/safetensors.h"
@@ -74,6 +75,24 @@ class HfFiles {
     if (found.ok() || name.rfind(kBase, 0) != 0) return found;
     auto base = find_exact(name.substr(kBase.size()));
     return base.ok() ? base : found;
+  }
+
+  // The elements of every tensor the checkpoint's files hold (each file's header checked
+  // against its size, so the figure is bounded by the bytes on disk).
+  StatusOr<std::int64_t> total_elements() {
+    std::set<std::string> files;
+    if (!single_.empty()) files.insert(single_);
+    for (const auto& [name, file] : where_) files.insert(file);
+    std::int64_t total = 0;
+    for (const std::string& file : files) {
+      auto& header = headers_[file];
+      if (!header) {
+        HARP_ASSIGN_OR_RETURN(data::SafetensorsFile h, data::read_safetensors_header(file));
+        header = std::make_unique<data::SafetensorsFile>(std::move(h));
+      }
+      for (const auto& e : header->tensors) total += e.numel();
+    }
+    return total;
   }
 
  private:
@@ -271,7 +290,7 @@ StatusOr<model::ModelSpec> hf_model(const std::string& path) {
       }
       return invalid_argument(where + field + " is missing; it is a positive integer of the model's config");
     }
-    if (!it->is_number_integer() || it->get<long long>() <= 0 || it->get<long long>() > (1LL << 31))
+    if (!it->is_number_integer() || it->get<long long>() <= 0 || it->get<long long>() > (1LL << 30))
       return invalid_argument(where + field + " is " + it->dump().substr(0, 40) + "; it must be a positive integer");
     *out = it->get<long long>();
     return Status();
@@ -309,7 +328,7 @@ StatusOr<model::ModelSpec> hf_model(const std::string& path) {
     HARP_RETURN_IF_ERROR(whole("n_head", 0, &heads));
     HARP_RETURN_IF_ERROR(whole("vocab_size", 0, &vocab));
     HARP_RETURN_IF_ERROR(whole("n_positions", 0, &seq));
-    HARP_RETURN_IF_ERROR(whole("n_inner", 4 * hidden, &ffn));
+    HARP_RETURN_IF_ERROR(whole("n_inner", std::min(4 * hidden, 1LL << 30), &ffn));
     const std::string act = text("activation_function", "gelu_new");
     if (act != "gelu_new" && act != "gelu_pytorch_tanh")
       return invalid_argument(where + "activation_function is " + act.substr(0, 40) +
@@ -354,6 +373,17 @@ StatusOr<model::ModelSpec> hf_model(const std::string& path) {
   c.vocab = static_cast<int>(vocab);
   c.seq_len = static_cast<int>(seq);
   return model::build_gpt(c, file, "");
+}
+
+Status check_hf_size(const model::ModelSpec& model, const std::string& path) {
+  HARP_ASSIGN_OR_RETURN(HfFiles files, HfFiles::open(path, model.family == "llama" ? "LLaMA" : "GPT-2"));
+  HARP_ASSIGN_OR_RETURN(const std::int64_t held, files.total_elements());
+  if (model.param_count() > held)
+    return invalid_argument(shown_path(path) + ": config.json describes " + std::to_string(model.param_count()) +
+                            " parameters but the weights hold " + std::to_string(held) +
+                            " numbers; the config does not describe these weights (fix config.json, or use the "
+                            "folder harp export wrote)");
+  return Status();
 }
 
 Status load_hf(Executor& ex, const model::ModelSpec& model, const std::string& path) {

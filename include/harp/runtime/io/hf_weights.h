@@ -87,5 +87,9 @@ Status load_hf_params(const model::ModelSpec& model, const std::string& path,
 // What the runtime fixes must match: norm epsilon 1e-5, GELU tanh (GPT-2), SiLU, no
 // rope_scaling, no biases (LLaMA); InvalidArgument naming the field otherwise.
 StatusOr<model::ModelSpec> hf_model(const std::string& path);
+// InvalidArgument when `model` has more parameters than the files at `path` hold numbers:
+// checked before the model is built, so that a config.json describing a model larger than
+// its weights (by mistake or on purpose) never allocates it.
+Status check_hf_size(const model::ModelSpec& model, const std::string& path);
 
 }  // namespace harp::runtime
