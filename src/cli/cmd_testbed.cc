@@ -1,4 +1,4 @@
-// `harp testbed up|down|status --cluster FILE [--prefix P]`: the emulated heterogeneous
+// `harp testbed up|down|status|probe|set --cluster FILE [--prefix P]`: the emulated heterogeneous
 // cluster on this machine (harp/testbed/testbed.h). Without root or namespaces, `up` says
 // so in one line and exits 3 (the machine cannot do what was asked); `status` and
 // `down` still work where `ip` runs.
@@ -6,6 +6,7 @@
 #include "validators.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/common/document.h"
+#include "harp/common/format.h"
 #include "harp/testbed/probe.h"
 #include "harp/testbed/testbed.h"
 
@@ -21,6 +22,9 @@ struct Opts {
   int repeats = 5;
   double max_message_s = 0.5;
   std::string csv_file, svg_file;
+  // set
+  std::string link;
+  std::optional<double> bandwidth_gbps, latency_us;
 };
 
 StatusOr<testbed::Topology> topology_of(const Opts& o, cluster::Cluster* cluster) {
@@ -118,6 +122,59 @@ int run_probe(const Opts& o, Context& ctx) {
   return kExitOk;
 }
 
+// The two subclusters "A-B" names (a name may itself hold '-': every split is tried).
+StatusOr<std::pair<int, int>> link_ends(const cluster::Cluster& c, const std::string& text) {
+  auto index = [&](const std::string& name) {
+    for (int i = 0; i < static_cast<int>(c.subclusters.size()); ++i)
+      if (c.subclusters[i].name == name) return i;
+    return -1;
+  };
+  for (std::size_t dash = text.find('-'); dash != std::string::npos; dash = text.find('-', dash + 1)) {
+    const int a = index(text.substr(0, dash)), b = index(text.substr(dash + 1));
+    if (a >= 0 && b >= 0) return std::make_pair(a, b);
+  }
+  std::string names;
+  for (const auto& s : c.subclusters) names += (names.empty() ? "" : ", ") + s.name;
+  return invalid_argument("--link " + text.substr(0, 80) + ": not two subclusters of the cluster joined by '-' (they are " +
+                          names + "); write e.g. --link " + c.subclusters.front().name + "-" +
+                          c.subclusters.back().name);
+}
+
+int run_set(const Opts& o, Context& ctx) {
+  if (!o.bandwidth_gbps && !o.latency_us) {
+    ctx.err << "harp testbed set: give --bandwidth-gbps X and/or --latency-us Y\n";
+    return ctx.rc = kExitUsage;
+  }
+  cluster::Cluster c;
+  auto t = topology_of(o, &c);
+  if (!t.ok()) return ctx.fail("testbed set", t.status());
+  auto ends = link_ends(c, o.link);
+  if (!ends.ok()) {
+    ctx.err << "harp testbed set: " << ends.status().message() << "\n";
+    return ctx.rc = kExitUsage;
+  }
+  if (Status s = testbed::available(); !s.ok()) {
+    ctx.err << "harp testbed set: " << s.message() << "\n";
+    return kExitInfeasible;
+  }
+  std::optional<double> latency_s;
+  if (o.latency_us) latency_s = *o.latency_us * 1e-6;
+  const std::vector<testbed::Wire> before = t->wires;
+  auto n = testbed::set_link(&*t, ends->first, ends->second, o.bandwidth_gbps, latency_s);
+  if (!n.ok()) return ctx.fail("testbed set", n.status());
+  for (std::size_t i = 0; i < t->wires.size(); ++i) {
+    const auto &was = before[i].link, &now = t->wires[i].link;
+    if (was.bandwidth_gbps == now.bandwidth_gbps && was.latency_s == now.latency_s) continue;
+    ctx.out << "link " << t->wires[i].a << " <-> " << t->wires[i].b << " (" << t->wires[i].rule << "): "
+            << fmt("%g -> %g Gbit/s, %g -> %g us one way", was.bandwidth_gbps, now.bandwidth_gbps, was.latency_s * 1e6,
+                   now.latency_s * 1e6)
+            << "\n";
+  }
+  ctx.out << "changed " << *n << (*n == 1 ? " link" : " links")
+          << " in place (the cluster file's figures come back with harp testbed up)\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 void add_testbed_command(CLI::App& root, Context& ctx) {
@@ -153,6 +210,13 @@ void add_testbed_command(CLI::App& root, Context& ctx) {
   add("status", "Show the testbed's hosts, links and the qdiscs found on them")->callback([o, &ctx] {
     ctx.rc = run_status(*o, ctx);
   });
+  auto* set = add("set", "Change a link of the running testbed in place (a link that slows while a job runs)");
+  set->add_option("--link", o->link, "The two subclusters the link joins, A-B")->required();
+  set->add_option("--bandwidth-gbps", o->bandwidth_gbps, "New bandwidth, Gbit/s")
+      ->check(in_quantity(quantity::kBandwidthGbps));
+  set->add_option("--latency-us", o->latency_us, "New one-way latency, microseconds (netem only)")
+      ->check(real(0, 10e6, false, "us"));
+  set->callback([o, &ctx] { ctx.rc = run_set(*o, ctx); });
 }
 
 }  // namespace harp::cli

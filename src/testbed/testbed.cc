@@ -56,38 +56,52 @@ namespace {
 // machines, keeps the veth's own latency, tens of microseconds). htb rather than tbf:
 // tbf's bucket must hold the largest packet the veth hands it, and a full bucket lets
 // that much through at once.
-std::vector<std::vector<std::string>> shape_commands(const std::string& netns, const std::string& dev,
-                                                     const cluster::Link& link, Shaper shaper) {
-  // The cluster file's bandwidth is what a transfer achieves (what `harp profile links`
-  // measures): the wire rate carries the headers on top of it.
-  const std::string rate = std::to_string(std::llround(link.bandwidth_gbps * 1e9 * wire_rate_factor())) + "bit";
-  const std::vector<std::string> tc = {"tc", "-n", netns};
-  auto cmd = [&](std::vector<std::string> rest) {
-    std::vector<std::string> c = tc;
-    c.insert(c.end(), rest.begin(), rest.end());
-    return c;
-  };
-  if (shaper == Shaper::kNetem) {
-    const std::string delay = std::to_string(std::llround(link.latency_s * 1e6)) + "us";
-    return {cmd({"qdisc", "replace", "dev", dev, "root", "netem", "delay", delay, "rate", rate, "limit", "100000"})};
-  }
-  // A bucket of 50 us at the rate (at least 1 byte; tc reads 0 as "unset" and makes it
-  // one frame). A packet leaves when the class is out of debt and its length is then
-  // charged, so a message crosses at most one frame plus the bucket early. Without a
-  // bucket a late wake-up of htb's timer is never made up: 10-20 us a packet on this VM,
-  // +17-22% at 0.1 Gbit/s (8,600 packets/s); a bucket of one frame let a 16 KiB message
-  // arrive two frames early (12.2 ms for 13.1 at 10 Mbit/s). One FIFO at the link's
-  // rate, as a bottleneck queue is: the other direction's data and this direction's
-  // ACKs wait in it alike. The quantum only divides a surplus among classes (there is
-  // one); set, it keeps htb from warning that the default (rate / 10) is too big.
+// The rate a link is shaped to (tc's text): the cluster file's bandwidth is what a
+// transfer achieves (what `harp profile links` measures), the wire rate carries the
+// headers on top of it.
+std::string shaped_rate(const cluster::Link& link) {
+  return std::to_string(std::llround(link.bandwidth_gbps * 1e9 * wire_rate_factor())) + "bit";
+}
+
+// netem's qdisc arguments after "root" (delay and rate).
+std::vector<std::string> netem_args(const cluster::Link& link) {
+  return {"netem", "delay", std::to_string(std::llround(link.latency_s * 1e6)) + "us", "rate", shaped_rate(link),
+          "limit", "100000"};
+}
+
+// htb's class arguments after "classid 1:1". A bucket of 50 us at the rate (at least 1
+// byte; tc reads 0 as "unset" and makes it one frame). A packet leaves when the class is
+// out of debt and its length is then charged, so a message crosses at most one frame plus
+// the bucket early. Without a bucket a late wake-up of htb's timer is never made up: 10-20
+// us a packet on this VM, +17-22% at 0.1 Gbit/s (8,600 packets/s); a bucket of one frame
+// let a 16 KiB message arrive two frames early (12.2 ms for 13.1 at 10 Mbit/s). One FIFO
+// at the link's rate, as a bottleneck queue is: the other direction's data and this
+// direction's ACKs wait in it alike. The quantum only divides a surplus among classes
+// (there is one); set, it keeps htb from warning that the default (rate / 10) is too big.
+std::vector<std::string> htb_class_args(const cluster::Link& link) {
   const std::string burst = std::to_string(
       std::max<long long>(1, std::llround(link.bandwidth_gbps * 1e9 * wire_rate_factor() / 8 * 50e-6)));
-  // htb cannot be changed in place: the old root goes first (that fails harmlessly when
-  // there is none, and up() lets it).
-  return {cmd({"qdisc", "del", "dev", dev, "root"}),
-          cmd({"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"}),
-          cmd({"class", "replace", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate, "burst", burst,
-               "cburst", burst, "quantum", "60000"})};
+  return {"htb", "rate", shaped_rate(link), "burst", burst, "cburst", burst, "quantum", "60000"};
+}
+
+std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// netem both delays and paces to the rate; htb only paces (a kernel without sch_netem, as
+// on the CI machines, keeps the veth's own latency, tens of microseconds). htb rather than
+// tbf: tbf's bucket must hold the largest packet the veth hands it, and a full bucket lets
+// that much through at once.
+std::vector<std::vector<std::string>> shape_commands(const std::string& netns, const std::string& dev,
+                                                     const cluster::Link& link, Shaper shaper) {
+  const std::vector<std::string> tc = {"tc", "-n", netns};
+  if (shaper == Shaper::kNetem) return {joined(joined(tc, {"qdisc", "replace", "dev", dev, "root"}), netem_args(link))};
+  // htb cannot be replaced in place: the old root goes first (that fails harmlessly when
+  // there is none, and up() lets it); set_link changes the class instead.
+  return {joined(tc, {"qdisc", "del", "dev", dev, "root"}),
+          joined(tc, {"qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1"}),
+          joined(joined(tc, {"class", "replace", "dev", dev, "parent", "1:", "classid", "1:1"}), htb_class_args(link))};
 }
 
 void close_fd(int* fd) {
@@ -331,6 +345,43 @@ Status up(const Topology& t) {
     if (!r.ok() && !removal) return fail(r.status());
   }
   return Status();
+}
+
+StatusOr<int> set_link(Topology* t, int a, int b, std::optional<double> bandwidth_gbps,
+                       std::optional<double> latency_s) {
+  int changed = 0;
+  for (Wire& w : t->wires) {
+    const int sa = t->hosts[w.a].subcluster, sb = t->hosts[w.b].subcluster;
+    if (!((sa == a && sb == b) || (sa == b && sb == a))) continue;
+    cluster::Link link = w.link;
+    if (bandwidth_gbps) link.bandwidth_gbps = *bandwidth_gbps;
+    if (latency_s) link.latency_s = *latency_s;
+    for (int side = 0; side < 2; ++side) {
+      const Host& from = t->hosts[side == 0 ? w.a : w.b];
+      const std::string dev = Topology::veth_name(side == 0 ? w.b : w.a);
+      const std::vector<std::string> tc = {"tc", "-n", from.netns};
+      HARP_ASSIGN_OR_RETURN(std::string qdisc, run_command(joined(tc, {"qdisc", "show", "dev", dev})));
+      std::vector<std::vector<std::string>> cmds;
+      if (qdisc.find("netem") != std::string::npos) {
+        cmds.push_back(joined(joined(tc, {"qdisc", "change", "dev", dev, "root"}), netem_args(link)));
+      } else if (qdisc.find("htb") != std::string::npos) {
+        if (latency_s && *latency_s != w.link.latency_s)
+          return failed_precondition(w.rule + ": its latency cannot change: this kernel has no sch_netem, "
+                                     "and htb shapes the bandwidth only; change --bandwidth-gbps alone");
+        cmds.push_back(joined(joined(tc, {"class", "change", "dev", dev, "parent", "1:", "classid", "1:1"}),
+                              htb_class_args(link)));
+      } else {
+        return failed_precondition(w.rule + " (" + from.netns + " " + dev +
+                                   ") is not shaped: the testbed is not up; run harp testbed up first");
+      }
+      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "gso_max_segs", std::to_string(gso_segments(link))});
+      for (const auto& cmd : cmds) HARP_RETURN_IF_ERROR(run_command(cmd).status());
+    }
+    w.link = link;
+    ++changed;
+  }
+  if (changed == 0) return not_found("no link of the testbed joins these two subclusters");
+  return changed;
 }
 
 StatusOr<bool> ensure_up(const cluster::Cluster& cluster, const Topology& t) {

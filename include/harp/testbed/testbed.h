@@ -13,6 +13,7 @@
 // name prefix) removes the veths and their qdiscs with them.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,17 @@ StatusOr<bool> ensure_up(const cluster::Cluster& cluster, const Topology& topolo
 // Removes every namespace whose name starts with "<prefix>-" (and with it the veths and
 // qdiscs); returns how many it removed. Safe to call when nothing is up.
 StatusOr<int> down(const std::string& prefix);
+
+// Changes, in place and while ranks may be sending over them, the links between the hosts
+// of subclusters `a` and `b` (indices; a == b: the inter-node links of one subcluster) of a
+// testbed that is up: each direction's shaping takes `bandwidth_gbps` and, where netem
+// shapes (it alone delays), `latency_s`; a figure not given is kept. The wires changed get
+// the new figures in `topology` (what a probe then models). Returns how many changed;
+// NotFound when no wire joins the two, FailedPrecondition when a link is not shaped (the
+// testbed is not up) or a latency is asked of htb. The cluster file is not touched: `up`
+// puts its figures back. For drift experiments (a link that slows while a job runs).
+StatusOr<int> set_link(Topology* topology, int a, int b, std::optional<double> bandwidth_gbps,
+                       std::optional<double> latency_s);
 
 // The namespaces that exist now with the prefix, sorted.
 StatusOr<std::vector<std::string>> namespaces_with_prefix(const std::string& prefix);

@@ -311,6 +311,8 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp testbed probe --repeats", "harp testbed probe --max-message-s", "harp testbed probe --csv",
       "harp testbed probe --svg",
       "harp testbed status --cluster", "harp testbed status --prefix",
+      "harp testbed set --cluster", "harp testbed set --prefix", "harp testbed set --link",
+      "harp testbed set --bandwidth-gbps", "harp testbed set --latency-us",
       "harp generate --checkpoint", "harp generate --plan", "harp generate --model", "harp generate --step",
       "harp generate --hf", "harp generate --max-new-tokens", "harp generate --temperature", "harp generate --top-k",
       "harp generate --top-p", "harp generate --seed", "harp generate --dtype", "harp generate --device",
