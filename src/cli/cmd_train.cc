@@ -208,6 +208,14 @@ void add_train_command(CLI::App& root, Context& ctx) {
            ->capture_default_str()
            ->check(whole(1, 100000)),
        &C::eval_batches);
+  over(cmd->add_option("--drift-threshold", f.drift_threshold,
+                       "Report a stage whose compute leaves its baseline by more than this factor (0: off)")
+           ->check(real(0, 100)),
+       &C::drift_threshold);
+  over(cmd->add_option("--drift-window", f.drift_window, "Steps whose median drift detection compares")
+           ->capture_default_str()
+           ->check(whole(1, 10000)),
+       &C::drift_window);
   over(cmd->add_option("--sample-every", f.sample_every, "Print a sample from the model every K steps (0: never)")
            ->check(whole(0, 1 << 30)),
        &C::sample_every);

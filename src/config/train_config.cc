@@ -60,6 +60,11 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
   if (eval_every < 1) return bad("eval_every", eval_every, "must be at least 1", "use e.g. 100");
   if (eval_batches < 1 || eval_batches > 100000)
     return bad("eval_batches", eval_batches, "must be 1..100000", "use e.g. 2");
+  if (drift_threshold != 0 && !(drift_threshold > 1 && drift_threshold <= 100))
+    return field_error(file, join_path(path, "drift_threshold"), std::to_string(drift_threshold),
+                       "must be 0 (off) or in (1, 100]", "use e.g. 1.3 (a stage 30% slower than its baseline)");
+  if (drift_window < 1 || drift_window > 10000)
+    return bad("drift_window", drift_window, "must be 1..10000", "use e.g. 5");
   if (sample_every < 0) return bad("sample_every", sample_every, "must be >= 0", "use 0 (no samples) or e.g. 100");
   if (sample_tokens < 1 || sample_tokens > 4096)
     return bad("sample_tokens", sample_tokens, "must be 1..4096", "use e.g. 64");
@@ -112,6 +117,8 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   if (!c.val_data.empty()) c.val_data = resolve_relative_to(file, c.val_data);
   c.eval_every = static_cast<int>(r.integer("eval_every", 1, c.eval_every));
   c.eval_batches = static_cast<int>(r.integer("eval_batches", 1, c.eval_batches));
+  c.drift_threshold = r.number("drift_threshold", c.drift_threshold);
+  c.drift_window = static_cast<int>(r.integer("drift_window", 1, c.drift_window));
   c.sample_every = static_cast<int>(r.integer("sample_every", 0, c.sample_every));
   c.sample_prompt = r.string("sample_prompt", c.sample_prompt);
   c.sample_tokens = static_cast<int>(r.integer("sample_tokens", 1, c.sample_tokens));
@@ -151,6 +158,10 @@ Json train_config_to_json(const TrainConfig& c) {
     j["val_data"] = c.val_data;
     j["eval_every"] = c.eval_every;
     j["eval_batches"] = c.eval_batches;
+  }
+  if (c.drift_threshold > 0) {
+    j["drift_threshold"] = c.drift_threshold;
+    j["drift_window"] = c.drift_window;
   }
   if (c.sample_every > 0) {
     j["sample_every"] = c.sample_every;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "harp/common/document.h"
+#include "harp/common/format.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/exec/device.h"
 #include "harp/runtime/exec/memory.h"
@@ -58,6 +59,7 @@ TrainOptions train_options(const config::TrainConfig& c) {
   t.sample_every = c.sample_every;
   t.sample_prompt = c.sample_prompt;
   t.sample_tokens = c.sample_tokens;
+  t.drift = {c.drift_threshold, c.drift_window};
   t.resolved_config = config::train_config_to_json(c);
   return t;
 }
@@ -167,6 +169,7 @@ class Loop {
     const bool trace = traced_.count(step) > 0;
     const double base_bytes = live_tensor_bytes();
     if (o_.measure_memory) reset_peak_tensor_bytes();
+    if (o_.fake_slowdown) ex_.set_extra_slowdown(o_.fake_slowdown(step, l_.stage));
     StepResult r = ex_.run_step(step, trace);
     const auto step_end = std::chrono::steady_clock::now();
     const double peak_bytes = peak_tensor_bytes();
@@ -187,6 +190,7 @@ class Loop {
     HARP_RETURN_IF_ERROR(checkpoints_.tally(stats_.checkpoint_votes(), l_));
     if (stop_at_ < 0 && stats_.stop_voted()) agree_on_stop(step);  // every rank sees it at this step
     report_checkpoints();
+    detect_drift(step);
     if (step > summary_.first_step) record_timed(r.seconds);
     summary_.losses.push_back(r.loss);
     write_metrics(step, r);
@@ -207,6 +211,25 @@ class Loop {
     if (step + 1 != stop_at_) return false;
     summary_.stopped_at = stop_at_;
     return true;
+  }
+
+  // Every rank holds the same reduced figures, so every rank reaches the same verdict.
+  void detect_drift(int step) {
+    const torch::Tensor c = stats_.compute();
+    std::vector<double> per_stage(static_cast<size_t>(l_.num_stages()));
+    for (int s = 0; s < l_.num_stages(); ++s)
+      per_stage[s] = c[s].item<double>() + c[l_.num_stages() + s].item<double>();
+    const std::optional<Drift> d = drift_.observe(step, per_stage);
+    if (!d) return;
+    summary_.drifts.push_back(*d);
+    const plan::Stage& st = plan_.stages[d->stage];
+    if (o_.progress && l_.rank == 0)
+      log_ << "drift after step " << d->step + 1 << ": stage " << d->stage << " ("
+           << (st.subcluster_name.empty() ? std::string("?") : st.subcluster_name) << ") computes "
+           << fmt("%.2fx", d->ratio) << " its baseline (" << fmt_time(d->measured_s) << " against "
+           << fmt_time(d->baseline_s) << " per microbatch, medians of " << o_.drift.window
+           << " steps); re-plan with harp plan --calibrate " << o_.out_dir << "/measured_plan.json\n";
+    metrics_.write_drift(*d);
   }
 
   // A sample from the model after `steps_done` steps (TrainOptions::sample_every): each
@@ -361,6 +384,7 @@ class Loop {
   schedule::Timeline timeline_;
   const double tokens_, flops_;     // per step
   const Utilisation utilisation_per_s_;  // at one second per step: divide by the step's time
+  DriftDetector drift_{static_cast<int>(plan_.stages.size()), o_.drift};
   int stop_at_ = -1;                // the checkpoint step all ranks stop after, once agreed
   double total_s_ = 0;
   std::vector<double> step_seconds_;  // the timed steps, for the median

@@ -69,6 +69,11 @@ struct TrainConfig {
   std::string sample_prompt = "\n";
   int sample_tokens = 64;
   std::string sample_tokenizer = "byte";
+  // Drift detection (runtime/io/drift.h): a stage whose compute per microbatch leaves the
+  // run's own baseline by more than drift_threshold x (> 1; 0: off), medians over
+  // drift_window steps, is reported.
+  double drift_threshold = 0;
+  int drift_window = 5;
 
   // The first broken rule, naming `file` and the field path under `path`.
   Status validate(const std::string& file, const std::string& path = "training") const;

@@ -15,6 +15,7 @@
 #include "harp/data/tokenizer.h"
 #include "harp/runtime/exec/executor.h"
 #include "harp/runtime/io/checkpoint_writer.h"
+#include "harp/runtime/io/drift.h"
 
 namespace harp::runtime {
 
@@ -54,6 +55,11 @@ struct TrainOptions {
   int sample_every = 0;
   std::string sample_prompt;
   int sample_tokens = 64;
+  // Drift detection (io/drift.h): a stage whose compute leaves its baseline by more
+  // than drift.threshold x is reported (a line, a metrics.jsonl record, TrainSummary).
+  DriftConfig drift;
+  // Tests: a compute slowdown of (step, stage), applied on top of any emulation.
+  std::function<double(int step, int stage)> fake_slowdown;
 };
 
 // The options of a run from its validated configuration (the resolved config included).
@@ -73,6 +79,7 @@ struct TrainSummary {
   std::vector<std::pair<int, double>> val_losses;  // (steps done, validation loss)
   std::vector<CheckpointTiming> checkpoints;       // this rank's, per checkpoint saved
   int stopped_at = -1;  // the step a stop request ended the run at (its checkpoint complete); -1: none
+  std::vector<Drift> drifts;  // every drift detected, in order
 };
 
 // Runs the loop. Throws RuntimeFailure on peer failure; returns an error for I/O problems.

@@ -256,7 +256,8 @@ double Executor::finish_compute() {
   if (config_.device.is_cuda()) torch::cuda::synchronize(config_.device.index());
   // An emulated slower device (emulation.h) is busy factor x what the compute needed;
   // the span and the stage's measured time include the sleep.
-  if (config_.emulate) finish_emulated_compute(compute_start_, plan_.stages[layout_.stage].emulated_slowdown);
+  const double factor = (config_.emulate ? plan_.stages[layout_.stage].emulated_slowdown : 1.0) * extra_slowdown_;
+  if (config_.emulate || extra_slowdown_ != 1) finish_emulated_compute(compute_start_, factor);
   compute_end_ = std::chrono::steady_clock::now();
   return std::chrono::duration<double>(compute_end_ - compute_start_.wall).count();
 }

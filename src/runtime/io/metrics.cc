@@ -93,6 +93,14 @@ void MetricsLog::write_sample(int steps_done, const std::string& text) {
         << "\n" << std::flush;
 }
 
+void MetricsLog::write_drift(const Drift& d) {
+  if (!writer_) return;
+  file_ << Json({{"drift_after_steps", d.step + 1}, {"stage", d.stage}, {"ratio", d.ratio},
+                 {"baseline_s", d.baseline_s}, {"measured_s", d.measured_s}})
+               .dump()
+        << "\n" << std::flush;
+}
+
 plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,
                          const std::vector<double>& bwd_s) {
   plan::Plan measured = plan;

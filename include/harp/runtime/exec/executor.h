@@ -115,6 +115,9 @@ class Executor {
   std::vector<std::pair<std::string, torch::Tensor>> full_tensors(
       const std::vector<std::pair<std::string, torch::Tensor>>& local);
   const std::vector<schedule::Action>& actions() const { return actions_; }
+  // A compute slowdown on top of the plan's emulation (tests of drift detection: a
+  // stage that becomes slower mid-run); 1: none.
+  void set_extra_slowdown(double factor) { extra_slowdown_ = factor; }
   // The measured timeline of the traced steps so far (schedule/timeline.h): compute
   // spans exclude the wait for their input; waits for data are recv-lane events. Times
   // in µs from the first traced step's start barrier.
@@ -166,6 +169,7 @@ class Executor {
   const TokenSource* data_;  // the training tokens, or the evaluation's during evaluate()
   std::uint64_t data_seed_ = 0;
   ExecConfig config_;
+  double extra_slowdown_ = 1;
   RankLayout layout_;
   LossScaler scaler_;
   int first_layer_ = 0, last_layer_ = 0;

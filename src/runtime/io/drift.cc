@@ -1,0 +1,53 @@
+#include "harp/runtime/io/drift.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace harp::runtime {
+namespace {
+
+double median_of_last(const std::vector<double>& v, int n) {
+  std::vector<double> w(v.end() - std::min<std::ptrdiff_t>(n, static_cast<std::ptrdiff_t>(v.size())), v.end());
+  std::sort(w.begin(), w.end());
+  const size_t k = w.size();
+  return k % 2 == 1 ? w[k / 2] : (w[k / 2 - 1] + w[k / 2]) / 2;
+}
+
+}  // namespace
+
+std::optional<Drift> DriftDetector::observe(int step, const std::vector<double>& compute_s) {
+  if (config_.threshold <= 1 || compute_s.size() != history_.size()) return std::nullopt;
+  if (seen_++ == 0) return std::nullopt;  // the first step holds the warm-up
+  const int w = std::max(1, config_.window);
+  for (size_t s = 0; s < history_.size(); ++s) history_[s].push_back(compute_s[s]);
+  if (static_cast<int>(history_[0].size()) < w) return std::nullopt;
+  if (baseline_.empty()) {
+    for (const auto& h : history_) baseline_.push_back(median_of_last(h, w));
+    return std::nullopt;
+  }
+  // The pipeline's period is bounded by its slowest stage (the closed form's P = max t_i):
+  // only a change of that bound changes the iteration. A fast stage's own swings (a
+  // 0.5 ms stage measured at 0.75 beside a 3 ms one) do not.
+  std::vector<double> now(history_.size());
+  double period_now = 0, period_base = 0;
+  for (size_t s = 0; s < history_.size(); ++s) {
+    now[s] = median_of_last(history_[s], w);
+    period_now = std::max(period_now, now[s]);
+    period_base = std::max(period_base, baseline_[s]);
+  }
+  if (period_base <= 0) return std::nullopt;
+  const double moved = period_now / period_base;
+  if (moved <= config_.threshold && moved >= 1 / config_.threshold) return std::nullopt;
+  // The stage that moved the most names the drift.
+  std::optional<Drift> worst;
+  for (size_t s = 0; s < history_.size(); ++s) {
+    if (baseline_[s] <= 0) continue;
+    const double ratio = now[s] / baseline_[s];
+    if (!worst || std::abs(std::log(ratio)) > std::abs(std::log(worst->ratio)))
+      worst = Drift{step, static_cast<int>(s), ratio, baseline_[s], now[s]};
+  }
+  baseline_ = now;  // the new level: reported once per change
+  return worst;
+}
+
+}  // namespace harp::runtime
