@@ -2,11 +2,14 @@
 // cluster on this machine (harp/testbed/testbed.h). Without root or namespaces, `up` says
 // so in one line and exits 3 (the machine cannot do what was asked); `status` and
 // `down` still work where `ip` runs.
+#include <algorithm>
+
 #include "commands.h"
 #include "validators.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/common/document.h"
 #include "harp/common/format.h"
+#include "harp/common/parse.h"
 #include "harp/testbed/probe.h"
 #include "harp/testbed/testbed.h"
 
@@ -23,7 +26,7 @@ struct Opts {
   double max_message_s = 0.5;
   std::string csv_file, svg_file;
   // set
-  std::string link;
+  std::string link, device_slowdown;
   std::optional<double> bandwidth_gbps, latency_us;
 };
 
@@ -140,14 +143,41 @@ StatusOr<std::pair<int, int>> link_ends(const cluster::Cluster& c, const std::st
                           c.subclusters.back().name);
 }
 
+// --device-slowdown NAME=F: the subcluster's devices compute F x slower.
+int set_slowdown(const Opts& o, const cluster::Cluster& c, const testbed::Topology& t, Context& ctx) {
+  const std::size_t eq = o.device_slowdown.find('=');
+  const std::string name = o.device_slowdown.substr(0, eq);
+  auto factor = eq == std::string::npos ? StatusOr<double>(invalid_argument("")) : parse_real(o.device_slowdown.substr(eq + 1));
+  const bool known = std::any_of(c.subclusters.begin(), c.subclusters.end(), [&](const auto& s) { return s.name == name; });
+  if (!known || !factor.ok() || *factor < 1 || *factor > 1000) {
+    ctx.err << "harp testbed set: --device-slowdown " << o.device_slowdown.substr(0, 80)
+            << ": write SUBCLUSTER=FACTOR, a subcluster of the cluster and a factor in [1, 1000] (1: none), e.g. "
+            << c.subclusters.back().name << "=2\n";
+    return ctx.rc = kExitUsage;
+  }
+  if (Status s = testbed::set_device_slowdown(t.prefix, name, *factor); !s.ok()) return ctx.fail("testbed set", s);
+  ctx.out << "subcluster " << name << ": its devices compute " << fmt("%g", *factor)
+          << "x slower from each rank's next step (runs launched with --testbed " << t.prefix << ")\n";
+  return kExitOk;
+}
+
 int run_set(const Opts& o, Context& ctx) {
-  if (!o.bandwidth_gbps && !o.latency_us) {
-    ctx.err << "harp testbed set: give --bandwidth-gbps X and/or --latency-us Y\n";
+  const bool link_change = o.bandwidth_gbps || o.latency_us;
+  if ((o.link.empty() || !link_change) && o.device_slowdown.empty()) {
+    ctx.err << "harp testbed set: give --link A-B with --bandwidth-gbps X and/or --latency-us Y, or "
+               "--device-slowdown SUBCLUSTER=FACTOR\n";
+    return ctx.rc = kExitUsage;
+  }
+  if (!o.link.empty() && !link_change) {
+    ctx.err << "harp testbed set: --link needs --bandwidth-gbps X and/or --latency-us Y\n";
     return ctx.rc = kExitUsage;
   }
   cluster::Cluster c;
   auto t = topology_of(o, &c);
   if (!t.ok()) return ctx.fail("testbed set", t.status());
+  if (!o.device_slowdown.empty()) {
+    if (const int rc = set_slowdown(o, c, *t, ctx); rc != kExitOk || o.link.empty()) return rc;
+  }
   auto ends = link_ends(c, o.link);
   if (!ends.ok()) {
     ctx.err << "harp testbed set: " << ends.status().message() << "\n";
@@ -211,11 +241,13 @@ void add_testbed_command(CLI::App& root, Context& ctx) {
     ctx.rc = run_status(*o, ctx);
   });
   auto* set = add("set", "Change a link of the running testbed in place (a link that slows while a job runs)");
-  set->add_option("--link", o->link, "The two subclusters the link joins, A-B")->required();
+  set->add_option("--link", o->link, "The two subclusters the link joins, A-B");
   set->add_option("--bandwidth-gbps", o->bandwidth_gbps, "New bandwidth, Gbit/s")
       ->check(in_quantity(quantity::kBandwidthGbps));
   set->add_option("--latency-us", o->latency_us, "New one-way latency, microseconds (netem only)")
       ->check(real(0, 10e6, false, "us"));
+  set->add_option("--device-slowdown", o->device_slowdown,
+                  "SUBCLUSTER=FACTOR: its devices compute FACTOR x slower in running jobs (1: as the cluster file says)");
   set->callback([o, &ctx] { ctx.rc = run_set(*o, ctx); });
 }
 

@@ -113,4 +113,10 @@ StatusOr<WorkerEnv> WorkerEnv::from_env() {
   return from([](const char* name) -> const char* { return std::getenv(name); });
 }
 
+std::string testbed_slowdown_dir(const std::string& prefix) { return "/tmp/harp-testbed-" + prefix; }
+
+std::string testbed_slowdown_file(const std::string& prefix, const std::string& subcluster) {
+  return testbed_slowdown_dir(prefix) + "/slowdown-" + subcluster;
+}
+
 }  // namespace harp::launch

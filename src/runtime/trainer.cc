@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <limits>
 #include <set>
 
 #include "harp/common/document.h"
 #include "harp/common/format.h"
+#include "harp/common/parse.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/exec/device.h"
 #include "harp/runtime/exec/memory.h"
@@ -169,7 +171,8 @@ class Loop {
     const bool trace = traced_.count(step) > 0;
     const double base_bytes = live_tensor_bytes();
     if (o_.measure_memory) reset_peak_tensor_bytes();
-    if (o_.fake_slowdown) ex_.set_extra_slowdown(o_.fake_slowdown(step, l_.stage));
+    if (o_.fake_slowdown || !o_.slowdown_file.empty())
+      ex_.set_extra_slowdown((o_.fake_slowdown ? o_.fake_slowdown(step, l_.stage) : 1.0) * file_slowdown());
     StepResult r = ex_.run_step(step, trace);
     const auto step_end = std::chrono::steady_clock::now();
     const double peak_bytes = peak_tensor_bytes();
@@ -211,6 +214,21 @@ class Loop {
     if (step + 1 != stop_at_) return false;
     summary_.stopped_at = stop_at_;
     return true;
+  }
+
+  // The factor in o_.slowdown_file: 1 without the file; a text that is not a number in
+  // [1, 1000] is named once and read as 1.
+  double file_slowdown() {
+    if (o_.slowdown_file.empty()) return 1.0;
+    std::ifstream in(o_.slowdown_file);
+    if (!in) return 1.0;
+    std::string text;
+    std::getline(in, text);
+    auto f = parse_real(text);
+    if (f.ok() && *f >= 1 && *f <= 1000) return *f;
+    if (!slowdown_warned_) log_ << o_.slowdown_file << ": \"" << text.substr(0, 40) << "\" is not a slowdown in [1, 1000]; ignored\n";
+    slowdown_warned_ = true;
+    return 1.0;
   }
 
   // Every rank holds the same reduced figures, so every rank reaches the same verdict.
@@ -385,6 +403,7 @@ class Loop {
   const double tokens_, flops_;     // per step
   const Utilisation utilisation_per_s_;  // at one second per step: divide by the step's time
   DriftDetector drift_{static_cast<int>(plan_.stages.size()), o_.drift};
+  bool slowdown_warned_ = false;
   int stop_at_ = -1;                // the checkpoint step all ranks stop after, once agreed
   double total_s_ = 0;
   std::vector<double> step_seconds_;  // the timed steps, for the median

@@ -8,6 +8,7 @@
 #include "harp/runtime/exec/data.h"
 #include "harp/runtime/exec/device.h"
 #include "harp/runtime/exec/memory.h"
+#include "harp/launch/worker_env.h"
 #include "harp/runtime/io/metrics.h"
 #include "harp/runtime/io/run_folder.h"
 #include "harp/runtime/nn/trainable.h"
@@ -186,6 +187,11 @@ StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::open(RunRequest request, std
   s->options.resume = s->r.resume;
   s->options.val_data = s->val_data.get();
   s->options.sample_tokenizer = s->sample_tokenizer.get();
+  if (!s->r.env.testbed.empty()) {
+    const plan::Stage& stage = s->r.plan.stages[static_cast<size_t>(layout.stage)];
+    if (!stage.subcluster_name.empty())
+      s->options.slowdown_file = launch::testbed_slowdown_file(s->r.env.testbed, stage.subcluster_name);
+  }
   s->options.stop_requested = s->r.stop_requested;
   s->options.exec.emulate = c.emulate || env.emulate;  // harp launch --emulate
   if (env.clock_origin_ns > 0) s->options.exec.clock_origin_ns = env.clock_origin_ns;  // one clock for all ranks

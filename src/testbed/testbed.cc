@@ -6,11 +6,15 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <set>
 #include <sstream>
+
+#include "harp/common/document.h"
+#include "harp/launch/worker_env.h"
 
 extern char** environ;  // NOLINT: POSIX global
 
@@ -309,6 +313,7 @@ Status available() {
 
 Status up(const Topology& t) {
   HARP_ASSIGN_OR_RETURN(std::vector<std::string> existing, namespaces_with_prefix(t.prefix));
+  clear_device_slowdowns(t.prefix);  // up puts the cluster file's figures back
   std::set<std::string> wanted;
   for (const Host& h : t.hosts) wanted.insert(h.netns);
   auto fail = [&](const Status& s) {
@@ -345,6 +350,25 @@ Status up(const Topology& t) {
     if (!r.ok() && !removal) return fail(r.status());
   }
   return Status();
+}
+
+Status set_device_slowdown(const std::string& prefix, const std::string& subcluster, double factor) {
+  std::error_code ec;
+  std::filesystem::create_directories(launch::testbed_slowdown_dir(prefix), ec);
+  if (ec) return io_error(launch::testbed_slowdown_dir(prefix) + ": cannot create: " + ec.message());
+  const std::string file = launch::testbed_slowdown_file(prefix, subcluster);
+  if (factor == 1.0) {
+    std::filesystem::remove(file, ec);
+    return Status();
+  }
+  char text[64];
+  std::snprintf(text, sizeof text, "%.17g\n", factor);
+  return write_text_file_atomic(file, text);
+}
+
+void clear_device_slowdowns(const std::string& prefix) {
+  std::error_code ec;
+  std::filesystem::remove_all(launch::testbed_slowdown_dir(prefix), ec);
 }
 
 StatusOr<int> set_link(Topology* t, int a, int b, std::optional<double> bandwidth_gbps,
@@ -393,6 +417,7 @@ StatusOr<bool> ensure_up(const cluster::Cluster& cluster, const Topology& t) {
 
 StatusOr<int> down(const std::string& prefix) {
   HARP_ASSIGN_OR_RETURN(std::vector<std::string> names, namespaces_with_prefix(prefix));
+  clear_device_slowdowns(prefix);
   int removed = 0;
   Status first;
   for (const std::string& ns : names) {

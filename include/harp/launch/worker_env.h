@@ -50,4 +50,11 @@ struct WorkerEnv {
   static StatusOr<WorkerEnv> from(const std::function<const char*(const char*)>& lookup);
 };
 
+// The file through which `harp testbed set --device-slowdown` slows the devices of one
+// subcluster of a running testbed: /tmp/harp-testbed-<prefix>/slowdown-<subcluster>, holding
+// the factor as text. A rank of a run on the testbed (HARP_TESTBED) reads it before every
+// step and makes its compute that much slower, on top of any emulation; no file: 1.
+std::string testbed_slowdown_dir(const std::string& prefix);
+std::string testbed_slowdown_file(const std::string& prefix, const std::string& subcluster);
+
 }  // namespace harp::launch

@@ -60,6 +60,10 @@ struct TrainOptions {
   DriftConfig drift;
   // Tests: a compute slowdown of (step, stage), applied on top of any emulation.
   std::function<double(int step, int stage)> fake_slowdown;
+  // A file read before every step whose number (>= 1) slows this rank's compute on top
+  // of any emulation (launch::testbed_slowdown_file: `harp testbed set
+  // --device-slowdown`); "" or no file: none.
+  std::string slowdown_file;
 };
 
 // The options of a run from its validated configuration (the resolved config included).

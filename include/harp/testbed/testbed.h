@@ -120,6 +120,12 @@ StatusOr<int> down(const std::string& prefix);
 StatusOr<int> set_link(Topology* topology, int a, int b, std::optional<double> bandwidth_gbps,
                        std::optional<double> latency_s);
 
+// Makes the devices of subcluster `subcluster` of the testbed `prefix` compute `factor`
+// (>= 1) times slower from each rank's next step, on top of any emulation
+// (launch::testbed_slowdown_file); 1 takes it back. up() and down() clear every such file.
+Status set_device_slowdown(const std::string& prefix, const std::string& subcluster, double factor);
+void clear_device_slowdowns(const std::string& prefix);
+
 // The namespaces that exist now with the prefix, sorted.
 StatusOr<std::vector<std::string>> namespaces_with_prefix(const std::string& prefix);
 

@@ -2,6 +2,13 @@
 // closed form from `simulate --json` on a hand-written plan, and the frozen flag set.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "harp/launch/worker_env.h"
+
 #include "testutil/status.h"
 
 #include <algorithm>
@@ -240,6 +247,30 @@ TEST(Cli, InfeasibleIsAnAnswerWithExitThree) {
 
 // --help and --help-all exist everywhere and are left out.
 // Adding a flag is a conscious change: update this list with it (STYLE habit 11).
+// `harp testbed set --device-slowdown NAME=F` writes the factor where the ranks of a
+// testbed run read it (launch::testbed_slowdown_file); 1 takes it back, bad forms exit 2,
+// `down` clears it. No namespaces needed.
+TEST(Cli, TestbedDeviceSlowdownIsWhereTheRanksReadIt) {
+  const std::string prefix = "harpcli" + std::to_string(getpid() % 100000);
+  const std::string cluster = example("clusters/cpu_pair.yaml");
+  const std::string file = launch::testbed_slowdown_file(prefix, "slow");
+  Result r = harp({"testbed", "set", "--cluster", cluster, "--prefix", prefix, "--device-slowdown", "slow=3"});
+  ASSERT_EQ(r.rc, kExitOk) << r.err;
+  std::ifstream in(file);
+  std::string text;
+  std::getline(in, text);
+  EXPECT_EQ(text, "3");
+  EXPECT_EQ(harp({"testbed", "set", "--cluster", cluster, "--prefix", prefix, "--device-slowdown", "slow=1"}).rc, kExitOk);
+  EXPECT_FALSE(std::filesystem::exists(file));
+  for (const std::string bad : {"slow", "slow=0.5", "nope=2", "slow=x", "slow=1e9"})
+    EXPECT_EQ(harp({"testbed", "set", "--cluster", cluster, "--prefix", prefix, "--device-slowdown", bad}).rc, kExitUsage)
+        << bad;
+  EXPECT_EQ(harp({"testbed", "set", "--cluster", cluster, "--prefix", prefix}).rc, kExitUsage);
+  ASSERT_EQ(harp({"testbed", "set", "--cluster", cluster, "--prefix", prefix, "--device-slowdown", "fast=2"}).rc, kExitOk);
+  harp({"testbed", "down", "--prefix", prefix});
+  EXPECT_FALSE(std::filesystem::exists(launch::testbed_slowdown_dir(prefix)));
+}
+
 TEST(Cli, FlagSurfaceIsFrozen) {
   std::vector<std::string> expected = {
       "harp cluster show file",
@@ -312,7 +343,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp testbed probe --svg",
       "harp testbed status --cluster", "harp testbed status --prefix",
       "harp testbed set --cluster", "harp testbed set --prefix", "harp testbed set --link",
-      "harp testbed set --bandwidth-gbps", "harp testbed set --latency-us",
+      "harp testbed set --bandwidth-gbps", "harp testbed set --latency-us", "harp testbed set --device-slowdown",
       "harp generate --checkpoint", "harp generate --plan", "harp generate --model", "harp generate --step",
       "harp generate --hf", "harp generate --max-new-tokens", "harp generate --temperature", "harp generate --top-k",
       "harp generate --top-p", "harp generate --seed", "harp generate --dtype", "harp generate --device",
