@@ -31,6 +31,7 @@ struct Opts {
   bool emulate = false;
   std::string testbed_file, plan_file, prefix;
   double grace_s = 5.0;
+  double replan_min_gain = -1;  // -1: the job's training.replan_min_gain
   std::vector<std::string> command;
 };
 
@@ -58,9 +59,9 @@ Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* o
 
 int run_launch(const Opts& o, Context& ctx) {
   if (o.elastic) {
-    if (o.job_file.empty() || !o.testbed_file.empty() || !o.plan_file.empty() || o.nproc != 0) {
+    if (o.job_file.empty() || !o.plan_file.empty() || o.nproc != 0) {
       ctx.err << "harp launch: --elastic takes --job JOB (its cluster, model and planner options) and plans the "
-                 "ranks itself; leave out --nproc, --plan and --testbed\n";
+                 "ranks itself; leave out --nproc and --plan\n";
       return kExitUsage;
     }
     if (o.node_rank < 0 || o.node_rank >= o.nnodes) {
@@ -78,7 +79,12 @@ int run_launch(const Opts& o, Context& ctx) {
     e.node_rank = o.node_rank;
     e.master_addr = o.master_addr;
     e.master_port = o.master_port;
-    return run_elastic(e, ctx);
+    e.replan_min_gain = o.replan_min_gain;
+    if (!o.testbed_file.empty() && o.nnodes > 1) {
+      ctx.err << "harp launch: --testbed runs on one machine; leave out --nnodes\n";
+      return kExitUsage;
+    }
+    return run_elastic(e, o.testbed_file, o.prefix, ctx);
   }
   if (!o.job_file.empty()) {
     ctx.err << "harp launch: --job goes with --elastic\n";
@@ -164,6 +170,10 @@ void add_launch_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--max-restarts", o->max_restarts, "With --elastic: restarts before giving up")
       ->capture_default_str()
       ->check(whole(0, 1000));
+  cmd->add_option("--replan-min-gain", o->replan_min_gain,
+                  "With --elastic: on a drift, adopt a plan made for the measured costs when it is predicted at "
+                  "least this fraction faster, restart counted (0: off; default: the job's training.replan_min_gain)")
+      ->check(real(0, 0.99, false, "fraction"));
   cmd->add_flag("--emulate", o->emulate, "Set HARP_EMULATE=1: apply the plan's emulated device slowdowns");
   cmd->add_option("--grace-s", o->grace_s, "Seconds between SIGTERM and SIGKILL when a worker fails")
       ->capture_default_str()

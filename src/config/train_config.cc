@@ -65,6 +65,13 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
                        "must be 0 (off) or in (1, 100]", "use e.g. 1.3 (a stage 30% slower than its baseline)");
   if (drift_window < 1 || drift_window > 10000)
     return bad("drift_window", drift_window, "must be 1..10000", "use e.g. 5");
+  if (!(replan_min_gain >= 0 && replan_min_gain < 1))
+    return field_error(file, join_path(path, "replan_min_gain"), std::to_string(replan_min_gain),
+                       "must be 0 (off) or in (0, 1)", "use e.g. 0.1 (a plan 10% faster, restart counted)");
+  if (replan_min_gain > 0 && drift_threshold == 0)
+    return field_error(file, join_path(path, "replan_min_gain"), std::to_string(replan_min_gain),
+                       "re-planning on drift needs drift detection, which drift_threshold 0 turns off",
+                       "set drift_threshold too, e.g. 1.5");
   if (sample_every < 0) return bad("sample_every", sample_every, "must be >= 0", "use 0 (no samples) or e.g. 100");
   if (sample_tokens < 1 || sample_tokens > 4096)
     return bad("sample_tokens", sample_tokens, "must be 1..4096", "use e.g. 64");
@@ -119,6 +126,7 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.eval_batches = static_cast<int>(r.integer("eval_batches", 1, c.eval_batches));
   c.drift_threshold = r.number("drift_threshold", c.drift_threshold);
   c.drift_window = static_cast<int>(r.integer("drift_window", 1, c.drift_window));
+  c.replan_min_gain = r.number("replan_min_gain", c.replan_min_gain);
   c.sample_every = static_cast<int>(r.integer("sample_every", 0, c.sample_every));
   c.sample_prompt = r.string("sample_prompt", c.sample_prompt);
   c.sample_tokens = static_cast<int>(r.integer("sample_tokens", 1, c.sample_tokens));
@@ -162,6 +170,7 @@ Json train_config_to_json(const TrainConfig& c) {
   if (c.drift_threshold > 0) {
     j["drift_threshold"] = c.drift_threshold;
     j["drift_window"] = c.drift_window;
+    if (c.replan_min_gain > 0) j["replan_min_gain"] = c.replan_min_gain;
   }
   if (c.sample_every > 0) {
     j["sample_every"] = c.sample_every;

@@ -4,6 +4,13 @@
 namespace harp::cost {
 namespace {
 
+// The prefixes' key: the device type, and a drifted subcluster's factor (its times are
+// its own, no longer its device type's).
+std::string cost_key(const cluster::Subcluster& sub, const CostConfig& config) {
+  const double drift = config.drift_of(sub.name);
+  return drift == 1.0 ? sub.device : sub.device + "@" + std::to_string(drift);
+}
+
 std::vector<Seconds> prefix_of(const std::vector<Seconds>& v) {
   std::vector<Seconds> p(v.size() + 1, 0.0);
   for (size_t i = 0; i < v.size(); ++i) p[i + 1] = p[i] + v[i];
@@ -25,11 +32,12 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
   for (int sub = 0; sub < static_cast<int>(s.cluster_.subclusters.size()); ++sub) {
     const std::string& dev = s.cluster_.subclusters[sub].device;
     if (auto opt = source.optimizer_s_per_param_byte(s.cluster_, sub)) s.optimizer_s_[dev] = *opt;
+    const double drift = config.drift_of(s.cluster_.subclusters[sub].name);
     for (int dp = 1; dp <= microbatch_size; ++dp) {
       if (microbatch_size % dp != 0) continue;
       const int samples = microbatch_size / dp;
       for (int tp = 1; tp <= max_tp; tp *= 2) {
-        auto key = std::make_tuple(dev, samples, tp);
+        auto key = std::make_tuple(cost_key(s.cluster_.subclusters[sub], config), samples, tp);
         if (s.prefixes_.count(key)) continue;
         std::vector<Seconds> f(L), b(L), rs(L), rf(L);
         Prefix p;
@@ -41,6 +49,8 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
             complete = false;
             break;
           }
+          t->fwd_s *= drift;
+          t->bwd_s *= drift;
           f[i] = t->fwd_s;
           b[i] = t->bwd_s;
           rs[i] = t->fwd_s * s.layers_[i].attention_flop_fraction;
@@ -120,7 +130,7 @@ void StageCosts::set_byte_views(RangeView* v) const {
 }
 
 const StageCosts::Prefix* StageCosts::prefix(int sub, int samples, int tp) const {
-  auto it = prefixes_.find(std::make_tuple(cluster_.subclusters[sub].device, samples, tp));
+  auto it = prefixes_.find(std::make_tuple(cost_key(cluster_.subclusters[sub], config_), samples, tp));
   return it == prefixes_.end() ? nullptr : &it->second;
 }
 

@@ -2,6 +2,7 @@
 #include "harp/launch/elastic.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -11,6 +12,7 @@
 #include "harp/launch/elastic_nodes.h"
 #include "harp/launch/progress.h"
 #include "harp/launch/worker_env.h"
+#include "harp/plan/closed_form.h"
 #include "harp/plan/plan_io.h"
 
 namespace harp::launch {
@@ -25,13 +27,6 @@ class LocalLauncher : public Launcher {
   }
 };
 
-// The value after `flag` in the worker command, or "".
-std::string flag_value(const std::vector<std::string>& command, const std::string& flag) {
-  for (size_t i = 0; i + 1 < command.size(); ++i)
-    if (command[i] == flag) return command[i + 1];
-  return "";
-}
-
 // The last complete checkpoint of OUT (its `latest` file), or -1.
 int latest_step(const std::string& out_dir) {
   std::ifstream in(out_dir + "/checkpoints/latest");
@@ -43,6 +38,40 @@ int latest_step(const std::string& out_dir) {
 int fail(std::ostream& err, const Status& s) {
   err << "harp launch: " << s.message() << "\n";
   return s.code() == StatusCode::kInfeasible ? kExitInfeasible : kExitInput;
+}
+
+double factor_of(const ComputeDrift& drift, const std::string& subcluster) {
+  auto it = drift.find(subcluster);
+  return it == drift.end() ? 1.0 : it->second;
+}
+
+// The closed form of `p` (made when its subclusters computed `made_with`) when they
+// compute `now`: every stage's forward and backward scaled by the change.
+Seconds predicted_under(plan::Plan p, const ComputeDrift& made_with, const ComputeDrift& now) {
+  for (plan::Stage& st : p.stages) {
+    const double f = factor_of(now, st.subcluster_name) / factor_of(made_with, st.subcluster_name);
+    st.fwd_s *= f;
+    st.bwd_s *= f;
+  }
+  return plan::closed_form(p).iteration_s;
+}
+
+// Two plans that run the same ranks the same way: nothing to restart for.
+bool same_layout(const plan::Plan& a, const plan::Plan& b) {
+  if (a.microbatches != b.microbatches || a.num_stages() != b.num_stages() || a.schedule != b.schedule) return false;
+  for (int s = 0; s < a.num_stages(); ++s) {
+    const plan::Stage &x = a.stages[s], &y = b.stages[s];
+    if (x.first_layer != y.first_layer || x.last_layer != y.last_layer || x.devices != y.devices || x.dp != y.dp ||
+        x.tp != y.tp || x.recompute != y.recompute || x.launch_count != y.launch_count)
+      return false;
+  }
+  return true;
+}
+
+std::string describe_drift(const ComputeDrift& drift) {
+  std::string out;
+  for (const auto& [name, f] : drift) out += (out.empty() ? "" : ", ") + name + " x" + fmt("%.2f", f);
+  return out.empty() ? "none" : out;
 }
 
 // One run of the controller: the state its attempts share.
@@ -76,6 +105,8 @@ class Run {
     std::filesystem::create_directories(elastic_dir_, ec);
     if (ec) return fail(err_, io_error(elastic_dir_ + ": cannot create the folder: " + ec.message()));
     started_unix_ = clock_.unix_s();
+    first_ids_.resize(static_cast<size_t>(cluster_.num_devices()));
+    for (int d = 0; d < cluster_.num_devices(); ++d) first_ids_[static_cast<size_t>(d)] = d;
     if (!multi_) return kExitOk;
     auto split = MachineDevices::split(cluster_, o_.nnodes);
     if (!split.ok()) return fail(err_, split.status());
@@ -89,14 +120,19 @@ class Run {
   // Plans, launches and handles the outcome; an exit code to stop with, or -1 to go on.
   int run_attempt(int attempt) {
     const double plan_start = clock_.now_s();
-    auto outcome = plan_(cluster_);
-    const double plan_s = clock_.now_s() - plan_start;
+    StatusOr<PlanAttempt> outcome = next_plan_ ? StatusOr<PlanAttempt>(*next_plan_) : plan_(cluster_, drift_);
+    const double plan_s = next_plan_ ? replan_s_ : clock_.now_s() - plan_start;
+    next_plan_.reset();
     if (!outcome.ok()) return fail(err_, outcome.status());
     if (!outcome->feasible) {
       err_ << kWho << "no plan fits the " << cluster_.num_devices() << " devices left: " << outcome->reason << "\n";
       return kExitInfeasible;
     }
     const plan::Plan& p = outcome->plan;
+    current_ = p;
+    current_drift_ = drift_;
+    adopting_ = false;
+    drifts_seen_ = 0;
     const std::string plan_file = elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json";
     if (Status s = plan::save_plan(p, plan_file); !s.ok()) return fail(err_, s);
     devices_ = p.used_devices();  // rank r runs devices_[r]
@@ -119,6 +155,9 @@ class Run {
     extra.emulate = o_.emulate;
     for (const auto& [k, v] : extra.harp_env()) options.env[k] = v;
     const double launched_unix = clock_.unix_s();
+    if (o_.replan_min_gain > 0 && !multi_) options.stop_when = [this, attempt, launched_unix] {
+      return watch_drifts(attempt, launched_unix);
+    };
     auto result = launcher_.run(options, out_);
     out_.flush();
     if (!result.ok()) return fail(err_, result.status());
@@ -135,6 +174,13 @@ class Run {
   int place_ranks(int attempt, LaunchOptions* options) {
     options->nproc = static_cast<int>(devices_.size());
     ran_.assign(static_cast<size_t>(o_.nnodes), !multi_);
+    if (!multi_ && o_.place) {
+      std::vector<int> first;
+      for (int d : devices_) first.push_back(first_ids_.at(static_cast<size_t>(d)));
+      auto placed = o_.place(first, options);
+      if (!placed.ok()) return fail(err_, placed.status());
+      if (!placed->empty()) err_ << kWho << *placed << "\n";
+    }
     if (!multi_) return -1;
     // This machine runs the ranks whose devices it hosts; node 0 hosts the rendezvous.
     for (int r = 0; r < static_cast<int>(devices_.size()); ++r)
@@ -176,10 +222,27 @@ class Run {
     pending_["resumed_step"] = progress.resumed_step;
     const int at = pending_.value("failed_at_step", pending_.value("stopped_at_step", 0));
     pending_["steps_lost"] = progress.resumed_step >= 0 ? Json(at - progress.resumed_step) : Json(at);
+    if (pending_.contains("measured_old_s") && progress.resumed_step >= 0) {
+      // The new plan's steps after its first (which holds the warm-up).
+      const double after = median_step_s(progress, progress.resumed_step + 1, 1 << 30);
+      pending_["measured_new_s"] = after > 0 ? Json(after) : Json();
+      if (after > 0) {
+        const double old_s = pending_["measured_old_s"].get<double>();
+        pending_["measured_gain"] = 1 - after / old_s;
+        err_ << kWho << "the plan adopted for the drift measured " << fmt_time(after) << " per step (predicted "
+             << fmt_time(pending_["estimated_new_s"].get<double>()) << ", "
+             << fmt("%+.1f%%", 100 * (pending_["estimated_new_s"].get<double>() / after - 1)) << "), the old one "
+             << fmt_time(old_s) << " under the drift: " << fmt("%.2fx", old_s / after) << "\n";
+      }
+    }
     if (!rank0_here) {  // rank 0 runs on another machine: the record is node 0's
       err_ << kWho << "restarted " << options.nproc << " of the new plan's ranks here\n";
     } else {
-      err_ << kWho << (pending_.contains("readmitted") ? "re-admission" : "recovery") << ": stopped in "
+      err_ << kWho
+           << (pending_.contains("readmitted")          ? "re-admission"
+               : pending_.contains("measured_old_s") ? "re-plan on drift"
+                                                     : "recovery")
+           << ": stopped in "
            << (pending_["stop_s"].is_number() ? fmt("%.2f s", pending_["stop_s"].get<double>()) : std::string("?"))
            << ", re-planned in " << fmt("%.1f ms", pending_["replan_s"].get<double>() * 1e3)
            << ", first step after the restart "
@@ -187,7 +250,7 @@ class Run {
                                                : fmt("%.2f s", pending_["restart_s"].get<double>()))
            << " after it; " << pending_["steps_lost"].dump() << " steps lost\n";
     }
-    if (o_.node_rank == 0) std::ofstream(elastic_dir_ + "/recoveries.jsonl", std::ios::app) << pending_.dump() << "\n";
+    append_record(pending_);
     pending_ = Json();
   }
 
@@ -199,9 +262,121 @@ class Run {
            << "; across machines devices are not re-admitted: run the same commands again to resume\n";
       return kExitOk;
     }
+    if (!(result.exit_code == 0 && progress.stopped_step >= 0 && adopting_)) next_plan_.reset();  // not stopped for it
+    if (result.exit_code == 0 && progress.stopped_step >= 0 && adopting_) {
+      pending_ = std::move(adopted_);
+      adopted_ = Json();
+      pending_["stopped_at_step"] = progress.stopped_step;
+      pending_["stop_s"] = result.forwarded_s >= 0 ? Json(result.forwarded_s) : Json();
+      err_ << kWho << "stopped after the checkpoint of step " << progress.stopped_step
+           << " to adopt the plan made for the drift\n";
+      return -1;
+    }
     if (result.exit_code == 0 && progress.stopped_step >= 0) return readmit(attempt, result, progress);
     if (result.exit_code == 0) return kExitOk;
     return recover(attempt, result);
+  }
+
+  // While a launch runs (LaunchOptions::stop_when): the drifts rank 0 recorded since it
+  // started, each judged once; true stops the workers at their next checkpoint.
+  bool watch_drifts(int attempt, double launched_unix) {
+    if (clock_.now_s() < next_poll_s_) return false;
+    next_poll_s_ = clock_.now_s() + o_.poll_s;
+    const RunProgress p = read_progress(out_dir_, launched_unix);
+    while (drifts_seen_ < static_cast<int>(p.drifts.size()))
+      if (judge_drift(attempt, p.drifts[static_cast<size_t>(drifts_seen_++)], p, launched_unix)) return adopting_ = true;
+    return false;
+  }
+
+  // A drift: the measured factors, a plan over them, and whether it pays for the restart.
+  bool judge_drift(int attempt, const DriftRecord& d, const RunProgress& p, double launched_unix) {
+    // A subcluster drifted when one of its stages moved past the threshold; its factor
+    // moves by the median of its stages' ratios. Within 10% of 1 is no drift (noise).
+    std::map<std::string, std::vector<double>> ratios;
+    std::vector<std::string> moved;
+    for (int s = 0; s < current_.num_stages(); ++s) {
+      const std::string& name = current_.stages[s].subcluster_name;
+      const double r = s < static_cast<int>(d.stage_ratios.size()) ? d.stage_ratios[s] : s == d.stage ? d.ratio : 1.0;
+      ratios[name].push_back(r);
+      if ((r > o_.drift_threshold || r * o_.drift_threshold < 1) && r > 0) moved.push_back(name);
+    }
+    for (const std::string& name : moved) {
+      std::vector<double> v = ratios[name];
+      std::sort(v.begin(), v.end());
+      const double median = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+      const double f = factor_of(drift_, name) * median;
+      if (std::abs(std::log(f)) < std::log(1.1)) drift_.erase(name);
+      else drift_[name] = f;
+    }
+    Json record = {{"attempt", attempt},
+                   {"drift_after_steps", d.after_steps},
+                   {"stage", d.stage},
+                   {"ratio", d.ratio},
+                   {"compute_drift", drift_},
+                   {"old_plan", elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json"}};
+    err_ << kWho << "drift after step " << d.after_steps << ": stage " << d.stage << " at "
+         << fmt("%.2fx", d.ratio) << "; subclusters now compute " << describe_drift(drift_) << "\n";
+    const double plan_start = clock_.now_s();
+    auto outcome = plan_(cluster_, drift_);
+    replan_s_ = clock_.now_s() - plan_start;
+    if (!outcome.ok() || !outcome->feasible) {
+      const std::string why = !outcome.ok() ? outcome.status().message() : outcome->reason;
+      err_ << kWho << "no plan for the drifted costs (" << why << "); keeping the running one\n";
+      record["adopted"] = false;
+      record["reason"] = why;
+      append_record(record);
+      return false;
+    }
+    // Predicted both on the drifted costs; the new plan's step time is the measured
+    // drifted step scaled by their ratio (a prediction's error cancels in the ratio).
+    const double old_pred = predicted_under(current_, current_drift_, drift_);
+    const double new_pred = plan::closed_form(outcome->plan).iteration_s;
+    double measured_old = median_step_s(p, d.after_steps - std::max(1, o_.drift_window), d.after_steps);
+    if (measured_old <= 0) measured_old = old_pred;
+    const double estimated_new = measured_old * new_pred / old_pred;
+    const int every = o_.checkpoint_every;
+    const int stop_at = every > 0 ? (p.steps_done + every) / every * every : p.steps_done + 1;
+    const int left = o_.steps - stop_at;
+    const double restart_s = p.first_step_unix >= 0 ? p.first_step_unix - launched_unix : 0.0;
+    const double gain = left > 0 ? 1 - (left * estimated_new + restart_s) / (left * measured_old) : 0.0;
+    const bool same = same_layout(current_, outcome->plan);
+    const bool adopt = !same && left > 0 && gain >= o_.replan_min_gain;
+    const std::string candidate = elastic_dir_ + "/candidate_" + std::to_string(candidates_++) + ".json";
+    if (Status s = plan::save_plan(outcome->plan, candidate); !s.ok()) {
+      err_ << kWho << s.message() << "; keeping the running plan\n";
+      return false;
+    }
+    record.update({{"new_plan", candidate},
+                   {"replan_s", replan_s_},
+                   {"predicted_old_s", old_pred},
+                   {"predicted_new_s", new_pred},
+                   {"measured_old_s", measured_old},
+                   {"estimated_new_s", estimated_new},
+                   {"restart_s", restart_s},
+                   {"steps_left", left},
+                   {"predicted_gain", gain},
+                   {"adopted", adopt}});
+    err_ << kWho << "re-planned on the drifted costs in " << fmt("%.1f ms", replan_s_ * 1e3) << ": "
+         << (same ? "the same plan" : candidate) << ", " << fmt_time(estimated_new) << " per step against "
+         << fmt_time(measured_old) << " measured now (predicted " << fmt_time(new_pred) << " against "
+         << fmt_time(old_pred) << "); over the " << left << " steps left after step " << stop_at
+         << ", counting a restart of " << fmt("%.1f s", restart_s) << ": " << fmt("%+.1f%%", 100 * gain)
+         << (adopt ? "; adopting it at the checkpoint of step " + std::to_string(stop_at)
+                   : "; keeping the running plan (--replan-min-gain " + fmt("%.2f", o_.replan_min_gain) + ")")
+         << "\n";
+    if (!adopt) {
+      append_record(record);
+      return false;
+    }
+    adopted_ = record;  // pending_ once the stop is seen (the last restart's may still be)
+    adopted_["attempt"] = attempt + 1;
+    adopted_["devices_left"] = cluster_.num_devices();
+    next_plan_ = *outcome;
+    return true;
+  }
+
+  void append_record(const Json& record) {
+    if (o_.node_rank == 0) std::ofstream(elastic_dir_ + "/recoveries.jsonl", std::ios::app) << record.dump() << "\n";
   }
 
   // SIGUSR1: re-read the cluster and plan over it.
@@ -210,6 +385,8 @@ class Run {
     auto reread = reread_();
     if (reread.ok()) {
       cluster_ = *reread;
+      first_ids_.resize(static_cast<size_t>(cluster_.num_devices()));
+      for (int d = 0; d < cluster_.num_devices(); ++d) first_ids_[static_cast<size_t>(d)] = d;
     } else {
       err_ << kWho << "cannot re-read the cluster: " << reread.status().to_string() << "; keeping the " << before
            << " devices\n";
@@ -272,6 +449,11 @@ class Run {
     for (int d : lost) {
       names += (names.empty() ? "" : ", ") + std::to_string(d);
       if (multi_) machines_.remove(cluster_, d);
+      const std::vector<int> ids = cluster::device_ids_without(cluster_, d);
+      std::vector<int> first(static_cast<size_t>(std::max(0, cluster_.num_devices() - 1)));
+      for (size_t old_id = 0; old_id < ids.size(); ++old_id)
+        if (ids[old_id] >= 0) first.at(static_cast<size_t>(ids[old_id])) = first_ids_.at(old_id);
+      first_ids_ = std::move(first);
       cluster_ = cluster::without_device(cluster_, d);
     }
     pending_ = {{"attempt", attempt + 1},     {"lost_ranks", lost_ranks},
@@ -303,13 +485,31 @@ class Run {
   double started_unix_ = 0;
   MachineDevices machines_;
   std::vector<int> devices_;  // the current plan's, rank r on devices_[r]
+  std::vector<int> first_ids_;  // per device of cluster_, its id in the first cluster
   std::vector<bool> ran_;     // machines with workers in the current attempt
   Json pending_;              // the recovery whose restart is being timed
   int restarts_ = 0;          // after lost ranks (--max-restarts)
   int steps_done_ = -1;       // as rank 0 last recorded, in any attempt
+  // Re-planning on drift.
+  ComputeDrift drift_;                     // what the run has measured so far
+  plan::Plan current_;                     // the running plan,
+  ComputeDrift current_drift_;             // made for these factors
+  std::optional<PlanAttempt> next_plan_;   // adopted, for the next attempt
+  Json adopted_;                           // its record
+  double replan_s_ = 0;
+  bool adopting_ = false;                  // this attempt stops for next_plan_
+  int drifts_seen_ = 0;                    // of this attempt's records
+  int candidates_ = 0;
+  double next_poll_s_ = 0;
 };
 
 }  // namespace
+
+std::string flag_value(const std::vector<std::string>& command, const std::string& flag) {
+  for (size_t i = 0; i + 1 < command.size(); ++i)
+    if (command[i] == flag) return command[i + 1];
+  return "";
+}
 
 Launcher& Launcher::local() {
   static LocalLauncher launcher;

@@ -240,9 +240,14 @@ class Supervisor {
       }
       if (w.signal != 0) lost_.push_back(w.rank);  // died before the launcher signalled anyone
     }
-    if (!term_at_ && take_forward_request()) {
-      if (o_.forward_usr1) signal_groups(workers_, SIGUSR1);
-      if (!forwarded_at_ && o_.forward_usr1) forwarded_at_ = clock_.now_s();
+    if (!term_at_) {
+      const bool usr1 = take_forward_request() && o_.forward_usr1;
+      const bool asked = !stop_asked_ && o_.stop_when && o_.stop_when();
+      stop_asked_ = stop_asked_ || asked;
+      if (usr1 || asked) {
+        signal_groups(workers_, SIGUSR1);
+        if (!forwarded_at_) forwarded_at_ = clock_.now_s();
+      }
     }
     if (!term_at_ && (first_failed_ >= 0 || stop_signal_received() != 0)) {
       if (first_failed_ < 0) stop_signal_ = stop_signal_received();
@@ -281,6 +286,7 @@ class Supervisor {
   std::optional<double> term_at_, kill_at_, all_exited_at_, failed_at_, forwarded_at_;
   std::vector<int> lost_;
   bool unreaped_ = false;
+  bool stop_asked_ = false;  // stop_when returned true
   std::vector<pollfd> fds_;
   std::vector<Stream*> fd_streams_;
   std::vector<int> fd_ranks_;

@@ -18,13 +18,36 @@ RunProgress read_progress(const std::string& out_dir, double since_unix) {
     const double wall = r[kProgressWallKey].get<double>();
     if (wall < since_unix) continue;
     auto step_of = [&](const char* key) { return r[key].is_number_integer() ? r[key].get<int>() : -1; };
+    if (r.contains(kProgressDriftKey)) {
+      DriftRecord d;
+      d.after_steps = step_of(kProgressDriftKey);
+      d.stage = step_of("stage");
+      d.ratio = r.contains("ratio") && r["ratio"].is_number() ? r["ratio"].get<double>() : -1.0;
+      d.wall_unix_s = wall;
+      if (r.contains("stage_ratios") && r["stage_ratios"].is_array())
+        for (const Json& x : r["stage_ratios"]) d.stage_ratios.push_back(x.is_number() ? x.get<double>() : 1.0);
+      if (d.after_steps >= 0 && d.stage >= 0 && d.ratio > 0) p.drifts.push_back(std::move(d));
+      continue;
+    }
     if (!r.contains("step")) continue;
+    if (r.contains("iteration_s") && r["iteration_s"].is_number())
+      p.step_s.emplace_back(step_of("step"), r["iteration_s"].get<double>());
     p.steps_done = std::max(p.steps_done, step_of("step") + 1);
     if (p.first_step_unix < 0) p.first_step_unix = wall;
     if (r.contains(kProgressResumedKey)) p.resumed_step = step_of(kProgressResumedKey);
     if (r.contains(kProgressStoppedKey)) p.stopped_step = step_of(kProgressStoppedKey);
   }
   return p;
+}
+
+double median_step_s(const RunProgress& p, int first, int last) {
+  std::vector<double> v;
+  for (const auto& [step, s] : p.step_s)
+    if (step >= first && step < last) v.push_back(s);
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace harp::launch

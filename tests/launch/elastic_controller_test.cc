@@ -15,6 +15,8 @@
 #include "harp/common/exit_code.h"
 #include "harp/launch/progress.h"
 #include "harp/launch/worker_env.h"
+#include "harp/plan/closed_form.h"
+#include "harp/plan/plan_io.h"
 #include "testutil/temp_dir.h"
 
 namespace harp::launch {
@@ -52,7 +54,7 @@ cluster::Cluster cpus(int n) {
 }
 
 // A plan of one stage per device, so rank r runs device r.
-StatusOr<PlanAttempt> one_stage_per_device(const cluster::Cluster& c) {
+StatusOr<PlanAttempt> one_stage_per_device(const cluster::Cluster& c, const ComputeDrift&) {
   PlanAttempt a;
   a.feasible = true;
   for (int d = 0; d < c.num_devices(); ++d) {
@@ -69,6 +71,16 @@ struct RunFolder {
   std::string out;
   Clock* clock;
   void step(int s) { write({{"step", s}, {"loss", 1.0}}); }
+  void timed_step(int s, double seconds, Json extra = Json::object()) {
+    extra.update({{"step", s}, {"loss", 1.0}, {"iteration_s", seconds}});
+    write(extra);
+  }
+  void drift(int after_steps, int stage, std::vector<double> stage_ratios) {
+    write({{kProgressDriftKey, after_steps},
+           {"stage", stage},
+           {"ratio", stage_ratios.at(static_cast<size_t>(stage))},
+           {"stage_ratios", stage_ratios}});
+  }
   void resumed_step(int s) { write({{"step", s}, {"loss", 1.0}, {kProgressResumedKey, s}}); }
   void stopping_step(int s) { write({{"step", s - 1}, {"loss", 1.0}, {kProgressStoppedKey, s}}); }
   void checkpoint(int s) {
@@ -261,11 +273,152 @@ TEST(ElasticController, AStopRequestReadmitsTheDevicesTheClusterFileListsAgain) 
       << f.err.str();
 }
 
+// Re-planning on drift. Two subclusters of one device each ("a", "b"), a model of four
+// layers of 1 s per microbatch times the subcluster's drift, B = 4: the planner cuts where
+// the slower stage is fastest, and the closed form is sum t + 3 max t (no links). With
+// no drift, 2 + 2 layers: 10 s. With b 3x slower: 2 + 2 gives 2 s and 6 s (26 s); 3 + 1
+// gives 3 s and 3 s (15 s), the plan adopted; when b recovers, 3 + 1 predicts 13 s
+// against 2 + 2's 10 s.
+cluster::Cluster two_pools() {
+  cluster::Cluster c = cpus(1);
+  c.subclusters[0].name = "a";
+  cluster::Subcluster b = c.subclusters[0];
+  b.name = "b";
+  c.subclusters.push_back(b);
+  c.links.push_back({"a", "b", {10.0, 1e-5}});
+  return c;
+}
+
+StatusOr<PlanAttempt> best_cut(const cluster::Cluster&, const ComputeDrift& drift) {
+  const double fa = drift.count("a") ? drift.at("a") : 1.0, fb = drift.count("b") ? drift.at("b") : 1.0;
+  int best = 1;
+  for (int k = 2; k <= 3; ++k)
+    if (std::max(k * fa, (4 - k) * fb) < std::max(best * fa, (4 - best) * fb)) best = k;
+  PlanAttempt a;
+  a.feasible = true;
+  a.plan.microbatches = 4;
+  for (int s = 0; s < 2; ++s) {
+    plan::Stage st;
+    st.subcluster = s;
+    st.subcluster_name = s == 0 ? "a" : "b";
+    st.devices = {s};
+    st.first_layer = s == 0 ? 0 : best;
+    st.last_layer = s == 0 ? best : 4;
+    const double t = (st.last_layer - st.first_layer) * (s == 0 ? fa : fb);
+    st.fwd_s = t / 3;
+    st.bwd_s = 2 * t / 3;
+    a.plan.stages.push_back(st);
+  }
+  a.plan.predicted = plan::closed_form(a.plan);
+  return a;
+}
+
+ElasticOptions replanning(const Fixture& f, double min_gain) {
+  ElasticOptions o = f.options();
+  o.replan_min_gain = min_gain;
+  o.drift_threshold = 1.5;
+  o.drift_window = 5;
+  o.steps = 100;
+  o.checkpoint_every = 10;
+  return o;
+}
+
+int cut_of(const std::string& plan_file) { return plan::load_plan(plan_file).value().stages[0].last_layer; }
+
+TEST(ElasticController, ADriftAdoptsAFasterPlanAtTheNextCheckpointAndMovesBackWhenItEnds) {
+  Fixture f;
+  f.launcher.script = {
+      [&](const LaunchOptions& o) {
+        EXPECT_EQ(cut_of(value_after(o.command, "--plan")), 2);
+        for (int s = 0; s < 10; ++s) f.folder.timed_step(s, 10.0);
+        EXPECT_FALSE(o.stop_when());  // no drift yet
+        f.clock.advance(1.0);
+        for (int s = 10; s < 15; ++s) f.folder.timed_step(s, 26.0);
+        f.folder.drift(15, 1, {1.02, 3.0});
+        EXPECT_TRUE(o.stop_when());  // adopted: the workers stop at their next checkpoint
+        f.folder.timed_step(19, 26.0, {{kProgressStoppedKey, 20}});
+        f.folder.checkpoint(20);
+        LaunchResult r = all_exited();
+        r.forwarded_s = 2.0;
+        return r;
+      },
+      [&](const LaunchOptions& o) {
+        EXPECT_EQ(cut_of(value_after(o.command, "--plan")), 3);  // the plan for b at 3x
+        EXPECT_NE(std::find(o.command.begin(), o.command.end(), "--resume"), o.command.end());
+        f.folder.timed_step(20, 40.0, {{kProgressResumedKey, 20}});
+        for (int s = 21; s < 30; ++s) f.folder.timed_step(s, 15.0);
+        f.clock.advance(1.0);
+        for (int s = 30; s < 35; ++s) f.folder.timed_step(s, 13.0);
+        f.folder.drift(35, 1, {1.0, 1 / 3.0});  // b recovers
+        EXPECT_TRUE(o.stop_when());
+        f.folder.timed_step(39, 13.0, {{kProgressStoppedKey, 40}});
+        f.folder.checkpoint(40);
+        return all_exited();
+      },
+      [&](const LaunchOptions& o) {
+        EXPECT_EQ(cut_of(value_after(o.command, "--plan")), 2);  // back
+        f.folder.timed_step(40, 30.0, {{kProgressResumedKey, 40}});
+        for (int s = 41; s < 100; ++s) f.folder.timed_step(s, 10.0);
+        return all_exited();
+      }};
+  ElasticController c(replanning(f, 0.1), two_pools(), best_cut, nullptr, f.launcher, f.clock);
+  ASSERT_EQ(c.run(f.out, f.err), kExitOk) << f.err.str();
+  ASSERT_EQ(f.launcher.seen.size(), 3u) << f.err.str();
+  const auto rows = recoveries(f.dir.path());
+  ASSERT_EQ(rows.size(), 2u);
+  // The first: b at 3x; the running plan predicted 26 s there (measured 26), the new one 15 s.
+  EXPECT_TRUE(rows[0]["adopted"].get<bool>());
+  EXPECT_NEAR(rows[0]["compute_drift"]["b"].get<double>(), 3.0, 1e-12);
+  EXPECT_FALSE(rows[0]["compute_drift"].contains("a"));  // 1.02 is no drift
+  EXPECT_NEAR(rows[0]["predicted_old_s"].get<double>(), 26.0, 1e-9);
+  EXPECT_NEAR(rows[0]["predicted_new_s"].get<double>(), 15.0, 1e-9);
+  EXPECT_NEAR(rows[0]["measured_old_s"].get<double>(), 26.0, 1e-12);
+  EXPECT_EQ(rows[0]["steps_left"], 80);
+  EXPECT_NEAR(rows[0]["predicted_gain"].get<double>(), 1 - (80 * 15.0 + rows[0]["restart_s"].get<double>()) / (80 * 26.0), 1e-9);
+  EXPECT_EQ(rows[0]["stopped_at_step"], 20);
+  EXPECT_EQ(rows[0]["resumed_step"], 20);
+  EXPECT_EQ(rows[0]["steps_lost"], 0);
+  EXPECT_NEAR(rows[0]["measured_new_s"].get<double>(), 15.0, 1e-12);  // the steps after the first
+  EXPECT_NEAR(rows[0]["measured_gain"].get<double>(), 1 - 15.0 / 26.0, 1e-12);
+  // The second: b recovered, its factor back to 1; 3 + 1 predicts 13 s, 2 + 2 10 s.
+  EXPECT_TRUE(rows[1]["adopted"].get<bool>());
+  EXPECT_TRUE(rows[1]["compute_drift"].empty());
+  EXPECT_NEAR(rows[1]["predicted_old_s"].get<double>(), 13.0, 1e-9);
+  EXPECT_NEAR(rows[1]["predicted_new_s"].get<double>(), 10.0, 1e-9);
+  EXPECT_NEAR(rows[1]["measured_new_s"].get<double>(), 10.0, 1e-12);
+  EXPECT_NE(f.err.str().find("adopting it at the checkpoint of step 20"), std::string::npos) << f.err.str();
+}
+
+TEST(ElasticController, ADriftWhosePlanDoesNotPayForItsRestartKeepsTheRunningPlan) {
+  for (const auto& [min_gain, steps] : {std::pair{0.5, 100}, {0.1, 20}}) {
+    // 42% < 50%; then 42% per step but no steps left after the stop at step 20.
+    Fixture f;
+    f.launcher.script = {[&, steps = steps](const LaunchOptions& o) {
+      for (int s = 0; s < 10; ++s) f.folder.timed_step(s, 10.0);
+      for (int s = 10; s < 15; ++s) f.folder.timed_step(s, 26.0);
+      f.folder.drift(15, 1, {1.0, 3.0});
+      EXPECT_FALSE(o.stop_when());
+      for (int s = 15; s < steps; ++s) f.folder.timed_step(s, 26.0);
+      return all_exited();
+    }};
+    ElasticOptions o = replanning(f, min_gain);
+    o.steps = steps;
+    ElasticController c(o, two_pools(), best_cut, nullptr, f.launcher, f.clock);
+    ASSERT_EQ(c.run(f.out, f.err), kExitOk) << f.err.str();
+    EXPECT_EQ(f.launcher.seen.size(), 1u);
+    const auto rows = recoveries(f.dir.path());
+    ASSERT_EQ(rows.size(), 1u) << min_gain;
+    EXPECT_FALSE(rows[0]["adopted"].get<bool>());
+    EXPECT_EQ(rows[0]["steps_left"], steps - 20);
+    EXPECT_NE(f.err.str().find("keeping the running plan"), std::string::npos) << f.err.str();
+  }
+}
+
 TEST(ElasticController, APlannerRefusalStopsWithItsReasonAndExitCode3) {
   Fixture f;
-  auto planner = [](const cluster::Cluster& c) -> StatusOr<PlanAttempt> {
+  auto planner = [](const cluster::Cluster& c, const ComputeDrift&) -> StatusOr<PlanAttempt> {
     if (c.num_devices() < 2) return PlanAttempt{false, "the model needs 2 devices' memory", {}};
-    return one_stage_per_device(c);
+    return one_stage_per_device(c, {});
   };
   f.launcher.script = {[&](const LaunchOptions&) { return lost({0}, 137); }};
   ElasticController c(f.options(), cpus(2), planner, nullptr, f.launcher, f.clock);

@@ -58,6 +58,20 @@ TEST(Drift, AFastStagesSwingsAreNotADrift) {
   EXPECT_EQ(drifts[0].stage, 1);
 }
 
+// A stage at half the bound or more that moves past the threshold is a drift even when the
+// bound stays: a stage that was the bound recovering under a plan made for its drift.
+TEST(Drift, AStageNearTheBoundThatRecoversIsADriftThoughTheBoundStays) {
+  const auto drifts = run(60, {0.02, 0.015, 0.002}, 0.05, [](int step, int s) {
+    return s == 1 && step >= 20 ? 0.5 : 1.0;
+  });
+  ASSERT_EQ(drifts.size(), 1u);
+  EXPECT_EQ(drifts[0].stage, 1);
+  EXPECT_NEAR(drifts[0].ratio, 0.5, 0.1);
+  ASSERT_EQ(drifts[0].stage_ratios.size(), 3u);
+  EXPECT_NEAR(drifts[0].stage_ratios[0], 1.0, 0.1);
+  EXPECT_EQ(drifts[0].stage_ratios[2], 1.0) << "far below the bound: not judged";
+}
+
 TEST(Drift, ADriftThatEndsIsReportedAsOne) {
   const auto drifts = run(80, {0.01, 0.02}, 0.05, [](int step, int s) { return s == 0 && step >= 20 && step < 50 ? 3.0 : 1.0; });
   ASSERT_EQ(drifts.size(), 2u);

@@ -74,6 +74,10 @@ struct TrainConfig {
   // drift_window steps, is reported.
   double drift_threshold = 0;
   int drift_window = 5;
+  // Re-planning on drift (harp launch --elastic; launch/elastic.h): adopt a plan made for
+  // the drifted costs when it is predicted at least this fraction faster over the steps
+  // left, counting the restart; 0: off (drifts are only reported). Needs drift_threshold.
+  double replan_min_gain = 0;
 
   // The first broken rule, naming `file` and the field path under `path`.
   Status validate(const std::string& file, const std::string& path = "training") const;

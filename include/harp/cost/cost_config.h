@@ -5,6 +5,7 @@
 #include "harp/common/document.h"
 #include "harp/common/status.h"
 
+#include <map>
 #include <string>
 
 namespace harp::cost {
@@ -35,6 +36,16 @@ struct CostConfig {
   // Profile DB (JSON, docs/file_formats.md) whose measured layer times replace the
   // roofline where it has the entry; empty: analytic only. Relative to the job file.
   std::string profile_file;
+  // Measured drift (elastic re-planning, launch/elastic.h): per subcluster name, a factor
+  // on every forward and backward time of its devices, from a run whose stages there
+  // computed that much slower (> 1) or faster than before. Set by the launcher from the
+  // run's own measurements, never read from a job file.
+  std::map<std::string, double> compute_drift;
+
+  double drift_of(const std::string& subcluster) const {
+    auto it = compute_drift.find(subcluster);
+    return it == compute_drift.end() ? 1.0 : it->second;
+  }
 };
 
 StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file,

@@ -6,11 +6,22 @@
 // launcher: the workers stop after their next checkpoint) re-reads the cluster, taking
 // every device it lists as available, and plans over it (re-admission).
 //
+// Re-planning on drift (replan_min_gain > 0): while a run trains, the controller reads the
+// drifts rank 0 records (runtime/io/drift.h) and scales the drifted stages' subclusters'
+// compute by what the run measured (cost::CostConfig::compute_drift), plans again over
+// them, and adopts the new plan at the next checkpoint (a stop request, then a restart
+// with --resume) only when it is predicted at least replan_min_gain faster over the
+// steps left, counting the restart (as this attempt's took); the decision is logged and
+// recorded in OUT/elastic/recoveries.jsonl either way. A drift that ends is one the other
+// way: the factors go back and so does the plan.
+//
 // The controller is given the planner, the cluster's reader, the launcher and the clock,
 // so it is tested with fakes of all four (tests/launch/elastic_controller_test.cc).
 #pragma once
 
 #include <functional>
+#include <map>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -37,7 +48,24 @@ struct ElasticOptions {
   // machine (node_rank 0) hosts the rendezvous at master_addr, on master_port + attempt.
   int nnodes = 1, node_rank = 0, master_port = 29500;
   std::string master_addr = "127.0.0.1";
+  // Re-planning on drift (one machine): > 0 adopts a plan predicted at least this
+  // fraction faster; 0: off. The workers' settings it reads: their drift detection's
+  // threshold (which stages drifted) and window (the steps whose median is the drifted
+  // step time), the run's steps and checkpoint interval (the steps left after the stop).
+  double replan_min_gain = 0;
+  double drift_threshold = 0;
+  int drift_window = 5;
+  int steps = 0, checkpoint_every = 0;
+  double poll_s = 1.0;  // how often metrics.jsonl is read for drifts
+  // One machine: places each attempt's ranks (`harp launch --elastic --testbed`: each in
+  // its device's namespace); `devices` are rank r's device ids in the cluster the
+  // controller was given (ids stay those of the first cluster after devices are lost).
+  // Returns a line for the log. Null: ranks on 127.0.0.1.
+  std::function<StatusOr<std::string>(const std::vector<int>& devices, LaunchOptions* options)> place;
 };
+
+// Per subcluster name: the factor on its compute times that a run measured (1 if absent).
+using ComputeDrift = std::map<std::string, double>;
 
 // The planner's answer for a cluster: a plan, or why none fits.
 struct PlanAttempt {
@@ -45,7 +73,8 @@ struct PlanAttempt {
   std::string reason;  // when not feasible
   plan::Plan plan;
 };
-using PlanFn = std::function<StatusOr<PlanAttempt>(const cluster::Cluster&)>;
+// The planner over a cluster whose subclusters compute `drift` x their costs.
+using PlanFn = std::function<StatusOr<PlanAttempt>(const cluster::Cluster&, const ComputeDrift& drift)>;
 // The cluster as its file says now (re-admission).
 using ClusterFn = std::function<StatusOr<cluster::Cluster>()>;
 
@@ -56,6 +85,9 @@ class Launcher {
   virtual StatusOr<LaunchResult> run(const LaunchOptions& options, std::ostream& out) = 0;
   static Launcher& local();  // launch(), on this machine
 };
+
+// The value after `flag` in a worker command, or "".
+std::string flag_value(const std::vector<std::string>& command, const std::string& flag);
 
 class ElasticController {
  public:

@@ -7,6 +7,7 @@
 // others (SIGTERM, then SIGKILL after a grace period).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <ostream>
 #include <string>
@@ -48,6 +49,10 @@ struct LaunchOptions {
   int store_host = kRankZeroHosts;
   int global_rank(int local) const { return ranks.empty() ? node_rank * nproc + local : ranks[local]; }
   bool forward_usr1 = true;  // false: SIGUSR1 to the launcher is ignored
+  // Asked at every poll (20 ms) while the workers run; the first time it answers true,
+  // every worker gets SIGUSR1 as if the launcher had (harp train stops after its next
+  // checkpoint): elastic re-planning on drift stops a run this way. Null: never.
+  std::function<bool()> stop_when;
   // The clock of the grace period and the reported stop times; null: Clock::system().
   // (The poll loop still waits on the workers' pipes in real time, 20 ms at a time.)
   Clock* clock = nullptr;

@@ -26,8 +26,7 @@ std::optional<Drift> DriftDetector::observe(int step, const std::vector<double>&
     return std::nullopt;
   }
   // The pipeline's period is bounded by its slowest stage (the closed form's P = max t_i):
-  // only a change of that bound changes the iteration. A fast stage's own swings (a
-  // 0.5 ms stage measured at 0.75 beside a 3 ms one) do not.
+  // a change of that bound changes the iteration.
   std::vector<double> now(history_.size());
   double period_now = 0, period_base = 0;
   for (size_t s = 0; s < history_.size(); ++s) {
@@ -36,16 +35,25 @@ std::optional<Drift> DriftDetector::observe(int step, const std::vector<double>&
     period_base = std::max(period_base, baseline_[s]);
   }
   if (period_base <= 0) return std::nullopt;
-  const double moved = period_now / period_base;
-  if (moved <= config_.threshold && moved >= 1 / config_.threshold) return std::nullopt;
-  // The stage that moved the most names the drift.
+  // A stage counts when it is or becomes at least half the bound: one whose change a
+  // re-plan can use (a stage at the bound that recovers under a new plan leaves the bound
+  // to another stage, yet the old plan would be faster again). A stage far below the
+  // bound swinging (a 0.5 ms stage measured at 0.75 beside a 3 ms one) is not a drift.
+  const auto beyond = [&](double r) { return r > config_.threshold || r < 1 / config_.threshold; };
+  bool any = beyond(period_now / period_base);
   std::optional<Drift> worst;
+  std::vector<double> ratios(history_.size(), 1.0);
   for (size_t s = 0; s < history_.size(); ++s) {
     if (baseline_[s] <= 0) continue;
-    const double ratio = now[s] / baseline_[s];
+    if (baseline_[s] < period_base / 2 && now[s] < period_now / 2) continue;  // 1: not judged
+    const double ratio = ratios[s] = now[s] / baseline_[s];
+    any = any || beyond(ratio);
+    // The stage that moved the most names the drift.
     if (!worst || std::abs(std::log(ratio)) > std::abs(std::log(worst->ratio)))
-      worst = Drift{step, static_cast<int>(s), ratio, baseline_[s], now[s]};
+      worst = Drift{step, static_cast<int>(s), ratio, baseline_[s], now[s], {}};
   }
+  if (!any || !worst) return std::nullopt;
+  worst->stage_ratios = ratios;
   baseline_ = now;  // the new level: reported once per change
   return worst;
 }

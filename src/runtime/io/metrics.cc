@@ -95,8 +95,13 @@ void MetricsLog::write_sample(int steps_done, const std::string& text) {
 
 void MetricsLog::write_drift(const Drift& d) {
   if (!writer_) return;
-  file_ << Json({{"drift_after_steps", d.step + 1}, {"stage", d.stage}, {"ratio", d.ratio},
-                 {"baseline_s", d.baseline_s}, {"measured_s", d.measured_s}})
+  file_ << Json({{launch::kProgressDriftKey, d.step + 1},
+                 {"stage", d.stage},
+                 {"ratio", d.ratio},
+                 {"baseline_s", d.baseline_s},
+                 {"measured_s", d.measured_s},
+                 {"stage_ratios", d.stage_ratios},
+                 {launch::kProgressWallKey, unix_now()}})
                .dump()
         << "\n" << std::flush;
 }

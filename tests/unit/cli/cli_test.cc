@@ -311,6 +311,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp launch --elastic",
       "harp launch --job",
       "harp launch --max-restarts",
+      "harp launch --replan-min-gain",
       "harp launch --emulate",
       "harp launch --grace-s",
       "harp launch command",

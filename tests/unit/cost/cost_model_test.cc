@@ -131,6 +131,26 @@ TEST(StageCosts, AllreduceUsesTheNodeLinkInsideANode) {
   EXPECT_DOUBLE_EQ(sc.stage(1, 1, 2, 1, 1).allreduce_s, 0.0);
 }
 
+// A measured drift (elastic re-planning) scales one subcluster's compute, not its device
+// type's: two subclusters of one type, one drifted 2.5x, the other unchanged.
+TEST(StageCosts, ComputeDriftScalesOneSubclusterNotItsDeviceType) {
+  auto c = test_cluster();
+  c.subclusters[1].device = c.subclusters[0].device;  // both V100
+  auto m = model::load_model("gpt-350m");
+  AnalyticCosts src(*m, CostConfig{});
+  const StageCosts plain = StageCosts::build(c, src, 4, 1, CostConfig{});
+  CostConfig drifted_config;
+  drifted_config.compute_drift["a"] = 2.5;
+  const StageCosts drifted = StageCosts::build(c, src, 4, 1, drifted_config);
+  for (int sub : {0, 1}) {
+    const auto before = plain.stage(sub, 1, 5, 1, 1), after = drifted.stage(sub, 1, 5, 1, 1);
+    const double f = sub == 1 ? 2.5 : 1.0;
+    EXPECT_NEAR(after.fwd_s, f * before.fwd_s, 1e-12 * before.fwd_s) << sub;
+    EXPECT_NEAR(after.bwd_s, f * before.bwd_s, 1e-12 * before.bwd_s) << sub;
+    EXPECT_DOUBLE_EQ(after.allreduce_s, before.allreduce_s);  // links do not drift with compute
+  }
+}
+
 // Recomputation against closed forms: Korthikanti et al.'s 34·s·h per block under
 // selective (the 2·a·s² probabilities freed), a block's 2·s·h input under full, and the
 // repeated forward (the whole block's, or the attention core's 4·s²·h share).

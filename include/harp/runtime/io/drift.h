@@ -5,10 +5,13 @@
 // first (which holds the warm-up). The run has drifted when the slowest stage's median
 // over the last `window` steps (the bound on the pipeline's period, the closed form's
 // P = max t_i) is more than `threshold` x its baseline (slower) or less than baseline /
-// threshold (a drift that ended: faster again); the stage whose own median moved the most
-// names it. A stage that changes without moving the bound cannot change the iteration,
-// and its swings are not reported (a sub-millisecond stage measured here swung 1.5x from
-// step to step beside a 3 ms one). The run's own figures, not the plan's,
+// threshold (a drift that ended: faster again), or when a stage that is (or becomes) at
+// least half the bound moves by that much: such a stage's change is one a re-plan can use
+// (a stage that was the bound and recovers under a plan made for its drift hands the bound
+// to another stage, yet the old plan would be faster again). The stage whose own median
+// moved the most names it. A stage far below the bound is not judged: a sub-millisecond
+// stage measured here swung 1.5x from step to step beside a 3 ms one, and judged stage by
+// stage made nine drifts of a run with one. The run's own figures, not the plan's,
 // are the reference: an analytic plan is off by its model's error on every step (tens of
 // percent on a CPU), which would read as drift from the first. A drift is reported once,
 // then every stage's baseline moves to the new level, so a stage that stays slow is not
@@ -32,6 +35,10 @@ struct Drift {
   int stage = 0;
   double ratio = 1;      // measured / baseline: > 1 slower, < 1 faster (a drift that ended)
   double baseline_s = 0, measured_s = 0;  // per microbatch
+  // Every stage's measured / baseline at the verdict, 1 for a stage far below the bound
+  // (not judged); the re-planner scales each drifted stage's subcluster by it
+  // (launch/elastic.h).
+  std::vector<double> stage_ratios;
 };
 
 class DriftDetector {
