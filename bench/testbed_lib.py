@@ -178,7 +178,8 @@ def line_chart(path, title, xlabel, ylabel, series, log_x=False, note=""):
     for t in yt:
         o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#ddd"/><text x="%d" y="%.1f" '
                  'text-anchor="end">%g</text>' % (L, W - R, Y(t), Y(t), L - 6, Y(t) + 4, round(t, 6)))
-    for x in sorted(set(xs)):
+    labels = sorted(set(xs))
+    for x in labels[::max(1, len(labels) // 16)]:  # at most about 16 labels
         o.append('<text x="%.1f" y="%d" text-anchor="middle">%g</text>' % (X(x), H - B + 18, x))
     o.append('<text x="%d" y="%d" text-anchor="middle">%s</text>' % ((L + W - R) / 2, H - 16, _esc(xlabel)))
     o.append('<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">%s</text>'

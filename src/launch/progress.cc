@@ -24,8 +24,13 @@ RunProgress read_progress(const std::string& out_dir, double since_unix) {
       d.stage = step_of("stage");
       d.ratio = r.contains("ratio") && r["ratio"].is_number() ? r["ratio"].get<double>() : -1.0;
       d.wall_unix_s = wall;
-      if (r.contains("stage_ratios") && r["stage_ratios"].is_array())
-        for (const Json& x : r["stage_ratios"]) d.stage_ratios.push_back(x.is_number() ? x.get<double>() : 1.0);
+      auto numbers = [&](const char* key, std::vector<double>* v) {
+        if (r.contains(key) && r[key].is_array())
+          for (const Json& x : r[key]) v->push_back(x.is_number() ? x.get<double>() : -1.0);
+      };
+      numbers("stage_ratios", &d.stage_ratios);
+      numbers("stage_measured_s", &d.stage_measured_s);
+      numbers("stage_baseline_s", &d.stage_baseline_s);
       if (d.after_steps >= 0 && d.stage >= 0 && d.ratio > 0) p.drifts.push_back(std::move(d));
       continue;
     }

@@ -58,6 +58,18 @@ TEST(Drift, AFastStagesSwingsAreNotADrift) {
   EXPECT_EQ(drifts[0].stage, 1);
 }
 
+// A slowdown that starts inside a step (the step averages old and new speed) is reported at
+// its full size: the window's median crosses at that partial step's value (1.4x here), the
+// level is read from the window's newer half.
+TEST(Drift, ASlowdownThatStartsMidStepIsReportedAtItsFullSize) {
+  const auto drifts = run(60, {0.02, 0.01}, 0.02, [](int step, int s) {
+    return s == 0 && step >= 20 ? (step == 20 ? 1.4 : 2.0) : 1.0;
+  });
+  ASSERT_EQ(drifts.size(), 1u);
+  EXPECT_NEAR(drifts[0].ratio, 2.0, 0.1);
+  EXPECT_NEAR(drifts[0].measured_s, 0.04, 0.002);
+}
+
 // A stage at half the bound or more that moves past the threshold is a drift even when the
 // bound stays: a stage that was the bound recovering under a plan made for its drift.
 TEST(Drift, AStageNearTheBoundThatRecoversIsADriftThoughTheBoundStays) {

@@ -3,13 +3,15 @@
 // from the last checkpoint. The run finishes its steps; after the restart its losses
 // equal those of a fresh 3-rank run started from the same checkpoint with the same new
 // plan, and it lost no more steps than the checkpoint interval. SIGUSR1 re-admits the
-// devices of the cluster file at the next checkpoint, the same way.
+// devices of the cluster file at the next checkpoint, the same way. A device that drifts
+// slower has the launcher adopt a plan made for it at the next checkpoint, the same way.
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <map>
 
 #include "harp/common/document.h"
+#include "harp/launch/worker_env.h"
 #include "harp/plan/plan_io.h"
 #include "process_util.h"
 
@@ -171,6 +173,68 @@ TEST(Elastic, SignalReadmitsTheDevicesOfTheClusterFile) {
   ASSERT_TRUE(plan1.ok());
   EXPECT_EQ(plan1->used_devices().size(), 3u);
   expect_continues_as_a_fresh_run(dir, stopped, 3, steps, limit);
+}
+
+// Re-planning on drift: two pools of one CPU each; pool b's device is made 6x slower
+// after a few steps, 6x slower (the file through which a testbed slows a subcluster's devices;
+// HARP_TESTBED names it, so no namespace is needed). The workers report the drift, the
+// launcher plans for it, predicts the new plan faster than the restart costs and adopts it
+// at the next checkpoint: fewer layers on b, no step lost, and the losses after the switch
+// are those of a fresh run from that checkpoint on that plan.
+TEST(Elastic, ADeviceDriftAdoptsAPlanMadeForItAtTheNextCheckpoint) {
+  const std::string dir = std::string(HARP_BINARY_DIR) + "/elastic_drift";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", R"(version: 1
+name: cpu-pools
+subclusters:
+  - {name: a, device: cpu, nodes: 1, devices_per_node: 1}
+  - {name: b, device: cpu, nodes: 1, devices_per_node: 1}
+links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}]
+)").ok());
+  // Steps of about 50 ms under the drift, a restart of about 2 s: enough steps left after
+  // the switch for the plan to pay for its restart.
+  const int every = 4, steps = 200;
+  std::string job = tiny_job(steps, every);
+  job.replace(job.find("timeout_s: 5}"), 13, "timeout_s: 5, drift_threshold: 1.5, drift_window: 3, replan_min_gain: 0.05}");
+  ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", job).ok());
+  const std::string prefix = "elastictest" + std::to_string(getpid());
+  const std::string slowdown = launch::testbed_slowdown_file(prefix, "b");
+  std::filesystem::create_directories(launch::testbed_slowdown_dir(prefix));
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() { std::filesystem::remove_all(dir); }
+  } cleanup{launch::testbed_slowdown_dir(prefix)};
+  const std::string out = dir + "/run";
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  Child launcher = spawn_rank({kHarp, "launch", "--elastic", "--job", dir + "/job.yaml", "--", kHarp, "train",
+                               "--out", out},
+                              {"OMP_NUM_THREADS=1", "HARP_TESTBED=" + prefix}, dir + "/launch.err", dir + "/launch.out");
+  while (line_count(out + "/metrics.jsonl") < 6 && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_TRUE(write_text_file_atomic(slowdown, "6\n").ok());
+  const int rc = wait_bounded(launcher.pid, limit);
+  const std::string err = read_text_file(dir + "/launch.err").value();
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(err.find("the subclusters compute "), std::string::npos) << err;
+
+  auto rec = read_text_file(out + "/elastic/recoveries.jsonl");
+  ASSERT_TRUE(rec.ok()) << err;
+  const Json r = Json::parse(rec->substr(0, rec->find('\n')));
+  ASSERT_TRUE(r["adopted"].get<bool>()) << err;
+  EXPECT_GT(r["compute_drift"]["b"].get<double>(), 3.0) << err;
+  EXPECT_LT(r["predicted_new_s"].get<double>(), r["predicted_old_s"].get<double>());
+  const int stopped = r["stopped_at_step"].get<int>();
+  EXPECT_EQ(stopped % every, 0);
+  EXPECT_EQ(r["resumed_step"], stopped);
+  EXPECT_EQ(r["steps_lost"], 0);
+  EXPECT_FALSE(r["measured_new_s"].is_null()) << err;
+  auto plan0 = plan::load_plan(out + "/elastic/plan_0.json"), plan1 = plan::load_plan(out + "/elastic/plan_1.json");
+  ASSERT_TRUE(plan0.ok() && plan1.ok());
+  ASSERT_EQ(plan0->num_stages(), 2);
+  ASSERT_EQ(plan1->num_stages(), 2);
+  EXPECT_GT(plan1->stages[0].last_layer, plan0->stages[0].last_layer) << "layers move from b to a";
+  expect_continues_as_a_fresh_run(dir, stopped, 2, steps, limit);
 }
 
 // Across machines: two launchers (node 0 and node 1, two CPU devices each) train one

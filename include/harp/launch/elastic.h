@@ -7,13 +7,13 @@
 // every device it lists as available, and plans over it (re-admission).
 //
 // Re-planning on drift (replan_min_gain > 0): while a run trains, the controller reads the
-// drifts rank 0 records (runtime/io/drift.h) and scales the drifted stages' subclusters'
-// compute by what the run measured (cost::CostConfig::compute_drift), plans again over
-// them, and adopts the new plan at the next checkpoint (a stop request, then a restart
-// with --resume) only when it is predicted at least replan_min_gain faster over the
-// steps left, counting the restart (as this attempt's took); the decision is logged and
-// recorded in OUT/elastic/recoveries.jsonl either way. A drift that ends is one the other
-// way: the factors go back and so does the plan.
+// drifts rank 0 records (runtime/io/drift.h), sets each subcluster's compute to what the
+// run measures there now (cost::CostConfig::compute_drift: measured over the planner's
+// costs), plans again over them, and adopts the new plan at the next checkpoint (a stop
+// request, then a restart with --resume) only when it is predicted at least
+// replan_min_gain faster over the steps left, counting the restart (as this attempt's
+// took); the decision is logged and recorded in OUT/elastic/recoveries.jsonl either way.
+// A drift that ends is one the other way: the factors go back and so may the plan.
 //
 // The controller is given the planner, the cluster's reader, the launcher and the clock,
 // so it is tested with fakes of all four (tests/launch/elastic_controller_test.cc).
@@ -50,8 +50,8 @@ struct ElasticOptions {
   std::string master_addr = "127.0.0.1";
   // Re-planning on drift (one machine): > 0 adopts a plan predicted at least this
   // fraction faster; 0: off. The workers' settings it reads: their drift detection's
-  // threshold (which stages drifted) and window (the steps whose median is the drifted
-  // step time), the run's steps and checkpoint interval (the steps left after the stop).
+  // threshold (which must be on) and window (the steps whose median is the drifted step
+  // time), the run's steps and checkpoint interval (the steps left after the stop).
   double replan_min_gain = 0;
   double drift_threshold = 0;
   int drift_window = 5;

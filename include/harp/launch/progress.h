@@ -4,7 +4,7 @@
 // "resumed_from_step": S, and the last step of a run stopped on request (SIGUSR1)
 // "stopped_at_step": S (its checkpoint is written after the line; the run exits 0 only
 // once it is complete). A drift record (runtime/io/drift.h) has "drift_after_steps": n,
-// "stage", "ratio", "stage_ratios" and "wall_unix_s".
+// "stage", "ratio", "stage_ratios", "stage_measured_s", "stage_baseline_s" and "wall_unix_s".
 #pragma once
 
 #include <string>
@@ -23,6 +23,7 @@ struct DriftRecord {
   int stage = 0;        // the stage that moved most
   double ratio = 1;     // its measured / baseline
   std::vector<double> stage_ratios;  // every stage's (empty from runs before they were kept)
+  std::vector<double> stage_measured_s, stage_baseline_s;  // per microbatch (or empty)
   double wall_unix_s = 0;
 };
 

@@ -34,6 +34,10 @@ std::optional<Drift> DriftDetector::observe(int step, const std::vector<double>&
     period_now = std::max(period_now, now[s]);
     period_base = std::max(period_base, baseline_[s]);
   }
+  // When the window's median crosses, about half its steps are past the change, and the
+  // median is the least changed of them (a 2x slowdown read as 1.71x): the level reported
+  // and kept as the new baseline is the median of the window's newer half.
+  const auto level = [&](size_t s) { return median_of_last(history_[s], (w + 1) / 2); };
   if (period_base <= 0) return std::nullopt;
   // A stage counts when it is or becomes at least half the bound: one whose change a
   // re-plan can use (a stage at the bound that recovers under a new plan leaves the bound
@@ -46,15 +50,17 @@ std::optional<Drift> DriftDetector::observe(int step, const std::vector<double>&
   for (size_t s = 0; s < history_.size(); ++s) {
     if (baseline_[s] <= 0) continue;
     if (baseline_[s] < period_base / 2 && now[s] < period_now / 2) continue;  // 1: not judged
-    const double ratio = ratios[s] = now[s] / baseline_[s];
-    any = any || beyond(ratio);
+    any = any || beyond(now[s] / baseline_[s]);
+    const double ratio = ratios[s] = level(s) / baseline_[s];
     // The stage that moved the most names the drift.
     if (!worst || std::abs(std::log(ratio)) > std::abs(std::log(worst->ratio)))
-      worst = Drift{step, static_cast<int>(s), ratio, baseline_[s], now[s], {}};
+      worst = Drift{step, static_cast<int>(s), ratio, baseline_[s], level(s), {}, {}, {}};
   }
   if (!any || !worst) return std::nullopt;
   worst->stage_ratios = ratios;
-  baseline_ = now;  // the new level: reported once per change
+  worst->stage_baseline_s = baseline_;
+  for (size_t s = 0; s < history_.size(); ++s) baseline_[s] = level(s);
+  worst->stage_measured_s = baseline_;  // the new level: reported once per change
   return worst;
 }
 

@@ -101,6 +101,8 @@ void MetricsLog::write_drift(const Drift& d) {
                  {"baseline_s", d.baseline_s},
                  {"measured_s", d.measured_s},
                  {"stage_ratios", d.stage_ratios},
+                 {"stage_measured_s", d.stage_measured_s},
+                 {"stage_baseline_s", d.stage_baseline_s},
                  {launch::kProgressWallKey, unix_now()}})
                .dump()
         << "\n" << std::flush;

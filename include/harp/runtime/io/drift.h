@@ -39,6 +39,9 @@ struct Drift {
   // (not judged); the re-planner scales each drifted stage's subcluster by it
   // (launch/elastic.h).
   std::vector<double> stage_ratios;
+  // Every stage's level at the verdict and its baseline (seconds per microbatch, forward +
+  // backward): what the re-planner calibrates the costs to.
+  std::vector<double> stage_measured_s, stage_baseline_s;
 };
 
 class DriftDetector {

@@ -50,7 +50,7 @@ class MetricsLog {
   // A sample's text after `steps_done` steps: {"sample_after_steps": n, "sample": text}.
   void write_sample(int steps_done, const std::string& text);
   // A drift (drift.h): {"drift_after_steps": n, "stage", "ratio", "baseline_s", "measured_s",
-  // "stage_ratios", "wall_unix_s"}.
+  // "stage_ratios", "stage_measured_s", "stage_baseline_s", "wall_unix_s"}.
   void write_drift(const Drift& d);
 
  private:
