@@ -15,7 +15,7 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev lib
                 libgtest-dev libgmock-dev libbenchmark-dev \
                 libsentencepiece-dev python3-torch python3-numpy python3-sentencepiece
 
-.PHONY: all deps configure build tools test demo bench bench-limits bench-generate bench-testbed evaluation clean
+.PHONY: all deps configure build tools test demo bench bench-limits bench-generate bench-testbed bench-replan evaluation clean
 
 all: build
 
@@ -62,6 +62,11 @@ bench-limits: build
 # The simulator's accuracy over 42 plans trained on the emulated cluster (root; ~9 min).
 bench-testbed: tools
 	python3 bench/testbed_accuracy.py --harp $(BUILD)/src/cli/harp
+
+# Re-planning on drift on the testbed (root; ~8 min): a pool 2x slower mid-run, a run that
+# re-plans beside one that does not (bench/replan_drift.py).
+bench-replan: tools
+	python3 bench/replan_drift.py --harp $(BUILD)/src/cli/harp
 
 # The paper's evaluation (docs/evaluation.md): every figure, simulated at paper scale
 # (~2 min) and measured on the emulated testbed (root, network namespaces; ~18 min).

@@ -12,7 +12,7 @@ Writes OUT/replan_drift_steps.csv (every step of both runs), OUT/replan_drift.cs
 the median step before, during and after the drift, wall time, detection, restart,
 predicted against measured) and OUT/replan_drift.svg (step times of both runs).
 
-    sudo python3 bench/replan_drift.py [--steps 120 --drift-at 25 --end-at 55 --pool pool-a --factor 2]
+    sudo python3 bench/replan_drift.py [--steps 120 --drift-at 25 --end-at 100 --pool pool-a --factor 2]
 """
 import json
 import os
@@ -108,7 +108,7 @@ def phase(times, first, last):
 def main():
     a = tb.arguments(__doc__, lambda ap: (
         ap.add_argument("--drift-at", type=int, default=25),
-        ap.add_argument("--end-at", type=int, default=55),
+        ap.add_argument("--end-at", type=int, default=100),
         ap.add_argument("--pool", default="pool-a"),
         ap.add_argument("--factor", type=float, default=2.0),
         ap.add_argument("--min-gain", type=float, default=0.05),

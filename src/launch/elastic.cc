@@ -331,11 +331,13 @@ class Run {
       append_record(record);
       return false;
     }
-    // Predictions are the closed form on those costs, times the closed form's own error on
-    // this run: the running plan's measured step before the drift over its closed form
-    // with the stage times then measured (or, without steps before it, the same now). The
-    // closed form adds the round trip and the end to (B - 1) periods; with one stage
-    // bound by its compute they overlap, and it read 1.73 s for a step measured at 1.58 s.
+    // Predictions are the closed form on those costs plus what the closed form leaves out of
+    // this run's steps: the running plan's measured step before the drift less its closed
+    // form with the stage times then measured (the metrics reduction, the machine's other
+    // per-step costs; without steps before the drift, the same now). The drifted plan is
+    // not predicted but measured: the closed form adds the round trip and the end to B - 1
+    // periods, and with one stage bound by its compute they overlap (it read 1.73 s for a
+    // step measured at 1.58 s).
     const double old_pred = plan::closed_form(with_compute(current_, measured)).iteration_s;
     const double new_pred = plan::closed_form(outcome->plan).iteration_s;
     const int w = std::max(1, o_.drift_window);
@@ -345,9 +347,9 @@ class Run {
     int first_step = d.after_steps;
     for (const auto& [step, seconds] : p.step_s) first_step = std::min(first_step, step);
     const double before = median_step_s(p, first_step + 1, d.after_steps - w);  // after the warm-up step
-    const double model_error = before > 0 ? before / plan::closed_form(with_compute(current_, baseline)).iteration_s
-                                          : measured_old / old_pred;
-    const double estimated_new = new_pred * model_error;
+    const double model_error = before > 0 ? before - plan::closed_form(with_compute(current_, baseline)).iteration_s
+                                          : measured_old - old_pred;
+    const double estimated_new = std::max(new_pred + model_error, 0.5 * new_pred);
     const int every = o_.checkpoint_every;
     const int stop_at = every > 0 ? (p.steps_done + every) / every * every : p.steps_done + 1;
     const int left = o_.steps - stop_at;
@@ -366,7 +368,7 @@ class Run {
                    {"predicted_new_s", new_pred},
                    {"measured_old_s", measured_old},
                    {"measured_before_s", before > 0 ? Json(before) : Json()},
-                   {"model_error", model_error},
+                   {"model_error_s", model_error},
                    {"estimated_new_s", estimated_new},
                    {"restart_s", restart_s},
                    {"steps_left", left},
@@ -375,8 +377,9 @@ class Run {
     err_ << kWho << "re-planned on the drifted costs in " << fmt("%.1f ms", replan_s_ * 1e3) << ": "
          << (same ? "the same plan" : candidate) << ", " << fmt_time(estimated_new) << " per step against "
          << fmt_time(measured_old) << " measured now (predicted " << fmt_time(new_pred)
-         << fmt(" x %.2f, the closed form's error on this run", model_error) << "; the running plan "
-         << fmt_time(old_pred) << " x the same"
+         << (model_error < 0 ? " - " : " + ") << fmt_time(std::abs(model_error))
+         << " the closed form leaves out of this run's steps; the running plan " << fmt_time(old_pred)
+         << " on these costs"
          << "); over the " << left << " steps left after step " << stop_at
          << ", counting a restart of " << fmt("%.1f s", restart_s) << ": " << fmt("%+.1f%%", 100 * gain)
          << (adopt ? "; adopting it at the checkpoint of step " + std::to_string(stop_at)

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "harp/common/check.h"
 #include "harp/runtime/io/hf_weights.h"
@@ -27,16 +28,26 @@ torch::Tensor rms(const torch::Tensor& x, const torch::Tensor& weight) {
   return weight * (y * torch::rsqrt(y.pow(2).mean(-1, /*keepdim=*/true) + kRmsNormEps)).to(x.scalar_type());
 }
 
-// Rotary embedding (rotate_half) of x [heads, n, d] at positions first..first+n-1.
-torch::Tensor rotate(const torch::Tensor& x, std::int64_t first, double theta) {
-  const std::int64_t n = x.size(1), d = x.size(2);
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  const torch::Tensor inv_freq = torch::pow(theta, -torch::arange(0, d, 2, f64) / static_cast<double>(d));
-  torch::Tensor angles = torch::outer(torch::arange(first, first + n, f64), inv_freq);
-  angles = torch::cat({angles, angles}, -1).to(x.options());  // [n, d]
-  const torch::Tensor rotated = torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
-  return x * angles.cos() + rotated * angles.sin();
-}
+// Rotary embedding (rotate_half) at positions first..first+n-1 for heads of width d: the
+// angles' cosines and sines [n, d], once per forward (every block and both of q and k
+// use them).
+struct Rotary {
+  torch::Tensor cos, sin;
+  Rotary(std::int64_t first, std::int64_t n, std::int64_t d, double theta, const torch::TensorOptions& options) {
+    const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+    const torch::Tensor inv_freq = torch::pow(theta, -torch::arange(0, d, 2, f64) / static_cast<double>(d));
+    torch::Tensor angles = torch::outer(torch::arange(first, first + n, f64), inv_freq);
+    angles = torch::cat({angles, angles}, -1);  // [n, d]
+    cos = angles.cos().to(options);
+    sin = angles.sin().to(options);
+  }
+  // x [heads, n, d]
+  torch::Tensor operator()(const torch::Tensor& x) const {
+    const std::int64_t d = x.size(2);
+    const torch::Tensor rotated = torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
+    return x * cos + rotated * sin;
+  }
+};
 
 }  // namespace
 
@@ -154,6 +165,8 @@ torch::Tensor LanguageModel::forward_cached(const std::vector<std::int64_t>& ids
   };
   auto bias = [&](const std::string& name) { return llama ? torch::Tensor() : weight(name); };
   // Query i (position past + i) sees keys 0..past + i.
+  std::optional<Rotary> rotary;
+  if (llama) rotary.emplace(past, n, d, c.rope_theta, x.options());
   torch::Tensor mask;
   if (n > 1)
     mask = torch::ones({n, past + n}, torch::TensorOptions().dtype(torch::kBool).device(device_)).triu(past + 1);
@@ -174,8 +187,8 @@ torch::Tensor LanguageModel::forward_cached(const std::vector<std::int64_t>& ids
     k = k.reshape({n, kv, d}).transpose(0, 1);
     v = v.reshape({n, kv, d}).transpose(0, 1);
     if (llama) {
-      q = rotate(q, past, c.rope_theta);
-      k = rotate(k, past, c.rope_theta);
+      q = (*rotary)(q);
+      k = (*rotary)(k);
     }
     cache.keys[b].narrow(1, past, n).copy_(k);
     cache.values[b].narrow(1, past, n).copy_(v);

@@ -371,7 +371,7 @@ TEST(ElasticController, ADriftAdoptsAFasterPlanAtTheNextCheckpointAndMovesBackWh
   EXPECT_TRUE(rows[0]["adopted"].get<bool>());
   EXPECT_NEAR(rows[0]["compute_drift"]["b"].get<double>(), 3.0, 1e-12);
   EXPECT_NEAR(rows[0]["compute_drift"]["a"].get<double>(), 1.0, 1e-12);
-  EXPECT_NEAR(rows[0]["model_error"].get<double>(), 1.0, 1e-12);  // 10 s measured and predicted before
+  EXPECT_NEAR(rows[0]["model_error_s"].get<double>(), 0.0, 1e-12);  // 10 s measured and predicted before
   EXPECT_NEAR(rows[0]["predicted_old_s"].get<double>(), 26.0, 1e-9);
   EXPECT_NEAR(rows[0]["predicted_new_s"].get<double>(), 15.0, 1e-9);
   EXPECT_NEAR(rows[0]["measured_old_s"].get<double>(), 26.0, 1e-12);

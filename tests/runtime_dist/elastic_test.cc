@@ -62,7 +62,7 @@ std::string tiny_job(int steps, int every) {
 // a fresh `nproc`-rank run started from that checkpoint with its second plan; and every
 // one of the `steps` steps is logged (the lost ones rerun).
 void expect_continues_as_a_fresh_run(const std::string& dir, int resumed, int nproc, int steps,
-                                     std::chrono::steady_clock::time_point limit) {
+                                     std::chrono::steady_clock::time_point limit, int plan = 1) {
   const std::string out = dir + "/run", fresh = dir + "/fresh";
   std::filesystem::create_directories(fresh + "/checkpoints");
   char step_dir[32];
@@ -70,7 +70,7 @@ void expect_continues_as_a_fresh_run(const std::string& dir, int resumed, int np
   std::filesystem::copy(out + "/checkpoints" + step_dir, fresh + "/checkpoints" + step_dir);
   ASSERT_TRUE(write_text_file_atomic(fresh + "/checkpoints/latest", std::to_string(resumed) + "\n").ok());
   Child again = spawn_rank({kHarp, "launch", "--nproc", std::to_string(nproc), "--", kHarp, "train", "--job",
-                            dir + "/job.yaml", "--plan", out + "/elastic/plan_1.json", "--resume", "--out", fresh},
+                            dir + "/job.yaml", "--plan", out + "/elastic/plan_" + std::to_string(plan) + ".json", "--resume", "--out", fresh},
                            {"OMP_NUM_THREADS=1"}, dir + "/fresh.err");
   ASSERT_EQ(wait_bounded(again.pid, limit), 0) << read_text_file(dir + "/fresh.err").value();
   const auto elastic = losses_by_step(out + "/metrics.jsonl"), want = losses_by_step(fresh + "/metrics.jsonl");
@@ -176,7 +176,7 @@ TEST(Elastic, SignalReadmitsTheDevicesOfTheClusterFile) {
 }
 
 // Re-planning on drift: two pools of one CPU each; pool b's device is made 6x slower
-// after a few steps, 6x slower (the file through which a testbed slows a subcluster's devices;
+// after a few steps, 10x slower (the file through which a testbed slows a subcluster's devices;
 // HARP_TESTBED names it, so no namespace is needed). The workers report the drift, the
 // launcher plans for it, predicts the new plan faster than the restart costs and adopts it
 // at the next checkpoint: fewer layers on b, no step lost, and the losses after the switch
@@ -196,7 +196,7 @@ links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}]
   // the switch for the plan to pay for its restart.
   const int every = 4, steps = 200;
   std::string job = tiny_job(steps, every);
-  job.replace(job.find("timeout_s: 5}"), 13, "timeout_s: 5, drift_threshold: 1.5, drift_window: 3, replan_min_gain: 0.05}");
+  job.replace(job.find("timeout_s: 5}"), 13, "timeout_s: 5, drift_threshold: 1.5, drift_window: 5, replan_min_gain: 0.05}");
   ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", job).ok());
   const std::string prefix = "elastictest" + std::to_string(getpid());
   const std::string slowdown = launch::testbed_slowdown_file(prefix, "b");
@@ -210,31 +210,40 @@ links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}]
   Child launcher = spawn_rank({kHarp, "launch", "--elastic", "--job", dir + "/job.yaml", "--", kHarp, "train",
                                "--out", out},
                               {"OMP_NUM_THREADS=1", "HARP_TESTBED=" + prefix}, dir + "/launch.err", dir + "/launch.out");
-  while (line_count(out + "/metrics.jsonl") < 6 && std::chrono::steady_clock::now() < limit)
+  while (line_count(out + "/metrics.jsonl") < 12 && std::chrono::steady_clock::now() < limit)
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  ASSERT_TRUE(write_text_file_atomic(slowdown, "6\n").ok());
+  ASSERT_TRUE(write_text_file_atomic(slowdown, "10\n").ok());
   const int rc = wait_bounded(launcher.pid, limit);
   const std::string err = read_text_file(dir + "/launch.err").value();
   ASSERT_EQ(rc, 0) << err;
   EXPECT_NE(err.find("the subclusters compute "), std::string::npos) << err;
 
+  // The last plan adopted (a loaded machine may report an earlier drift of its own; a
+  // record is written once complete: an adopted plan's after its restart).
   auto rec = read_text_file(out + "/elastic/recoveries.jsonl");
   ASSERT_TRUE(rec.ok()) << err;
-  const Json r = Json::parse(rec->substr(0, rec->find('\n')));
-  ASSERT_TRUE(r["adopted"].get<bool>()) << err;
-  EXPECT_GT(r["compute_drift"]["b"].get<double>(), 3.0) << err;
+  Json r = Json::object();
+  for (size_t at = 0; at < rec->size();) {
+    const size_t end = rec->find('\n', at);
+    const Json line = Json::parse(rec->substr(at, end - at));
+    if (line.value("adopted", false) && line.value("stopped_at_step", -1) > r.value("stopped_at_step", -1)) r = line;
+    at = end == std::string::npos ? rec->size() : end + 1;
+  }
+  ASSERT_TRUE(r.contains("stopped_at_step")) << "no plan adopted\n" << *rec << err;
+  EXPECT_GT(r["compute_drift"]["b"].get<double>(), 3 * r["compute_drift"]["a"].get<double>()) << err;
   EXPECT_LT(r["predicted_new_s"].get<double>(), r["predicted_old_s"].get<double>());
-  const int stopped = r["stopped_at_step"].get<int>();
+  const int stopped = r["stopped_at_step"].get<int>(), adopted = r["attempt"].get<int>();
   EXPECT_EQ(stopped % every, 0);
   EXPECT_EQ(r["resumed_step"], stopped);
   EXPECT_EQ(r["steps_lost"], 0);
   EXPECT_FALSE(r["measured_new_s"].is_null()) << err;
-  auto plan0 = plan::load_plan(out + "/elastic/plan_0.json"), plan1 = plan::load_plan(out + "/elastic/plan_1.json");
+  auto plan0 = plan::load_plan(out + "/elastic/plan_0.json");
+  auto plan1 = plan::load_plan(out + "/elastic/plan_" + std::to_string(adopted) + ".json");
   ASSERT_TRUE(plan0.ok() && plan1.ok());
   ASSERT_EQ(plan0->num_stages(), 2);
   ASSERT_EQ(plan1->num_stages(), 2);
   EXPECT_GT(plan1->stages[0].last_layer, plan0->stages[0].last_layer) << "layers move from b to a";
-  expect_continues_as_a_fresh_run(dir, stopped, 2, steps, limit);
+  expect_continues_as_a_fresh_run(dir, stopped, 2, steps, limit, adopted);
 }
 
 // Across machines: two launchers (node 0 and node 1, two CPU devices each) train one
