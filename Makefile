@@ -15,7 +15,7 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev lib
                 libgtest-dev libgmock-dev libbenchmark-dev \
                 libsentencepiece-dev python3-torch python3-numpy python3-sentencepiece
 
-.PHONY: all deps configure build tools test demo bench bench-limits bench-generate bench-testbed bench-replan evaluation clean
+.PHONY: all deps configure build tools test demo bench bench-limits bench-generate bench-testbed bench-replan bench-replan-link evaluation clean
 
 all: build
 
@@ -67,6 +67,10 @@ bench-testbed: tools
 # re-plans beside one that does not (bench/replan_drift.py).
 bench-replan: tools
 	python3 bench/replan_drift.py --harp $(BUILD)/src/cli/harp
+
+# The same with a link 4x slower mid-run on the pools joined pairwise (root; ~8 min).
+bench-replan-link: tools
+	python3 bench/replan_drift.py --harp $(BUILD)/src/cli/harp --link auto --factor 4
 
 # The paper's evaluation (docs/evaluation.md): every figure, simulated at paper scale
 # (~2 min) and measured on the emulated testbed (root, network namespaces; ~18 min).

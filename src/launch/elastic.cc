@@ -45,14 +45,38 @@ double factor_of(const ComputeDrift& drift, const std::string& subcluster) {
   return it == drift.end() ? 1.0 : it->second;
 }
 
+// The key of the link between subclusters a and b.
+std::pair<std::string, std::string> link_key(const std::string& a, const std::string& b) {
+  return a < b ? std::pair{a, b} : std::pair{b, a};
+}
+
+double factor_of(const LinkDrift& drift, const std::string& a, const std::string& b) {
+  auto it = drift.find(link_key(a, b));
+  return it == drift.end() ? 1.0 : it->second;
+}
+
+std::string describe_links(const LinkDrift& drift) {
+  std::string out;
+  for (const auto& [pair, f] : drift) out += (out.empty() ? "" : ", ") + pair.first + "-" + pair.second + " x" + fmt("%.2f", f);
+  return out.empty() ? "none" : out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 // `p` with every stage's forward + backward per microbatch set to `compute_s` (the split
-// between the two kept).
-plan::Plan with_compute(plan::Plan p, const std::vector<double>& compute_s) {
+// between the two kept) and, where `link_s` gives one (> 0), its transfer to the next
+// stage set to it.
+plan::Plan with_measured(plan::Plan p, const std::vector<double>& compute_s, const std::vector<double>& link_s) {
   for (int s = 0; s < p.num_stages(); ++s) {
     plan::Stage& st = p.stages[s];
     const double f = st.compute_s() > 0 ? compute_s[s] / st.compute_s() : 1.0;
     st.fwd_s *= f;
     st.bwd_s *= f;
+    if (s + 1 < p.num_stages() && s < static_cast<int>(link_s.size()) && link_s[s] > 0)
+      st.comm_s = std::max(link_s[s], st.comm_latency_s);
   }
   return p;
 }
@@ -68,6 +92,35 @@ bool same_layout(const plan::Plan& a, const plan::Plan& b) {
   }
   return true;
 }
+
+}  // namespace
+
+cluster::Cluster drifted_cluster(const cluster::Cluster& c, const LinkDrift& drift) {
+  cluster::Cluster out = c;
+  auto index = [&](const std::string& name) {
+    for (size_t i = 0; i < c.subclusters.size(); ++i)
+      if (c.subclusters[i].name == name) return static_cast<int>(i);
+    return -1;
+  };
+  for (const auto& [pair, f] : drift) {
+    const int a = index(pair.first), b = index(pair.second);
+    if (a < 0 || b < 0 || a == b || !(f > 0)) continue;  // a subcluster since lost
+    bool declared = false;
+    for (cluster::SubclusterLink& l : out.links)
+      if (link_key(l.a, l.b) == pair) {
+        l.link.bandwidth_gbps /= f;
+        declared = true;
+      }
+    if (!declared) {
+      cluster::Link l = c.path_link(a, b);
+      l.bandwidth_gbps /= f;
+      out.links.push_back({pair.first, pair.second, l});
+    }
+  }
+  return out;
+}
+
+namespace {
 
 std::string describe_drift(const ComputeDrift& drift) {
   std::string out;
@@ -121,7 +174,7 @@ class Run {
   // Plans, launches and handles the outcome; an exit code to stop with, or -1 to go on.
   int run_attempt(int attempt) {
     const double plan_start = clock_.now_s();
-    StatusOr<PlanAttempt> outcome = next_plan_ ? StatusOr<PlanAttempt>(*next_plan_) : plan_(cluster_, drift_);
+    StatusOr<PlanAttempt> outcome = next_plan_ ? StatusOr<PlanAttempt>(*next_plan_) : plan_(drifted_cluster(cluster_, link_drift_), drift_);
     const double plan_s = next_plan_ ? replan_s_ : clock_.now_s() - plan_start;
     next_plan_.reset();
     if (!outcome.ok()) return fail(err_, outcome.status());
@@ -132,6 +185,7 @@ class Run {
     const plan::Plan& p = outcome->plan;
     current_ = p;
     current_drift_ = drift_;
+    current_link_drift_ = link_drift_;
     adopting_ = false;
     drifts_seen_ = 0;
     const std::string plan_file = elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json";
@@ -307,21 +361,42 @@ class Run {
       const double plain = st.compute_s() / factor_of(current_drift_, st.subcluster_name);
       if (plain > 0 && measured[s] > 0) factors[st.subcluster_name].push_back(measured[s] / plain);
     }
-    for (auto& [name, v] : factors) {
-      std::sort(v.begin(), v.end());
-      drift_[name] = v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+    for (auto& [name, v] : factors) drift_[name] = median(v);
+    // The links between subclusters likewise: each one's measured transit per message over
+    // the planner's (without any factor), on its bandwidth term (the latency stays).
+    const bool link_levels = static_cast<int>(d.link_measured_s.size()) == S - 1 &&
+                             static_cast<int>(d.link_baseline_s.size()) == S - 1;
+    std::vector<double> link_measured(static_cast<size_t>(std::max(0, S - 1)), 0.0), link_baseline = link_measured;
+    std::map<std::pair<std::string, std::string>, std::vector<double>> link_factors;
+    for (int s = 0; link_levels && s + 1 < S; ++s) {
+      link_measured[s] = d.link_measured_s[s];
+      link_baseline[s] = d.link_baseline_s[s];
+      const plan::Stage &st = current_.stages[s], &next = current_.stages[s + 1];
+      if (st.subcluster_name.empty() || st.subcluster_name == next.subcluster_name) continue;  // a pool's own link
+      const double plain = (st.comm_s - st.comm_latency_s) /
+                           factor_of(current_link_drift_, st.subcluster_name, next.subcluster_name);
+      const double got = link_measured[s] - st.comm_latency_s;
+      if (plain > 0 && got > 0)
+        link_factors[link_key(st.subcluster_name, next.subcluster_name)].push_back(got / plain);
     }
+    for (auto& [pair, v] : link_factors) link_drift_[pair] = median(v);
+    Json links = Json::object();
+    for (const auto& [pair, f] : link_drift_) links[pair.first + "-" + pair.second] = f;
     Json record = {{"attempt", attempt},
                    {"drift_after_steps", d.after_steps},
                    {"stage", d.stage},
+                   {"link", d.link},
                    {"ratio", d.ratio},
                    {"compute_drift", drift_},
+                   {"link_drift", links},
                    {"old_plan", elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json"}};
-    err_ << kWho << "drift after step " << d.after_steps << ": stage " << d.stage << " at "
-         << fmt("%.2fx", d.ratio) << "; the subclusters compute " << describe_drift(drift_)
-         << " x the planner's costs, as measured now\n";
+    err_ << kWho << "drift after step " << d.after_steps << ": "
+         << (d.link >= 0 ? "the link after stage " + std::to_string(d.link) : "stage " + std::to_string(d.stage))
+         << " at " << fmt("%.2fx", d.ratio) << "; the subclusters compute " << describe_drift(drift_)
+         << " x the planner's costs" << (link_drift_.empty() ? "" : " and the links take " + describe_links(link_drift_))
+         << ", as measured now\n";
     const double plan_start = clock_.now_s();
-    auto outcome = plan_(cluster_, drift_);
+    auto outcome = plan_(drifted_cluster(cluster_, link_drift_), drift_);
     replan_s_ = clock_.now_s() - plan_start;
     if (!outcome.ok() || !outcome->feasible) {
       const std::string why = !outcome.ok() ? outcome.status().message() : outcome->reason;
@@ -338,7 +413,7 @@ class Run {
     // not predicted but measured: the closed form adds the round trip and the end to B - 1
     // periods, and with one stage bound by its compute they overlap (it read 1.73 s for a
     // step measured at 1.58 s).
-    const double old_pred = plan::closed_form(with_compute(current_, measured)).iteration_s;
+    const double old_pred = plan::closed_form(with_measured(current_, measured, link_measured)).iteration_s;
     const double new_pred = plan::closed_form(outcome->plan).iteration_s;
     const int w = std::max(1, o_.drift_window);
     // The drifted step: the median of the window's newer half (the detector's level).
@@ -347,7 +422,7 @@ class Run {
     int first_step = d.after_steps;
     for (const auto& [step, seconds] : p.step_s) first_step = std::min(first_step, step);
     const double before = median_step_s(p, first_step + 1, d.after_steps - w);  // after the warm-up step
-    const double model_error = before > 0 ? before - plan::closed_form(with_compute(current_, baseline)).iteration_s
+    const double model_error = before > 0 ? before - plan::closed_form(with_measured(current_, baseline, link_baseline)).iteration_s
                                           : measured_old - old_pred;
     const double estimated_new = std::max(new_pred + model_error, 0.5 * new_pred);
     const int every = o_.checkpoint_every;
@@ -515,6 +590,7 @@ class Run {
   ComputeDrift drift_;                     // what the run has measured so far
   plan::Plan current_;                     // the running plan,
   ComputeDrift current_drift_;             // made for these factors
+  LinkDrift link_drift_, current_link_drift_;  // the same for the links
   std::optional<PlanAttempt> next_plan_;   // adopted, for the next attempt
   Json adopted_;                           // its record
   double replan_s_ = 0;

@@ -22,6 +22,7 @@ RunProgress read_progress(const std::string& out_dir, double since_unix) {
       DriftRecord d;
       d.after_steps = step_of(kProgressDriftKey);
       d.stage = step_of("stage");
+      d.link = r.contains("link") ? step_of("link") : -1;
       d.ratio = r.contains("ratio") && r["ratio"].is_number() ? r["ratio"].get<double>() : -1.0;
       d.wall_unix_s = wall;
       auto numbers = [&](const char* key, std::vector<double>* v) {
@@ -31,7 +32,10 @@ RunProgress read_progress(const std::string& out_dir, double since_unix) {
       numbers("stage_ratios", &d.stage_ratios);
       numbers("stage_measured_s", &d.stage_measured_s);
       numbers("stage_baseline_s", &d.stage_baseline_s);
-      if (d.after_steps >= 0 && d.stage >= 0 && d.ratio > 0) p.drifts.push_back(std::move(d));
+      numbers("link_ratios", &d.link_ratios);
+      numbers("link_measured_s", &d.link_measured_s);
+      numbers("link_baseline_s", &d.link_baseline_s);
+      if (d.after_steps >= 0 && (d.stage >= 0 || d.link >= 0) && d.ratio > 0) p.drifts.push_back(std::move(d));
       continue;
     }
     if (!r.contains("step")) continue;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -71,13 +72,16 @@ namespace {
 // The figures every rank adds to one all-reduce after each step: per stage (only its
 // first replica writes them) the busy fraction, forward and backward time per
 // microbatch and tensor bytes at the step's start and peak; then the ranks whose
-// checkpoint write is done (checkpoint_writer.h) and the ranks asked to stop. One buffer
-// for the whole run: the collective may release its reference to a fresh tensor after
-// the next step has begun, which made the next step's measured base bytes depend on
-// that timing.
+// checkpoint write is done (checkpoint_writer.h) and the ranks asked to stop; then, per
+// link between consecutive stages and microbatch, when each end of its activation and
+// its gradient sent and received (StepResult::sent_s). One buffer for the whole run: the
+// collective may release its reference to a fresh tensor after the next step has begun,
+// which made the next step's measured base bytes depend on that timing.
 class StepStats {
  public:
-  explicit StepStats(int stages) : S_(stages), t_(torch::zeros({kPerStage * stages + 2}, torch::kFloat64)) {}
+  StepStats(int stages, int microbatches)
+      : S_(stages), M_(microbatches),
+        t_(torch::zeros({kPerStage * stages + 2 + 4 * std::max(0, stages - 1) * microbatches}, torch::kFloat64)) {}
   void clear() { t_.zero_(); }
   void set_stage(int stage, double busy, double fwd_s, double bwd_s) {
     t_[stage] = busy;
@@ -92,6 +96,19 @@ class StepStats {
     t_[kPerStage * S_] = checkpoint_done;
     t_[kPerStage * S_ + 1] = stop;
   }
+  // Stage `stage`'s ends of its links: it sends activations on link `stage` and gradients
+  // on link `stage - 1`, and receives the other two.
+  void set_link_ends(int stage, const StepResult& r) {
+    auto put = [&](int link, int slot, const std::vector<double>& v) {
+      if (link < 0 || link >= S_ - 1) return;
+      for (int m = 0; m < M_ && m < static_cast<int>(v.size()); ++m)
+        if (v[static_cast<size_t>(m)] > 0) t_[index(link, m, slot)] = v[static_cast<size_t>(m)];
+    };
+    put(stage, 0, r.sent_s[0]);
+    put(stage - 1, 1, r.arrived_s[0]);
+    put(stage - 1, 2, r.sent_s[1]);
+    put(stage, 3, r.arrived_s[1]);
+  }
   torch::Tensor& tensor() { return t_; }
   std::vector<double> busy() const {
     torch::Tensor b = t_.slice(0, 0, S_).contiguous();
@@ -102,10 +119,34 @@ class StepStats {
   double peak_bytes(int stage) const { return t_[4 * S_ + stage].item<double>(); }
   double checkpoint_votes() const { return t_[kPerStage * S_].item<double>(); }
   bool stop_voted() const { return t_[kPerStage * S_ + 1].item<double>() > 0; }
+  // Per link, the transit of one message (drift.h): each direction's fastest microbatch
+  // (arrived - sent: the two ends' clocks differ by an offset, the same for every
+  // microbatch of the step), averaged over the two directions, which cancels the offset.
+  // The fastest is one whose receiver was already waiting (the first activation of a step
+  // and the last gradient are), so it is the message's time on the link; 0 where an end
+  // is missing.
+  std::vector<double> link_transit() const {
+    std::vector<double> out(static_cast<size_t>(std::max(0, S_ - 1)), 0.0);
+    if (out.empty() || M_ == 0) return out;
+    const double* v = t_.data_ptr<double>();  // CPU, contiguous
+    for (int l = 0; l + 1 < S_; ++l) {
+      double fastest[2] = {std::numeric_limits<double>::infinity(), std::numeric_limits<double>::infinity()};
+      for (int m = 0; m < M_; ++m)
+        for (int d = 0; d < 2; ++d) {
+          const double sent = v[index(l, m, 2 * d)], arrived = v[index(l, m, 2 * d + 1)];
+          if (sent > 0 && arrived > 0) fastest[d] = std::min(fastest[d], arrived - sent);
+        }
+      if (std::isfinite(fastest[0]) && std::isfinite(fastest[1]))
+        out[static_cast<size_t>(l)] = std::max(0.0, (fastest[0] + fastest[1]) / 2);
+    }
+    return out;
+  }
 
  private:
   static constexpr int kPerStage = 5;
-  int S_;
+  // slot: 0 activation sent, 1 activation arrived, 2 gradient sent, 3 gradient arrived.
+  int index(int link, int mb, int slot) const { return kPerStage * S_ + 2 + (link * M_ + mb) * 4 + slot; }
+  int S_, M_;
   torch::Tensor t_;
 };
 
@@ -117,7 +158,7 @@ class Loop {
        const TrainOptions& options, std::ostream& log, TrainSummary& summary, MetricsLog& metrics,
        const std::string& run_id)
       : model_(model), plan_(plan), ex_(ex), comm_(comm), l_(comm.layout()), o_(options), log_(log),
-        summary_(summary), metrics_(metrics), stats_(l_.num_stages()),
+        summary_(summary), metrics_(metrics), stats_(l_.num_stages(), plan.microbatches),
         measured_compute_(torch::zeros({2 * l_.num_stages()}, torch::kFloat64)),
         checkpoints_(options.out_dir + "/checkpoints", options.keep_checkpoints, options.async_checkpoints,
                      options.before_checkpoint_write),
@@ -183,6 +224,7 @@ class Loop {
       stats_.set_stage(l_.stage, r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0,
                        r.forward_seconds / plan_.microbatches, r.backward_seconds / plan_.microbatches);
       if (o_.measure_memory) stats_.set_memory(l_.stage, base_bytes, peak_bytes);
+      stats_.set_link_ends(l_.stage, r);
     }
     stats_.set_votes(checkpoints_.vote(), o_.stop_requested && o_.stop_requested() ? 1.0 : 0.0);
     comm_.allreduce_world(stats_.tensor(),
@@ -237,16 +279,21 @@ class Loop {
     std::vector<double> per_stage(static_cast<size_t>(l_.num_stages()));
     for (int s = 0; s < l_.num_stages(); ++s)
       per_stage[s] = c[s].item<double>() + c[l_.num_stages() + s].item<double>();
-    const std::optional<Drift> d = drift_.observe(step, per_stage);
+    const std::optional<Drift> d = drift_.observe(step, per_stage, stats_.link_transit());
     if (!d) return;
     summary_.drifts.push_back(*d);
-    const plan::Stage& st = plan_.stages[d->stage];
+    auto named = [&](int s) {
+      const std::string& n = plan_.stages[static_cast<size_t>(s)].subcluster_name;
+      return "stage " + std::to_string(s) + " (" + (n.empty() ? std::string("?") : n) + ")";
+    };
     if (o_.progress && l_.rank == 0)
-      log_ << "drift after step " << d->step + 1 << ": stage " << d->stage << " ("
-           << (st.subcluster_name.empty() ? std::string("?") : st.subcluster_name) << ") computes "
+      log_ << "drift after step " << d->step + 1 << ": "
+           << (d->link >= 0 ? "the link from " + named(d->link) + " to " + named(d->link + 1) + " takes "
+                            : named(d->stage) + " computes ")
            << fmt("%.2fx", d->ratio) << " its baseline (" << fmt_time(d->measured_s) << " against "
-           << fmt_time(d->baseline_s) << " per microbatch, medians of " << o_.drift.window
-           << " steps); re-plan with harp plan --calibrate " << o_.out_dir << "/measured_plan.json\n";
+           << fmt_time(d->baseline_s) << (d->link >= 0 ? " per message" : " per microbatch") << ", medians of "
+           << o_.drift.window << " steps); re-plan with harp plan --calibrate " << o_.out_dir
+           << "/measured_plan.json\n";
     metrics_.write_drift(*d);
   }
 
@@ -329,6 +376,7 @@ class Loop {
     m.tokens = tokens_;
     m.flops = flops_;
     m.busy_fraction = stats_.busy();
+    m.link_s = stats_.link_transit();
     for (double u : utilisation_per_s_.stages) m.stage_mfu.push_back(u / r.seconds);
     m.mfu = utilisation_per_s_.overall / r.seconds;
     m.loss_scale = r.loss_scale;

@@ -160,7 +160,7 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
   j["stopped_at"] = summary.stopped_at >= 0 ? Json(summary.stopped_at) : Json();
   Json drifts = Json::array();
   for (const Drift& d : summary.drifts)
-    drifts.push_back({{"after_steps", d.step + 1}, {"stage", d.stage}, {"ratio", d.ratio},
+    drifts.push_back({{"after_steps", d.step + 1}, {"stage", d.stage}, {"link", d.link}, {"ratio", d.ratio},
                       {"baseline_s", d.baseline_s}, {"measured_s", d.measured_s}});
   j["drifts"] = drifts;
   return j;

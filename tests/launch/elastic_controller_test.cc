@@ -81,6 +81,22 @@ struct RunFolder {
            {"ratio", stage_ratios.at(static_cast<size_t>(stage))},
            {"stage_ratios", stage_ratios}});
   }
+  // A link's drift with every stage's and link's level and baseline.
+  void link_drift(int after_steps, int link, std::vector<double> stage_s, std::vector<double> link_measured_s,
+                  std::vector<double> link_baseline_s) {
+    std::vector<double> ratios;
+    for (size_t l = 0; l < link_measured_s.size(); ++l) ratios.push_back(link_measured_s[l] / link_baseline_s[l]);
+    write({{kProgressDriftKey, after_steps},
+           {"stage", -1},
+           {"link", link},
+           {"ratio", ratios.at(static_cast<size_t>(link))},
+           {"stage_ratios", std::vector<double>(stage_s.size(), 1.0)},
+           {"stage_measured_s", stage_s},
+           {"stage_baseline_s", stage_s},
+           {"link_ratios", ratios},
+           {"link_measured_s", link_measured_s},
+           {"link_baseline_s", link_baseline_s}});
+  }
   void resumed_step(int s) { write({{"step", s}, {"loss", 1.0}, {kProgressResumedKey, s}}); }
   void stopping_step(int s) { write({{"step", s - 1}, {"loss", 1.0}, {kProgressStoppedKey, s}}); }
   void checkpoint(int s) {
@@ -389,6 +405,102 @@ TEST(ElasticController, ADriftAdoptsAFasterPlanAtTheNextCheckpointAndMovesBackWh
   EXPECT_NEAR(rows[1]["predicted_new_s"].get<double>(), 10.0, 1e-9);
   EXPECT_NEAR(rows[1]["measured_new_s"].get<double>(), 10.0, 1e-12);
   EXPECT_NE(f.err.str().find("adopting it at the checkpoint of step 20"), std::string::npos) << f.err.str();
+}
+
+// A link's drift. Three subclusters of one device each, every pair linked at 1 Gbit/s,
+// where a message takes 0.5 s; a stage of 1 s per microbatch on each; B = 4. The planner
+// orders the subclusters so that the slowest link it crosses is fastest (a, b, c first
+// on ties): T = sum t + 2 sum c + 3 max(t, c) = 3 + 2 + 3 = 8 s. The link a-b 4x slower
+// (2 s a message): a, b, c runs 3 + 5 + 6 = 14 s; a, c, b avoids it: 8 s, adopted.
+cluster::Cluster three_linked_pools() {
+  cluster::Cluster c = cpus(1);
+  c.subclusters[0].name = "a";
+  for (const char* name : {"b", "c"}) {
+    cluster::Subcluster s = c.subclusters[0];
+    s.name = name;
+    c.subclusters.push_back(s);
+  }
+  c.links = {{"a", "b", {1.0, 0.0}}, {"b", "c", {1.0, 0.0}}, {"a", "c", {1.0, 0.0}}};
+  return c;
+}
+
+StatusOr<PlanAttempt> best_order(const cluster::Cluster& c, const ComputeDrift&) {
+  auto message_s = [&](int x, int y) { return 0.5 / c.path_link(x, y).bandwidth_gbps; };
+  std::vector<int> order = {0, 1, 2};
+  if (std::max(message_s(0, 2), message_s(2, 1)) < std::max(message_s(0, 1), message_s(1, 2))) order = {0, 2, 1};
+  PlanAttempt a;
+  a.feasible = true;
+  a.plan.microbatches = 4;
+  for (int s = 0; s < 3; ++s) {
+    plan::Stage st;
+    st.subcluster = order[s];
+    st.subcluster_name = c.subclusters[order[s]].name;
+    st.devices = {order[s]};
+    st.first_layer = s;
+    st.last_layer = s + 1;
+    st.fwd_s = 1.0 / 3;
+    st.bwd_s = 2.0 / 3;
+    st.crosses_nodes = s < 2;
+    if (s < 2) st.comm_s = message_s(order[s], order[s + 1]);
+    a.plan.stages.push_back(st);
+  }
+  a.plan.predicted = plan::closed_form(a.plan);
+  return a;
+}
+
+TEST(ElasticController, ASlowedLinkAdoptsAPlanThatAvoidsItAtTheNextCheckpoint) {
+  Fixture f;
+  auto order_of = [](const LaunchOptions& o) {
+    std::vector<int> devices;
+    const auto plan = plan::load_plan(value_after(o.command, "--plan"));
+    EXPECT_TRUE(plan.ok());
+    if (plan.ok())
+      for (const auto& st : plan->stages) devices.push_back(st.devices[0]);
+    return devices;
+  };
+  f.launcher.script = {
+      [&](const LaunchOptions& o) {
+        EXPECT_EQ(order_of(o), (std::vector<int>{0, 1, 2}));
+        for (int s = 0; s < 10; ++s) f.folder.timed_step(s, 8.0);
+        f.clock.advance(1.0);
+        for (int s = 10; s < 15; ++s) f.folder.timed_step(s, 14.0);
+        f.folder.link_drift(15, 0, {1.0, 1.0, 1.0}, {2.0, 0.5}, {0.5, 0.5});
+        EXPECT_TRUE(o.stop_when());
+        f.folder.timed_step(19, 14.0, {{kProgressStoppedKey, 20}});
+        f.folder.checkpoint(20);
+        return all_exited();
+      },
+      [&](const LaunchOptions& o) {
+        EXPECT_EQ(order_of(o), (std::vector<int>{0, 2, 1}));  // around the slow link
+        f.folder.timed_step(20, 20.0, {{kProgressResumedKey, 20}});
+        for (int s = 21; s < 100; ++s) f.folder.timed_step(s, 8.0);
+        return all_exited();
+      }};
+  ElasticController c(replanning(f, 0.1), three_linked_pools(), best_order, nullptr, f.launcher, f.clock);
+  ASSERT_EQ(c.run(f.out, f.err), kExitOk) << f.err.str();
+  ASSERT_EQ(f.launcher.seen.size(), 2u) << f.err.str();
+  const auto rows = recoveries(f.dir.path());
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0]["adopted"].get<bool>());
+  EXPECT_EQ(rows[0]["link"], 0);
+  EXPECT_NEAR(rows[0]["link_drift"]["a-b"].get<double>(), 4.0, 1e-12);
+  EXPECT_NEAR(rows[0]["link_drift"]["b-c"].get<double>(), 1.0, 1e-12);
+  EXPECT_NEAR(rows[0]["predicted_old_s"].get<double>(), 14.0, 1e-9);
+  EXPECT_NEAR(rows[0]["predicted_new_s"].get<double>(), 8.0, 1e-9);
+  EXPECT_NEAR(rows[0]["model_error_s"].get<double>(), 0.0, 1e-9);
+  EXPECT_NEAR(rows[0]["measured_new_s"].get<double>(), 8.0, 1e-12);
+  EXPECT_NE(f.err.str().find("the links take a-b x4.00"), std::string::npos) << f.err.str();
+}
+
+TEST(ElasticController, DriftedClusterScalesTheDeclaredLinkOrAddsTheChainsScaled) {
+  cluster::Cluster c = three_linked_pools();
+  c.links.pop_back();  // a-c now goes through b
+  const cluster::Cluster d = drifted_cluster(c, {{{"a", "b"}, 4.0}, {{"a", "c"}, 2.0}, {{"gone", "a"}, 3.0}});
+  EXPECT_DOUBLE_EQ(d.path_link(0, 1).bandwidth_gbps, 0.25);
+  EXPECT_DOUBLE_EQ(d.path_link(1, 2).bandwidth_gbps, 1.0);
+  ASSERT_TRUE(d.link_between(0, 2).has_value());
+  EXPECT_DOUBLE_EQ(d.link_between(0, 2)->bandwidth_gbps, 0.5);  // the chain's 1 Gbit/s, halved
+  EXPECT_EQ(d.links.size(), 3u);
 }
 
 TEST(ElasticController, ADriftWhosePlanDoesNotPayForItsRestartKeepsTheRunningPlan) {

@@ -2,10 +2,13 @@
 // compute is made 5x slower from step 10 on (the executor's extra slowdown, as an
 // emulated device is slowed): the run names stage 1 within the window, in its summary
 // and metrics.jsonl, on every rank alike; the same run without the slowdown reports
-// nothing over 30 steps.
+// nothing over 30 steps. Over the in-memory transport, whose messages take a chosen transit:
+// each step's measured transit of the link equals it, and the link made 10x slower mid-run
+// is named as the drift.
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 #include <fstream>
 
 #include "harp/common/document.h"
@@ -75,6 +78,58 @@ TEST(DriftLive, ASlowedStageIsNamedAndAnUnchangedRunReportsNothing) {
     if (Json::parse(line).contains("drift_after_steps")) ++records;
   EXPECT_EQ(records, 1);
   EXPECT_TRUE(run("unchanged", false).drifts.empty());
+}
+
+// Two stages over the in-memory transport; every message between them takes `transit(step)`.
+TrainSummary run_link(const std::string& name, const std::function<double(int)>& transit, int steps) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = testing::tiny_gpt(1, true, 2, 96, 4, 64, 64);
+  const plan::Plan p = testing::make_plan(m, {2}, {1, 1}, 4, 2, plan::ScheduleKind::k1F1B);
+  auto data = synthetic_tokens(3, 1 << 16, m.gpt.vocab);
+  TrainOptions o;
+  o.progress = false;
+  o.steps = steps;
+  o.out_dir = kRoot + "/" + name;
+  o.drift = {2.5, 5};
+  std::filesystem::remove_all(o.out_dir);
+  MemNetwork net(2);
+  net.set_transit([transit](int, int, int step) { return transit(step); });
+  return testing::train_in_memory(m, p, *data, o, net);
+}
+
+// The per-step figure metrics.jsonl records for the link.
+std::vector<double> link_s_of(const std::string& name) {
+  std::vector<double> out;
+  std::ifstream in(kRoot + "/" + name + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const Json r = Json::parse(line);
+    if (r.contains("step") && r.contains("link_s")) out.push_back(r["link_s"][0].get<double>());
+  }
+  return out;
+}
+
+TEST(DriftLive, ALinkMadeTenTimesSlowerIsMeasuredAndNamed) {
+  const TrainSummary s = run_link("link", [](int step) { return step >= 10 ? 0.030 : 0.003; }, 24);
+  // The measured transit is the injected one, before and after (the two ends' clocks are
+  // one here, so it is exact but for the receiver's wake-up).
+  const std::vector<double> link_s = link_s_of("link");
+  ASSERT_EQ(link_s.size(), 24u);
+  for (int step = 1; step < 24; ++step) {
+    if (step == 10) continue;  // the step of the change
+    EXPECT_NEAR(link_s[step], step > 10 ? 0.030 : 0.003, 0.0015) << "step " << step;
+  }
+  ASSERT_EQ(s.drifts.size(), 1u);
+  EXPECT_EQ(s.drifts[0].link, 0);
+  EXPECT_EQ(s.drifts[0].stage, -1);
+  EXPECT_GE(s.drifts[0].step, 10);
+  EXPECT_LE(s.drifts[0].step, 10 + 5);
+  EXPECT_NEAR(s.drifts[0].ratio, 10.0, 1.5);
+  ASSERT_EQ(s.drifts[0].link_measured_s.size(), 1u);
+  EXPECT_NEAR(s.drifts[0].link_measured_s[0], 0.030, 0.0015);
+}
+
+TEST(DriftLive, ASteadySlowLinkReportsNothing) {
+  EXPECT_TRUE(run_link("steady_link", [](int) { return 0.010; }, 30).drifts.empty());
 }
 
 }  // namespace

@@ -122,6 +122,28 @@ runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::P
   return out;
 }
 
+runtime::TrainSummary train_in_memory(const model::ModelSpec& model, const plan::Plan& plan,
+                                      const runtime::TokenSource& data, const runtime::TrainOptions& options,
+                                      runtime::MemNetwork& net) {
+  runtime::TrainSummary out;
+  std::mutex mu;
+  auto errors = for_each_rank_on(
+      plan, [&](const runtime::RankLayout& l) { return net.connect(l, kTimeout); },
+      [&](runtime::Transport& comm) {
+        std::ostringstream log;
+        auto s = runtime::train(model, plan, comm, data, options, log);
+        if (!s.ok()) {
+          comm.abort(s.status().message());
+          throw std::runtime_error(s.status().to_string());
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        if (comm.layout().rank == 0) out = *s;
+      });
+  for (size_t r = 0; r < errors.size(); ++r)
+    if (!errors[r].empty()) ADD_FAILURE() << "rank " << r << ": " << errors[r];
+  return out;
+}
+
 std::vector<std::string> train_threads_errors(const model::ModelSpec& model, const plan::Plan& plan,
                                               const runtime::TokenSource& data, const runtime::TrainOptions& options) {
   return for_each_rank_on(

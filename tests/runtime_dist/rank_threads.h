@@ -37,6 +37,12 @@ std::vector<std::string> run_plan_in_memory(const model::ModelSpec& model, const
 runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::Plan& plan,
                                     const runtime::TokenSource& data, const runtime::TrainOptions& options);
 
+// The same over the in-memory transport `net` (its faults and transit; net's world must
+// be the plan's).
+runtime::TrainSummary train_in_memory(const model::ModelSpec& model, const plan::Plan& plan,
+                                      const runtime::TokenSource& data, const runtime::TrainOptions& options,
+                                      runtime::MemNetwork& net);
+
 // The same, returning each rank's error ("" when it finished) instead of failing.
 std::vector<std::string> train_threads_errors(const model::ModelSpec& model, const plan::Plan& plan,
                                               const runtime::TokenSource& data, const runtime::TrainOptions& options);

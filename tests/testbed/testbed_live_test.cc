@@ -174,20 +174,17 @@ std::vector<double> transfers_us(const Json& trace) {
   return out;
 }
 
-TEST(TestbedLive, AnActivationTakesTheShapedLinksTime) {
-  SKIP_WITHOUT_TESTBED();
-  testing::TempDir dir;
-  const std::string prefix = unique_prefix("t");
-  // 100 Mbit/s between the two pools; 50 us is about the veth's own latency, which is
-  // what htb leaves when the kernel has no netem (netem would add the declared one).
-  {
-    std::ofstream(dir.file("cluster.yaml")) << pair_cluster("shaped-pair", 0.1);
-    std::ofstream(dir.file("job.yaml")) << R"(version: 1
+// A two-pool run at 0.1 Gbit/s in `dir`: cluster.yaml, job.yaml (a two-block GPT whose
+// activation is 128 KiB: 10.5 ms on the link; `training` its training line), plan.json
+// (uniform: one stage per pool), corpus.bin.
+void prepare_pair_run(testing::TempDir& dir, const std::string& training) {
+  std::ofstream(dir.file("cluster.yaml")) << pair_cluster("shaped-pair", 0.1);
+  std::ofstream(dir.file("job.yaml")) << R"(version: 1
 cluster: cluster.yaml
 model: {family: gpt, name: gpt-shaped, num_blocks: 2, hidden: 128, heads: 4, seq_len: 128, vocab: 256, granularity: 1}
 planner: {strategy: uniform, microbatches: 12, microbatch_size: 2}
-training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
-)";
+)" << training << "\n";
+  {
     std::ofstream text(dir.file("corpus.txt"));
     for (int i = 0; i < 4000; ++i) text << "line " << i << " of a corpus for the shaped link test\n";
   }
@@ -199,12 +196,39 @@ training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
   auto plan = load_document(dir.file("plan.json"));
   ASSERT_TRUE(plan.ok());
   ASSERT_EQ((*plan)["stages"].size(), 2u) << "the test needs a plan across both pools";
-  const int rc = shell("timeout 120 " + kHarp + " launch --testbed " + dir.file("cluster.yaml") + " --testbed-prefix " +
-                           prefix + " --plan " + dir.file("plan.json") + " -- " + kHarp + " train --plan " +
-                           dir.file("plan.json") + " --job " + dir.file("job.yaml") + " --data " +
-                           dir.file("corpus.bin") + " --out " + dir.file("run"),
-                       &out);
-  ASSERT_EQ(rc, 0) << out;
+}
+
+// `harp launch --testbed` of the pair run (prepare_pair_run) under `prefix`; its exit code.
+int launch_pair_run(testing::TempDir& dir, const std::string& prefix, std::string* out) {
+  return shell("timeout 150 " + kHarp + " launch --testbed " + dir.file("cluster.yaml") + " --testbed-prefix " +
+                   prefix + " --plan " + dir.file("plan.json") + " -- " + kHarp + " train --plan " +
+                   dir.file("plan.json") + " --job " + dir.file("job.yaml") + " --data " + dir.file("corpus.bin") +
+                   " --out " + dir.file("run"),
+               out);
+}
+
+// Per step, the link's transit as the run measured it (metrics.jsonl's link_s).
+std::vector<double> link_s_per_step(testing::TempDir& dir) {
+  std::vector<double> out;
+  std::ifstream in(dir.file("run/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const Json r = Json::parse(line, nullptr, false);
+    if (r.is_object() && r.contains("step") && r.contains("link_s") && !r["link_s"].empty())
+      out.push_back(r["link_s"][0].get<double>());
+  }
+  return out;
+}
+
+TEST(TestbedLive, AnActivationTakesTheShapedLinksTime) {
+  SKIP_WITHOUT_TESTBED();
+  testing::TempDir dir;
+  const std::string prefix = unique_prefix("t");
+  // 100 Mbit/s between the two pools; 50 us is about the veth's own latency, which is
+  // what htb leaves when the kernel has no netem (netem would add the declared one).
+  prepare_pair_run(dir, "training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}");
+  if (::testing::Test::HasFatalFailure()) return;
+  std::string out;
+  ASSERT_EQ(launch_pair_run(dir, prefix, &out), 0) << out;
   EXPECT_NE(out.find("links shaped by testbed " + prefix), std::string::npos) << out;
   expect_nothing_left(prefix);  // the launch brought it up, so it took it down
   auto trace = load_document(dir.file("run/trace.json"));
@@ -229,6 +253,68 @@ training: {steps: 2, lr: 1.0e-3, trace_steps: [1], threads: 1}
   EXPECT_GT(quartile, 0.85 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
   EXPECT_LT(quartile, 1.25 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
   EXPECT_GT(fastest, 0.45 * expected_us) << "transfers (us): " << ::testing::PrintToString(t);
+  // The run's own measure of the link (drift.h: each direction's fastest message, the two
+  // averaged), against the same link model.
+  const std::vector<double> link_s = link_s_per_step(dir);
+  ASSERT_EQ(link_s.size(), 2u);
+  std::printf("the run's measured transit: %.0f us at step 2 (expected %.0f us, %+.1f%%)\n", link_s[1] * 1e6,
+              expected_us, 100 * (link_s[1] * 1e6 - expected_us) / expected_us);
+  EXPECT_GT(link_s[1] * 1e6, 0.85 * expected_us);
+  EXPECT_LT(link_s[1] * 1e6, 1.25 * expected_us);
+}
+
+// The link slowed 4x (harp testbed set) while a run trains over it: the run's measured
+// transit moves from the old link model's time to the new one's, and its drift detection
+// names the link (not a stage) at about 4x.
+TEST(TestbedLive, ALinkSlowedMidRunIsMeasuredAndNamedByTheRun) {
+  SKIP_WITHOUT_TESTBED();
+  testing::TempDir dir;
+  const std::string prefix = unique_prefix("d");
+  prepare_pair_run(dir, "training: {steps: 24, lr: 1.0e-3, threads: 1, drift_threshold: 1.5, drift_window: 4}");
+  if (::testing::Test::HasFatalFailure()) return;
+  std::string out;
+  int rc = -1;
+  std::thread run([&] { rc = launch_pair_run(dir, prefix, &out); });
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (link_s_per_step(dir).size() < 10 && std::chrono::steady_clock::now() < limit)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const size_t set_after = link_s_per_step(dir).size();
+  std::string set_out;
+  const int set_rc = shell(kHarp + " testbed set --cluster " + dir.file("cluster.yaml") + " --prefix " + prefix +
+                               " --link left-right --bandwidth-gbps 0.025",
+                           &set_out);
+  run.join();
+  ASSERT_EQ(set_rc, 0) << set_out;
+  ASSERT_EQ(rc, 0) << out;
+  expect_nothing_left(prefix);
+  const double bytes = 2.0 * 128 * 128 * 4;
+  const double before_s = 50e-6 + bytes * 8 / 0.1e9, after_s = 50e-6 + bytes * 8 / 0.025e9;  // 10.5, 42 ms
+  const std::vector<double> link_s = link_s_per_step(dir);
+  ASSERT_EQ(link_s.size(), 24u);
+  std::string ms;
+  for (double x : link_s) ms += (ms.empty() ? "" : " ") + std::to_string(x * 1e3).substr(0, 5);
+  std::printf("the run's measured transit per step (ms): %s; the set after step %zu; model %.1f, then %.1f ms\n",
+              ms.c_str(), set_after, before_s * 1e3, after_s * 1e3);
+  for (size_t s = 1; s < set_after - 1; ++s) {
+    EXPECT_GT(link_s[s], 0.85 * before_s) << "step " << s + 1;
+    EXPECT_LT(link_s[s], 1.3 * before_s) << "step " << s + 1;
+  }
+  for (size_t s = set_after + 2; s < link_s.size(); ++s) {
+    EXPECT_GT(link_s[s], 0.85 * after_s) << "step " << s + 1;
+    EXPECT_LT(link_s[s], 1.3 * after_s) << "step " << s + 1;
+  }
+  std::vector<Json> drifts;
+  std::ifstream in(dir.file("run/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) {
+    const Json r = Json::parse(line, nullptr, false);
+    if (r.is_object() && r.contains("drift_after_steps")) drifts.push_back(r);
+  }
+  ASSERT_EQ(drifts.size(), 1u) << out;
+  EXPECT_EQ(drifts[0]["link"], 0);
+  EXPECT_EQ(drifts[0]["stage"], -1);
+  EXPECT_GT(drifts[0]["ratio"].get<double>(), 3.0);
+  EXPECT_LT(drifts[0]["ratio"].get<double>(), 5.0);
+  EXPECT_LE(drifts[0]["drift_after_steps"].get<int>(), static_cast<int>(set_after) + 1 + 4);
 }
 
 // Two hosts joined by a 10 Mbit/s link, up for one test and down after it.

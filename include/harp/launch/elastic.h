@@ -9,7 +9,8 @@
 // Re-planning on drift (replan_min_gain > 0): while a run trains, the controller reads the
 // drifts rank 0 records (runtime/io/drift.h), sets each subcluster's compute to what the
 // run measures there now (cost::CostConfig::compute_drift: measured over the planner's
-// costs), plans again over them, and adopts the new plan at the next checkpoint (a stop
+// costs) and each link between subclusters to the transit the run measures on it
+// (drifted_cluster: its bandwidth scaled), plans again over them, and adopts the new plan at the next checkpoint (a stop
 // request, then a restart with --resume) only when it is predicted at least
 // replan_min_gain faster over the steps left, counting the restart (as this attempt's
 // took); the decision is logged and recorded in OUT/elastic/recoveries.jsonl either way.
@@ -66,6 +67,12 @@ struct ElasticOptions {
 
 // Per subcluster name: the factor on its compute times that a run measured (1 if absent).
 using ComputeDrift = std::map<std::string, double>;
+// Per pair of subcluster names (sorted): the factor on the bandwidth term of a transfer
+// between them that a run measured (1 if absent).
+using LinkDrift = std::map<std::pair<std::string, std::string>, double>;
+// `c` with the bandwidth of the link between each pair in `drift` divided by its factor
+// (a pair without a declared link gets one: its chain's, path_link, so divided).
+cluster::Cluster drifted_cluster(const cluster::Cluster& c, const LinkDrift& drift);
 
 // The planner's answer for a cluster: a plan, or why none fits.
 struct PlanAttempt {

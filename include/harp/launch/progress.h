@@ -20,10 +20,12 @@ inline constexpr const char* kProgressDriftKey = "drift_after_steps";
 
 struct DriftRecord {
   int after_steps = 0;  // the steps done when it was judged
-  int stage = 0;        // the stage that moved most
+  int stage = 0;        // the stage that moved most; -1 when a link did
+  int link = -1;        // the link (stage link -> link + 1) that moved most; -1 when a stage did
   double ratio = 1;     // its measured / baseline
   std::vector<double> stage_ratios;  // every stage's (empty from runs before they were kept)
   std::vector<double> stage_measured_s, stage_baseline_s;  // per microbatch (or empty)
+  std::vector<double> link_ratios, link_measured_s, link_baseline_s;  // per message (or empty)
   double wall_unix_s = 0;
 };
 

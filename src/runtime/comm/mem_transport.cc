@@ -20,8 +20,11 @@ class MemTransport : public Transport {
 
   Transfer isend(torch::Tensor& t, int peer, int tag, const std::string& what) override {
     check_open();
+    const double transit = net_.transit_ ? net_.transit_(layout().rank, peer, step_) : 0.0;
+    const auto arrives = std::chrono::steady_clock::now() +
+                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(transit));
     std::lock_guard<std::mutex> lock(net_.mu_);
-    if (!dropping_) net_.mail_[{layout().rank, peer, tag}].push_back(t.clone());
+    if (!dropping_) net_.mail_[{layout().rank, peer, tag}].push_back({t.clone(), arrives});
     net_.cv_.notify_all();
     return Transfer(std::make_shared<Done>(), what, peer);
   }
@@ -61,6 +64,7 @@ class MemTransport : public Transport {
 
   void before_action(int step, const schedule::Action& action) override {
     dropping_ = false;
+    step_ = step;
     for (const Fault& f : net_.faults_) {
       if (f.rank != layout().rank || f.step != step || !(f.action == action)) continue;
       const std::string where = "at step " + std::to_string(step) + " before " + schedule::to_string(action);
@@ -105,11 +109,16 @@ class MemTransport : public Transport {
         return (it != net.mail_.end() && !it->second.empty()) || net.gone_.count(peer_) > 0 ||
                !self_.aborted_.empty();
       };
-      if (!net.cv_.wait_until(lock, deadline, ready))
-        throw RuntimeFailure("timed out after " + std::to_string(timeout.count()) + " ms");
+      const auto timed_out = [&] { return RuntimeFailure("timed out after " + std::to_string(timeout.count()) + " ms"); };
+      if (!net.cv_.wait_until(lock, deadline, ready)) throw timed_out();
       auto it = net.mail_.find(key);
       if (it != net.mail_.end() && !it->second.empty()) {
-        torch::Tensor got = it->second.front();
+        // In transit until it arrives (the sender's transit function).
+        const auto arrives = it->second.front().arrives;
+        if (arrives > deadline) throw timed_out();
+        while (std::chrono::steady_clock::now() < arrives) net.cv_.wait_until(lock, arrives);
+        it = net.mail_.find(key);  // FIFO: the front is still this rank's to take
+        torch::Tensor got = it->second.front().tensor;
         it->second.erase(it->second.begin());
         t_.copy_(got);
         return;
@@ -171,6 +180,7 @@ class MemTransport : public Transport {
   MemNetwork& net_;
   std::string aborted_;
   bool dropping_ = false;
+  int step_ = 0;  // of the last action begun (the transit function's)
   std::map<std::string, int> sequence_;
 };
 

@@ -122,6 +122,7 @@ torch::Tensor Executor::gather(std::vector<Part>& parts, const schedule::Action&
   for (Part& p : parts) {
     const auto begin = std::chrono::steady_clock::now();
     p.transfer.wait(comm_.timeout());
+    if (&p == &parts.front()) note_time(arrived_s_, recv.kind == schedule::ActionKind::kRecvF, recv.microbatch);
     if (tracing_) {
       schedule::TimelineEvent e;
       e.rank = layout_.rank;
@@ -240,6 +241,7 @@ void Executor::send(int mb, bool forward_direction) {
   const int other = layout_.stage + (forward_direction ? 1 : -1);
   torch::Tensor payload = (forward_direction ? s.output.detach() : s.input.grad()).to(config_.dtype);
   const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kSendF : schedule::ActionKind::kSendB, mb};
+  note_time(sent_s_, forward_direction, mb);
   for (const Part& p : peers_of(other, true)) {
     torch::Tensor slice = payload.slice(0, p.first, p.first + p.count).contiguous();
     Transfer t = comm_.isend(slice, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
@@ -247,6 +249,12 @@ void Executor::send(int mb, bool forward_direction) {
     sends_.emplace_back(slice, std::move(t));
   }
   if (!forward_direction) s.input = torch::Tensor();  // the gradient has been handed over
+}
+
+void Executor::note_time(std::array<std::vector<double>, 2>& times, bool forward_direction, int mb) const {
+  std::vector<double>& v = times[forward_direction ? 0 : 1];
+  if (mb < static_cast<int>(v.size()))  // not in evaluate() before the first step
+    v[static_cast<size_t>(mb)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_begin_).count();
 }
 
 void Executor::begin_compute() { compute_start_ = start_compute(); }
@@ -345,7 +353,8 @@ StepResult Executor::run_step(int step, bool trace) {
   trace_.clear();
   optimizer_->zero_grad();
   if (trace) comm_.barrier(where(layout_, step) + " before a traced step");
-  const auto begin = std::chrono::steady_clock::now();
+  const auto begin = step_begin_ = std::chrono::steady_clock::now();
+  for (auto* v : {&sent_s_[0], &sent_s_[1], &arrived_s_[0], &arrived_s_[1]}) v->assign(stash_.size(), -1.0);
   if (trace && !traced_before_) {
     origin_ = config_.clock_origin_ns > 0
                   ? std::chrono::steady_clock::time_point(std::chrono::nanoseconds(config_.clock_origin_ns))
@@ -392,6 +401,8 @@ StepResult Executor::run_step(int step, bool trace) {
   result.compute_seconds = compute_s_;
   result.forward_seconds = forward_s_;
   result.backward_seconds = backward_s_;
+  result.sent_s = sent_s_;
+  result.arrived_s = arrived_s_;
   return result;
 }
 

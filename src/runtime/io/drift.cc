@@ -15,18 +15,23 @@ double median_of_last(const std::vector<double>& v, int n) {
 
 }  // namespace
 
-std::optional<Drift> DriftDetector::observe(int step, const std::vector<double>& compute_s) {
-  if (config_.threshold <= 1 || compute_s.size() != history_.size()) return std::nullopt;
+std::optional<Drift> DriftDetector::observe(int step, const std::vector<double>& compute_s,
+                                            const std::vector<double>& link_s) {
+  const size_t S = static_cast<size_t>(stages_);
+  if (config_.threshold <= 1 || compute_s.size() != S || (!link_s.empty() && link_s.size() + S != history_.size()))
+    return std::nullopt;
   if (seen_++ == 0) return std::nullopt;  // the first step holds the warm-up
   const int w = std::max(1, config_.window);
-  for (size_t s = 0; s < history_.size(); ++s) history_[s].push_back(compute_s[s]);
+  for (size_t s = 0; s < history_.size(); ++s)
+    history_[s].push_back(s < S ? compute_s[s] : link_s.empty() ? 0.0 : link_s[s - S]);
   if (static_cast<int>(history_[0].size()) < w) return std::nullopt;
   if (baseline_.empty()) {
     for (const auto& h : history_) baseline_.push_back(median_of_last(h, w));
     return std::nullopt;
   }
-  // The pipeline's period is bounded by its slowest stage (the closed form's P = max t_i):
-  // a change of that bound changes the iteration.
+  // The pipeline's period is bounded by its slowest stage or link (the closed form's
+  // P = max(max t_i, max c_i)): a change of that bound changes the iteration. Below, "stage"
+  // is either.
   std::vector<double> now(history_.size());
   double period_now = 0, period_base = 0;
   for (size_t s = 0; s < history_.size(); ++s) {
@@ -53,14 +58,22 @@ std::optional<Drift> DriftDetector::observe(int step, const std::vector<double>&
     any = any || beyond(now[s] / baseline_[s]);
     const double ratio = ratios[s] = level(s) / baseline_[s];
     // The stage that moved the most names the drift.
-    if (!worst || std::abs(std::log(ratio)) > std::abs(std::log(worst->ratio)))
-      worst = Drift{step, static_cast<int>(s), ratio, baseline_[s], level(s), {}, {}, {}};
+    if (!worst || std::abs(std::log(ratio)) > std::abs(std::log(worst->ratio))) {
+      const bool link = s >= S;
+      worst = Drift{step, link ? -1 : static_cast<int>(s), link ? static_cast<int>(s - S) : -1, ratio, baseline_[s],
+                    level(s), {}, {}, {}, {}, {}, {}};
+    }
   }
   if (!any || !worst) return std::nullopt;
-  worst->stage_ratios = ratios;
-  worst->stage_baseline_s = baseline_;
+  auto split = [&](const std::vector<double>& v, std::vector<double>* stages, std::vector<double>* links) {
+    stages->assign(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(S));
+    if (!link_s.empty()) links->assign(v.begin() + static_cast<std::ptrdiff_t>(S), v.end());
+  };
+  split(ratios, &worst->stage_ratios, &worst->link_ratios);
+  split(baseline_, &worst->stage_baseline_s, &worst->link_baseline_s);
   for (size_t s = 0; s < history_.size(); ++s) baseline_[s] = level(s);
-  worst->stage_measured_s = baseline_;  // the new level: reported once per change
+  // The new level: reported once per change.
+  split(baseline_, &worst->stage_measured_s, &worst->link_measured_s);
   return worst;
 }
 

@@ -41,6 +41,7 @@ void MetricsLog::write(const StepMetrics& m, bool progress, std::ostream& log) {
                {"lr", m.lr},
                {"busy_fraction", m.busy_fraction},
                {launch::kProgressWallKey, unix_now()}};
+  if (!m.link_s.empty()) line["link_s"] = m.link_s;
   if (!m.stage_mfu.empty()) {
     line["mfu"] = m.mfu;
     line["stage_mfu"] = m.stage_mfu;
@@ -97,12 +98,16 @@ void MetricsLog::write_drift(const Drift& d) {
   if (!writer_) return;
   file_ << Json({{launch::kProgressDriftKey, d.step + 1},
                  {"stage", d.stage},
+                 {"link", d.link},
                  {"ratio", d.ratio},
                  {"baseline_s", d.baseline_s},
                  {"measured_s", d.measured_s},
                  {"stage_ratios", d.stage_ratios},
                  {"stage_measured_s", d.stage_measured_s},
                  {"stage_baseline_s", d.stage_baseline_s},
+                 {"link_ratios", d.link_ratios},
+                 {"link_measured_s", d.link_measured_s},
+                 {"link_baseline_s", d.link_baseline_s},
                  {launch::kProgressWallKey, unix_now()}})
                .dump()
         << "\n" << std::flush;

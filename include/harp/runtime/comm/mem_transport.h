@@ -9,11 +9,14 @@
 //   kDelay  the rank sleeps delay_s before the action, then goes on;
 //   kDrop   the rank's sends at that action are lost (the receiver times out).
 // Sends are buffered (they complete at once), so it models asynchronous sends; the
-// strict rendezvous rule is the validator's job (schedule/validate.h).
+// strict rendezvous rule is the validator's job (schedule/validate.h). A transit function
+// (set_transit) makes a point-to-point message arrive that many seconds after it was sent:
+// a link that is slow, or slows down mid-run.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,6 +53,11 @@ class MemNetwork {
   // This rank's transport. REQUIRES: the network outlives it; one per rank.
   std::unique_ptr<Transport> connect(const RankLayout& layout, std::chrono::milliseconds timeout);
 
+  // Seconds a message from `sender` to `receiver` sent during `step` spends on its way (0:
+  // none). Set before the ranks connect.
+  using TransitFn = std::function<double(int sender, int receiver, int step)>;
+  void set_transit(TransitFn transit) { transit_ = std::move(transit); }
+
  private:
   friend class MemTransport;
   struct Collective {
@@ -58,12 +66,17 @@ class MemNetwork {
     int taken = 0;
   };
   using MailKey = std::tuple<int, int, int>;  // sender, receiver, tag
+  struct Mail {
+    torch::Tensor tensor;
+    std::chrono::steady_clock::time_point arrives;
+  };
 
   int world_size_;
   std::vector<Fault> faults_;
+  TransitFn transit_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::map<MailKey, std::vector<torch::Tensor>> mail_;  // FIFO per key
+  std::map<MailKey, std::vector<Mail>> mail_;           // FIFO per key
   std::map<std::string, Collective> collectives_;       // "<group>#<sequence>"
   std::map<int, std::string> gone_;                     // rank -> why it is gone
   int finished_ = 0;                                    // transports destroyed

@@ -17,6 +17,7 @@
 // exactly as in one process with gradient accumulation.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <map>
 #include <memory>
@@ -75,6 +76,13 @@ struct StepResult {
   // gradients overflowed on some rank, so that every rank skipped the update.
   double loss_scale = 0;
   bool skipped = false;
+  // Link transit (drift.h): per microbatch, seconds after this rank's step began, when it
+  // began sending its first part of each cut tensor ([0] activations, [1] gradients) and
+  // when its first part of each arrived (its wait returned); -1 where it sends or
+  // receives none. The first parts of a stage's first replica (tp rank 0) pair with the
+  // neighbouring stage's first replica, so the two ends of one message meet in the
+  // metrics reduction.
+  std::array<std::vector<double>, 2> sent_s, arrived_s;
 };
 
 class Executor {
@@ -156,6 +164,8 @@ class Executor {
   void post_gradient_recv(int mb, int step);
   // Waits for every part (a traced step records each wait as a recv-lane event).
   torch::Tensor gather(std::vector<Part>& parts, const schedule::Action& recv);
+  // Records now (seconds since this step began) for microbatch mb's message in `times`.
+  void note_time(std::array<std::vector<double>, 2>& times, bool forward_direction, int mb) const;
   void reduce_grads(int step);
   void apply_step(int step, StepResult* result);
   // Starts a compute span (its wall and this thread's CPU clock), and ends it, sleeping
@@ -186,7 +196,8 @@ class Executor {
   double loss_sum_ = 0, compute_s_ = 0, forward_s_ = 0, backward_s_ = 0;
   int step_ = 0;
   bool tracing_ = false, traced_before_ = false;
-  std::chrono::steady_clock::time_point origin_, compute_end_;
+  std::chrono::steady_clock::time_point origin_, compute_end_, step_begin_;
+  std::array<std::vector<double>, 2> sent_s_, arrived_s_;  // this step's (StepResult)
   ComputeStart compute_start_;  // of the last compute begun (begin_compute)
   int upstream_launches_ = 0;   // the previous stage's launch count (0 on the first stage)
   int posted_f_upto_ = 0;       // this step's activation receives posted: microbatches below it

@@ -23,6 +23,7 @@ struct StepMetrics {
   double iteration_s = 0;
   double tokens = 0, flops = 0;       // per step, for tokens/s and TFLOP/s
   std::vector<double> busy_fraction;  // per stage
+  std::vector<double> link_s;         // per link between stages: transit of one message (drift.h)
   // Model FLOPs utilisation (cost/utilisation.h): the whole run's against the sum of its
   // devices' peaks, and each stage's against its own devices'; empty and 0 when the plan
   // declares no peaks.
@@ -49,8 +50,9 @@ class MetricsLog {
   void write_eval(int steps_done, double val_loss, bool progress, std::ostream& log);
   // A sample's text after `steps_done` steps: {"sample_after_steps": n, "sample": text}.
   void write_sample(int steps_done, const std::string& text);
-  // A drift (drift.h): {"drift_after_steps": n, "stage", "ratio", "baseline_s", "measured_s",
-  // "stage_ratios", "stage_measured_s", "stage_baseline_s", "wall_unix_s"}.
+  // A drift (drift.h): {"drift_after_steps": n, "stage", "link", "ratio", "baseline_s",
+  // "measured_s", "stage_ratios", "stage_measured_s", "stage_baseline_s", "link_ratios",
+  // "link_measured_s", "link_baseline_s", "wall_unix_s"}.
   void write_drift(const Drift& d);
 
  private:
