@@ -160,7 +160,7 @@ def main():
     a.link_pair = tuple(a.link.split(",")) if a.link and a.link != "auto" else None
     if a.link_pair is not None and len(a.link_pair) != 2:
         sys.exit("replan_drift: --link takes auto or two pools, A,B")
-    name = "replan_link" if a.link else "replan_drift"
+    chart = "replan_link" if a.link else "replan_drift"
     if os.geteuid() != 0:
         sys.exit("replan_drift: the testbed needs root (network namespaces, tc)")
     tb.run([a.harp, "testbed", "up", "--cluster", a.cluster])
@@ -208,15 +208,15 @@ def main():
         }
         rows.append(row)
         print("  " + ", ".join("%s %s" % (k, v) for k, v in row.items()))
-    tb.write_csv(os.path.join(a.out, name + "_steps.csv"), step_rows)
-    tb.write_csv(os.path.join(a.out, name + ".csv"), rows)
+    tb.write_csv(os.path.join(a.out, chart + "_steps.csv"), step_rows)
+    tb.write_csv(os.path.join(a.out, chart + ".csv"), rows)
     what = "the link %s-%s" % a.link_pair if a.link else a.pool
-    tb.line_chart(os.path.join(a.out, name + ".svg"),
+    tb.line_chart(os.path.join(a.out, chart + ".svg"),
                   "Step time with %s %gx slower after step %d, back after step %d" % (what, a.factor, a.drift_at,
                                                                                       a.end_at),
                   "step", "iteration (s)", series,
                   note="replan: harp launch --elastic --replan-min-gain %g; static: the same drift, reported only" % a.min_gain)
-    print("wrote %s/%s.csv, %s_steps.csv and %s.svg" % (a.out, name, name, name))
+    print("wrote %s/%s.csv, %s_steps.csv and %s.svg" % (a.out, chart, chart, chart))
 
 
 if __name__ == "__main__":

@@ -20,17 +20,6 @@ namespace {
 
 const std::string kHarp = std::string(HARP_BINARY_DIR) + "/src/cli/harp";
 
-// The last loss logged for every step of a metrics.jsonl (a resumed run appends).
-std::map<int, double> losses_by_step(const std::string& metrics) {
-  std::map<int, double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    const Json j = Json::parse(line, nullptr, false);
-    if (j.is_object() && j.contains("loss") && j.contains("step")) out[j["step"].get<int>()] = j["loss"].get<double>();
-  }
-  return out;
-}
-
 // The launcher's worker whose environment has RANK=`rank`, or -1.
 pid_t worker_of(pid_t launcher, int rank) {
   std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
@@ -58,25 +47,9 @@ std::string tiny_job(int steps, int every) {
          std::to_string(every) + ", out: run, timeout_s: 5}\n";
 }
 
-// The elastic run in DIR/run, from its checkpoint of step `resumed` on, has the losses of
-// a fresh `nproc`-rank run started from that checkpoint with its second plan; and every
-// one of the `steps` steps is logged (the lost ones rerun).
 void expect_continues_as_a_fresh_run(const std::string& dir, int resumed, int nproc, int steps,
                                      std::chrono::steady_clock::time_point limit, int plan = 1) {
-  const std::string out = dir + "/run", fresh = dir + "/fresh";
-  std::filesystem::create_directories(fresh + "/checkpoints");
-  char step_dir[32];
-  std::snprintf(step_dir, sizeof step_dir, "/step_%06d", resumed);
-  std::filesystem::copy(out + "/checkpoints" + step_dir, fresh + "/checkpoints" + step_dir);
-  ASSERT_TRUE(write_text_file_atomic(fresh + "/checkpoints/latest", std::to_string(resumed) + "\n").ok());
-  Child again = spawn_rank({kHarp, "launch", "--nproc", std::to_string(nproc), "--", kHarp, "train", "--job",
-                            dir + "/job.yaml", "--plan", out + "/elastic/plan_" + std::to_string(plan) + ".json", "--resume", "--out", fresh},
-                           {"OMP_NUM_THREADS=1"}, dir + "/fresh.err");
-  ASSERT_EQ(wait_bounded(again.pid, limit), 0) << read_text_file(dir + "/fresh.err").value();
-  const auto elastic = losses_by_step(out + "/metrics.jsonl"), want = losses_by_step(fresh + "/metrics.jsonl");
-  ASSERT_EQ(want.size(), static_cast<size_t>(steps - resumed));
-  ASSERT_EQ(elastic.size(), static_cast<size_t>(steps));
-  for (const auto& [step, loss] : want) EXPECT_EQ(elastic.at(step), loss) << "step " << step;
+  harp::expect_continues_as_a_fresh_run(kHarp, dir, resumed, nproc, steps, limit, plan);
 }
 
 // Whether the run in OUT has logged `lines` steps and completed a checkpoint (`latest`).

@@ -1,5 +1,6 @@
 // Worker processes for the multi-process tests: a free loopback port, spawning with
-// stderr (and stdout) to files, a bounded wait, and counting a file's lines.
+// stderr (and stdout) to files, a bounded wait, counting a file's lines, and comparing an
+// elastic run after a restart with a fresh run from the same checkpoint.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,10 +15,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "harp/common/document.h"
 
 extern char** environ;
 
@@ -105,6 +111,42 @@ inline int line_count(const std::string& path) {
   int n = 0;
   for (std::string line; std::getline(in, line);) ++n;
   return n;
+}
+
+// The last loss logged for every step of a metrics.jsonl (a resumed run appends).
+inline std::map<int, double> losses_by_step(const std::string& metrics) {
+  std::map<int, double> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    const Json j = Json::parse(line, nullptr, false);
+    if (j.is_object() && j.contains("loss") && j.contains("step")) out[j["step"].get<int>()] = j["loss"].get<double>();
+  }
+  return out;
+}
+
+// The elastic run in DIR/run, from its checkpoint of step `resumed` on, has the losses of
+// a fresh `nproc`-rank run (on 127.0.0.1, `harp` the binary) started from that checkpoint
+// with its plan_<plan>.json (`train_args` added to its harp train, as the run's were); and
+// every one of the `steps` steps is logged (the lost ones rerun).
+inline void expect_continues_as_a_fresh_run(const std::string& harp, const std::string& dir, int resumed, int nproc,
+                                            int steps, std::chrono::steady_clock::time_point limit, int plan,
+                                            const std::vector<std::string>& train_args = {}) {
+  const std::string out = dir + "/run", fresh = dir + "/fresh";
+  std::filesystem::create_directories(fresh + "/checkpoints");
+  char step_dir[32];
+  std::snprintf(step_dir, sizeof step_dir, "/step_%06d", resumed);
+  std::filesystem::copy(out + "/checkpoints" + step_dir, fresh + "/checkpoints" + step_dir);
+  ASSERT_TRUE(write_text_file_atomic(fresh + "/checkpoints/latest", std::to_string(resumed) + "\n").ok());
+  std::vector<std::string> command = {harp, "launch", "--nproc", std::to_string(nproc), "--", harp, "train", "--job",
+                                     dir + "/job.yaml", "--plan", out + "/elastic/plan_" + std::to_string(plan) + ".json",
+                                     "--resume", "--out", fresh};
+  command.insert(command.end(), train_args.begin(), train_args.end());
+  Child again = spawn_rank(command, {"OMP_NUM_THREADS=1"}, dir + "/fresh.err");
+  ASSERT_EQ(wait_bounded(again.pid, limit), 0) << read_text_file(dir + "/fresh.err").value();
+  const auto elastic = losses_by_step(out + "/metrics.jsonl"), want = losses_by_step(fresh + "/metrics.jsonl");
+  ASSERT_EQ(want.size(), static_cast<size_t>(steps - resumed));
+  ASSERT_EQ(elastic.size(), static_cast<size_t>(steps));
+  for (const auto& [step, loss] : want) EXPECT_EQ(elastic.at(step), loss) << "step " << step;
 }
 
 }  // namespace harp
