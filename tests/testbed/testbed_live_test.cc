@@ -319,6 +319,23 @@ TEST(TestbedLive, ALinkSlowedMidRunIsMeasuredAndNamedByTheRun) {
   EXPECT_LE(drifts[0]["drift_after_steps"].get<int>(), static_cast<int>(set_after) + 1 + 4);
 }
 
+// No flapping: 50 steps over the unchanged shaped link (the pipeline bound by it, its
+// stages' compute swinging with the machine's load) report no drift, so an elastic run
+// would re-plan nothing.
+TEST(TestbedLive, AnUnchangedTestbedReportsNoDriftIn50Steps) {
+  SKIP_WITHOUT_TESTBED();
+  testing::TempDir dir;
+  const std::string prefix = unique_prefix("n");
+  prepare_pair_run(dir, "training: {steps: 50, lr: 1.0e-3, threads: 1, drift_threshold: 1.5, drift_window: 5}");
+  if (::testing::Test::HasFatalFailure()) return;
+  std::string out;
+  ASSERT_EQ(launch_pair_run(dir, prefix, &out), 0) << out;
+  expect_nothing_left(prefix);
+  ASSERT_EQ(link_s_per_step(dir).size(), 50u);
+  std::ifstream in(dir.file("run/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) EXPECT_EQ(line.find("drift_after_steps"), std::string::npos) << line;
+}
+
 // Re-planning around a slowed link, end to end on the testbed: three one-CPU pools joined
 // pairwise at 0.1 Gbit/s (the subcluster order searched), the pair run's model (a 128 KiB
 // activation: 10.5 ms a message, above its stages' compute); after 8 steps `harp testbed
