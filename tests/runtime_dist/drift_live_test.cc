@@ -20,35 +20,40 @@ namespace {
 
 const std::string kRoot = std::string(HARP_BINARY_DIR) + "/drift_live_test";
 
+// Two stages of a small GPT, one microbatch stage each; enough compute per microbatch
+// (milliseconds) that scheduling noise is small beside it.
+struct TwoStages {
+  model::ModelSpec m = testing::tiny_gpt(1, true, /*blocks=*/2, /*hidden=*/96, /*heads=*/4, /*seq=*/64, 64);
+  plan::Plan p = testing::make_plan(m, {2}, {1, 1}, 4, 2, plan::ScheduleKind::k1F1B);
+  std::unique_ptr<TokenSource> data = synthetic_tokens(3, 1 << 16, m.gpt.vocab);
+
+  // Options of a run of `steps` steps into kRoot/name (emptied), drift detection at 2.5x
+  // over windows of 5.
+  static TrainOptions options(const std::string& name, int steps) {
+    torch::set_num_threads(1);
+    TrainOptions o;
+    o.progress = false;
+    o.steps = steps;
+    o.out_dir = kRoot + "/" + name;
+    o.drift = {2.5, 5};
+    std::filesystem::remove_all(o.out_dir);
+    return o;
+  }
+};
+
 TrainSummary run(const std::string& name, bool slow) {
-  torch::set_num_threads(1);
-  // Enough compute per microbatch (milliseconds) that scheduling noise is small beside it.
-  const model::ModelSpec m = testing::tiny_gpt(1, true, /*blocks=*/2, /*hidden=*/96, /*heads=*/4, /*seq=*/64, 64);
-  const plan::Plan p = testing::make_plan(m, {2}, {1, 1}, 4, 2, plan::ScheduleKind::k1F1B);
-  auto data = synthetic_tokens(3, 1 << 16, m.gpt.vocab);
-  TrainOptions o;
-  o.progress = false;
-  o.steps = 30;
-  o.out_dir = kRoot + "/" + name;
-  o.drift = {2.5, 5};
+  TwoStages t;
+  TrainOptions o = TwoStages::options(name, 30);
   if (slow) o.fake_slowdown = [](int step, int stage) { return stage == 1 && step >= 10 ? 5.0 : 1.0; };
-  std::filesystem::remove_all(o.out_dir);
-  return testing::train_threads(m, p, *data, o);
+  return testing::train_threads(t.m, t.p, *t.data, o);
 }
 
 // The testbed's device slowdown file (harp testbed set --device-slowdown): written "5"
 // before step 10 (by the step hook), read by the ranks before each step; the run's
 // drift detection sees the pipeline's bound move 5x.
 TEST(DriftLive, TheTestbedSlowdownFileSlowsTheRanks) {
-  torch::set_num_threads(1);
-  const model::ModelSpec m = testing::tiny_gpt(1, true, 2, 96, 4, 64, 64);
-  const plan::Plan p = testing::make_plan(m, {2}, {1, 1}, 4, 2, plan::ScheduleKind::k1F1B);
-  auto data = synthetic_tokens(3, 1 << 16, m.gpt.vocab);
-  TrainOptions o;
-  o.progress = false;
-  o.steps = 24;
-  o.out_dir = kRoot + "/file";
-  o.drift = {2.5, 5};
+  TwoStages t;
+  TrainOptions o = TwoStages::options("file", 24);
   o.slowdown_file = kRoot + "/slowdown";
   std::filesystem::create_directories(kRoot);
   std::filesystem::remove(o.slowdown_file);
@@ -57,8 +62,7 @@ TEST(DriftLive, TheTestbedSlowdownFileSlowsTheRanks) {
     if (step == 10 && stage == 0) std::ofstream(file) << "5\n";
     return 1.0;
   };
-  std::filesystem::remove_all(o.out_dir);
-  const TrainSummary s = testing::train_threads(m, p, *data, o);
+  const TrainSummary s = testing::train_threads(t.m, t.p, *t.data, o);
   ASSERT_EQ(s.drifts.size(), 1u);
   EXPECT_GE(s.drifts[0].step, 10);
   EXPECT_LE(s.drifts[0].step, 10 + 5);
@@ -82,19 +86,10 @@ TEST(DriftLive, ASlowedStageIsNamedAndAnUnchangedRunReportsNothing) {
 
 // Two stages over the in-memory transport; every message between them takes `transit(step)`.
 TrainSummary run_link(const std::string& name, const std::function<double(int)>& transit, int steps) {
-  torch::set_num_threads(1);
-  const model::ModelSpec m = testing::tiny_gpt(1, true, 2, 96, 4, 64, 64);
-  const plan::Plan p = testing::make_plan(m, {2}, {1, 1}, 4, 2, plan::ScheduleKind::k1F1B);
-  auto data = synthetic_tokens(3, 1 << 16, m.gpt.vocab);
-  TrainOptions o;
-  o.progress = false;
-  o.steps = steps;
-  o.out_dir = kRoot + "/" + name;
-  o.drift = {2.5, 5};
-  std::filesystem::remove_all(o.out_dir);
+  TwoStages t;
   MemNetwork net(2);
   net.set_transit([transit](int, int, int step) { return transit(step); });
-  return testing::train_in_memory(m, p, *data, o, net);
+  return testing::train_in_memory(t.m, t.p, *t.data, TwoStages::options(name, steps), net);
 }
 
 // The per-step figure metrics.jsonl records for the link.
