@@ -60,6 +60,9 @@ int run_elastic(launch::ElasticOptions o, const std::string& testbed_file, const
                              {"--drift-window", &o.drift_window}})
     if (auto v = parse_integer(launch::flag_value(o.command, flag), 0, 1 << 30); v.ok()) *value = static_cast<int>(*v);
   if (auto v = parse_real(launch::flag_value(o.command, "--drift-threshold")); v.ok()) o.drift_threshold = *v;
+  // The links a plan routes around are probed: the job's interval, else every two drift
+  // windows (a command's own --link-probe-every is left as it is).
+  o.link_probe_every = t.link_probe_every > 0 ? t.link_probe_every : 2 * std::max(1, o.drift_window);
   if (o.replan_min_gain > 0 && o.drift_threshold <= 1) {
     ctx.err << "harp launch: re-planning on drift (--replan-min-gain " << o.replan_min_gain
             << ") needs the workers' drift detection: set training.drift_threshold in " << o.job_file

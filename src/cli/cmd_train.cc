@@ -212,6 +212,10 @@ void add_train_command(CLI::App& root, Context& ctx) {
                        "Report a stage whose compute leaves its baseline by more than this factor (0: off)")
            ->check(real(0, 100)),
        &C::drift_threshold);
+  over(cmd->add_option("--link-probe-every", f.link_probe_every,
+                       "Probe the links between pools the plan does not join every K steps (0: never)")
+           ->check(whole(0, 1000000)),
+       &C::link_probe_every);
   over(cmd->add_option("--drift-window", f.drift_window, "Steps whose median drift detection compares")
            ->capture_default_str()
            ->check(whole(1, 10000)),

@@ -72,6 +72,8 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
     return field_error(file, join_path(path, "replan_min_gain"), std::to_string(replan_min_gain),
                        "re-planning on drift needs drift detection, which drift_threshold 0 turns off",
                        "set drift_threshold too, e.g. 1.5");
+  if (link_probe_every < 0 || link_probe_every > 1000000)
+    return bad("link_probe_every", link_probe_every, "must be 0..1000000", "use 0 (no probes) or e.g. 10");
   if (sample_every < 0) return bad("sample_every", sample_every, "must be >= 0", "use 0 (no samples) or e.g. 100");
   if (sample_tokens < 1 || sample_tokens > 4096)
     return bad("sample_tokens", sample_tokens, "must be 1..4096", "use e.g. 64");
@@ -127,6 +129,7 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   c.drift_threshold = r.number("drift_threshold", c.drift_threshold);
   c.drift_window = static_cast<int>(r.integer("drift_window", 1, c.drift_window));
   c.replan_min_gain = r.number("replan_min_gain", c.replan_min_gain);
+  c.link_probe_every = static_cast<int>(r.integer("link_probe_every", 0, c.link_probe_every));
   c.sample_every = static_cast<int>(r.integer("sample_every", 0, c.sample_every));
   c.sample_prompt = r.string("sample_prompt", c.sample_prompt);
   c.sample_tokens = static_cast<int>(r.integer("sample_tokens", 1, c.sample_tokens));
@@ -172,6 +175,7 @@ Json train_config_to_json(const TrainConfig& c) {
     j["drift_window"] = c.drift_window;
     if (c.replan_min_gain > 0) j["replan_min_gain"] = c.replan_min_gain;
   }
+  if (c.link_probe_every > 0) j["link_probe_every"] = c.link_probe_every;
   if (c.sample_every > 0) {
     j["sample_every"] = c.sample_every;
     j["sample_prompt"] = c.sample_prompt;

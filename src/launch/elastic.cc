@@ -188,6 +188,7 @@ class Run {
     current_link_drift_ = link_drift_;
     adopting_ = false;
     drifts_seen_ = 0;
+    probes_seen_ = 0;
     const std::string plan_file = elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json";
     if (Status s = plan::save_plan(p, plan_file); !s.ok()) return fail(err_, s);
     devices_ = p.used_devices();  // rank r runs devices_[r]
@@ -203,6 +204,9 @@ class Run {
     options.command = o_.command;
     if (flag_value(o_.command, "--job").empty()) options.command.insert(options.command.end(), {"--job", o_.job_file});
     options.command.insert(options.command.end(), {"--plan", plan_file});
+    // Re-planning also watches the links the plan routes around (their recovery).
+    if (o_.replan_min_gain > 0 && o_.link_probe_every > 0 && flag_value(o_.command, "--link-probe-every").empty())
+      options.command.insert(options.command.end(), {"--link-probe-every", std::to_string(o_.link_probe_every)});
     if (resume_from >= 0) options.command.push_back("--resume");
     options.grace_s = o_.grace_s;
     options.clock = &clock_;
@@ -340,6 +344,8 @@ class Run {
     const RunProgress p = read_progress(out_dir_, launched_unix);
     while (drifts_seen_ < static_cast<int>(p.drifts.size()))
       if (judge_drift(attempt, p.drifts[static_cast<size_t>(drifts_seen_++)], p, launched_unix)) return adopting_ = true;
+    while (probes_seen_ < static_cast<int>(p.probes.size()))
+      if (judge_probe(attempt, p.probes[static_cast<size_t>(probes_seen_++)], p, launched_unix)) return adopting_ = true;
     return false;
   }
 
@@ -380,21 +386,91 @@ class Run {
         link_factors[link_key(st.subcluster_name, next.subcluster_name)].push_back(got / plain);
     }
     for (auto& [pair, v] : link_factors) link_drift_[pair] = median(v);
-    Json links = Json::object();
-    for (const auto& [pair, f] : link_drift_) links[pair.first + "-" + pair.second] = f;
     Json record = {{"attempt", attempt},
                    {"drift_after_steps", d.after_steps},
                    {"stage", d.stage},
                    {"link", d.link},
                    {"ratio", d.ratio},
                    {"compute_drift", drift_},
-                   {"link_drift", links},
+                   {"link_drift", links_json()},
                    {"old_plan", elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json"}};
     err_ << kWho << "drift after step " << d.after_steps << ": "
          << (d.link >= 0 ? "the link after stage " + std::to_string(d.link) : "stage " + std::to_string(d.stage))
          << " at " << fmt("%.2fx", d.ratio) << "; the subclusters compute " << describe_drift(drift_)
          << " x the planner's costs" << (link_drift_.empty() ? "" : " and the links take " + describe_links(link_drift_))
          << ", as measured now\n";
+    // Predictions are the closed form on those costs plus what the closed form leaves out of
+    // this run's steps: the running plan's measured step before the drift less its closed
+    // form with the stage times then measured (the metrics reduction, the machine's other
+    // per-step costs; without steps before the drift, the same now). The drifted plan is
+    // not predicted but measured: the closed form adds the round trip and the end to B - 1
+    // periods, and with one stage bound by its compute they overlap (it read 1.73 s for a
+    // step measured at 1.58 s).
+    const double old_pred = plan::closed_form(with_measured(current_, measured, link_measured)).iteration_s;
+    const int w = std::max(1, o_.drift_window);
+    // The drifted step: the median of the window's newer half (the detector's level).
+    double measured_old = median_step_s(p, d.after_steps - (w + 1) / 2, d.after_steps);
+    if (measured_old <= 0) measured_old = old_pred;
+    int first_step = d.after_steps;
+    for (const auto& [step, seconds] : p.step_s) first_step = std::min(first_step, step);
+    const double before = median_step_s(p, first_step + 1, d.after_steps - w);  // after the warm-up step
+    const double model_error = before > 0 ? before - plan::closed_form(with_measured(current_, baseline, link_baseline)).iteration_s
+                                          : measured_old - old_pred;
+    return replan_and_decide(attempt, std::move(record), p, launched_unix, old_pred, measured_old, before, model_error);
+  }
+
+  // A link probe (a link the running plan does not cross): when it has moved past the
+  // drift threshold from what the costs say of it, the link's factor becomes what it
+  // measured and the run is re-planned as for a drift. The running plan's costs are not
+  // changed by it, so its own closed form is its prediction and the model error is its
+  // measured step now less that.
+  bool judge_probe(int attempt, const ProbeRecord& q, const RunProgress& p, double launched_unix) {
+    const int a = subcluster_index(q.a), b = subcluster_index(q.b);
+    if (a < 0 || b < 0 || a == b) return false;
+    const cluster::Link model = cluster_.path_link(a, b);
+    const double plain = model.transfer_s(q.bytes) - model.latency_s, got = q.transit_s - model.latency_s;
+    if (!(plain > 0 && got > 0)) return false;
+    const double factor = got / plain, now = factor_of(link_drift_, q.a, q.b);
+    const double threshold = o_.drift_threshold > 1 ? o_.drift_threshold : 1.5;
+    if (factor < now * threshold && factor > now / threshold) return false;
+    link_drift_[link_key(q.a, q.b)] = factor;
+    Json record = {{"attempt", attempt},
+                   {"probe_after_steps", q.after_steps},
+                   {"link_probe", q.a + "-" + q.b},
+                   {"ratio", factor / now},
+                   {"compute_drift", drift_},
+                   {"link_drift", links_json()},
+                   {"old_plan", elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json"}};
+    err_ << kWho << "the link " << q.a << "-" << q.b << ", which the running plan does not cross, takes "
+         << fmt("x%.2f", factor) << " the link model (probed after step " << q.after_steps << ": "
+         << fmt_time(q.transit_s) << " for " << fmt("%.0f", q.bytes) << " bytes; the costs said x"
+         << fmt("%.2f", now) << ")\n";
+    const int w = std::max(1, o_.drift_window);
+    const double old_pred = plan::closed_form(current_).iteration_s;
+    double measured_old = median_step_s(p, p.steps_done - w, p.steps_done);
+    if (measured_old <= 0) measured_old = old_pred;
+    return replan_and_decide(attempt, std::move(record), p, launched_unix, old_pred, measured_old, -1,
+                             measured_old - old_pred);
+  }
+
+  int subcluster_index(const std::string& name) const {
+    for (size_t i = 0; i < cluster_.subclusters.size(); ++i)
+      if (cluster_.subclusters[i].name == name) return static_cast<int>(i);
+    return -1;
+  }
+
+  Json links_json() const {
+    Json links = Json::object();
+    for (const auto& [pair, f] : link_drift_) links[pair.first + "-" + pair.second] = f;
+    return links;
+  }
+
+  // Plans over the calibrated costs and decides whether the plan pays for its restart:
+  // `record` so far; the running plan's closed form on the costs measured now, its measured
+  // step now, its measured step before the drift (or -1) and what the closed form leaves
+  // out of this run's steps. True when adopted (the workers stop at the next checkpoint).
+  bool replan_and_decide(int attempt, Json record, const RunProgress& p, double launched_unix, double old_pred,
+                         double measured_old, double before, double model_error) {
     const double plan_start = clock_.now_s();
     auto outcome = plan_(drifted_cluster(cluster_, link_drift_), drift_);
     replan_s_ = clock_.now_s() - plan_start;
@@ -406,24 +482,7 @@ class Run {
       append_record(record);
       return false;
     }
-    // Predictions are the closed form on those costs plus what the closed form leaves out of
-    // this run's steps: the running plan's measured step before the drift less its closed
-    // form with the stage times then measured (the metrics reduction, the machine's other
-    // per-step costs; without steps before the drift, the same now). The drifted plan is
-    // not predicted but measured: the closed form adds the round trip and the end to B - 1
-    // periods, and with one stage bound by its compute they overlap (it read 1.73 s for a
-    // step measured at 1.58 s).
-    const double old_pred = plan::closed_form(with_measured(current_, measured, link_measured)).iteration_s;
     const double new_pred = plan::closed_form(outcome->plan).iteration_s;
-    const int w = std::max(1, o_.drift_window);
-    // The drifted step: the median of the window's newer half (the detector's level).
-    double measured_old = median_step_s(p, d.after_steps - (w + 1) / 2, d.after_steps);
-    if (measured_old <= 0) measured_old = old_pred;
-    int first_step = d.after_steps;
-    for (const auto& [step, seconds] : p.step_s) first_step = std::min(first_step, step);
-    const double before = median_step_s(p, first_step + 1, d.after_steps - w);  // after the warm-up step
-    const double model_error = before > 0 ? before - plan::closed_form(with_measured(current_, baseline, link_baseline)).iteration_s
-                                          : measured_old - old_pred;
     const double estimated_new = std::max(new_pred + model_error, 0.5 * new_pred);
     const int every = o_.checkpoint_every;
     const int stop_at = every > 0 ? (p.steps_done + every) / every * every : p.steps_done + 1;
@@ -596,6 +655,7 @@ class Run {
   double replan_s_ = 0;
   bool adopting_ = false;                  // this attempt stops for next_plan_
   int drifts_seen_ = 0;                    // of this attempt's records
+  int probes_seen_ = 0;                    // the same for link probes
   int candidates_ = 0;
   double next_poll_s_ = 0;
 };

@@ -42,6 +42,14 @@ RunProgress read_progress(const std::string& out_dir, double since_unix) {
     if (r.contains("iteration_s") && r["iteration_s"].is_number())
       p.step_s.emplace_back(step_of("step"), r["iteration_s"].get<double>());
     p.steps_done = std::max(p.steps_done, step_of("step") + 1);
+    if (r.contains("link_probes") && r["link_probes"].is_array())
+      for (const Json& x : r["link_probes"]) {
+        if (!x.is_object() || !x.contains("a") || !x["a"].is_string() || !x.contains("b") || !x["b"].is_string() ||
+            !x.contains("bytes") || !x["bytes"].is_number() || !x.contains("transit_s") || !x["transit_s"].is_number())
+          continue;
+        p.probes.push_back({step_of("step") + 1, x["a"].get<std::string>(), x["b"].get<std::string>(),
+                            x["bytes"].get<double>(), x["transit_s"].get<double>()});
+      }
     if (p.first_step_unix < 0) p.first_step_unix = wall;
     if (r.contains(kProgressResumedKey)) p.resumed_step = step_of(kProgressResumedKey);
     if (r.contains(kProgressStoppedKey)) p.stopped_step = step_of(kProgressStoppedKey);

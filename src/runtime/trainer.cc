@@ -63,6 +63,7 @@ TrainOptions train_options(const config::TrainConfig& c) {
   t.sample_prompt = c.sample_prompt;
   t.sample_tokens = c.sample_tokens;
   t.drift = {c.drift_threshold, c.drift_window};
+  t.link_probe_every = c.link_probe_every;
   t.resolved_config = config::train_config_to_json(c);
   return t;
 }
@@ -79,9 +80,10 @@ namespace {
 // which made the next step's measured base bytes depend on that timing.
 class StepStats {
  public:
-  StepStats(int stages, int microbatches)
+  StepStats(int stages, int microbatches, int probes)
       : S_(stages), M_(microbatches),
-        t_(torch::zeros({kPerStage * stages + 2 + 4 * std::max(0, stages - 1) * microbatches}, torch::kFloat64)) {}
+        t_(torch::zeros({kPerStage * stages + 2 + 4 * std::max(0, stages - 1) * microbatches + probes},
+                        torch::kFloat64)) {}
   void clear() { t_.zero_(); }
   void set_stage(int stage, double busy, double fwd_s, double bwd_s) {
     t_[stage] = busy;
@@ -109,6 +111,9 @@ class StepStats {
     put(stage - 1, 2, r.sent_s[1]);
     put(stage, 3, r.arrived_s[1]);
   }
+  // Link probe k's transit (its initiator writes it; LinkProbe).
+  void set_probe(int k, double transit_s) { t_[probe_index(k)] = transit_s; }
+  double probe(int k) const { return t_[probe_index(k)].item<double>(); }
   torch::Tensor& tensor() { return t_; }
   std::vector<double> busy() const {
     torch::Tensor b = t_.slice(0, 0, S_).contiguous();
@@ -146,6 +151,7 @@ class StepStats {
   static constexpr int kPerStage = 5;
   // slot: 0 activation sent, 1 activation arrived, 2 gradient sent, 3 gradient arrived.
   int index(int link, int mb, int slot) const { return kPerStage * S_ + 2 + (link * M_ + mb) * 4 + slot; }
+  int probe_index(int k) const { return kPerStage * S_ + 2 + 4 * std::max(0, S_ - 1) * M_ + k; }
   int S_, M_;
   torch::Tensor t_;
 };
@@ -158,7 +164,8 @@ class Loop {
        const TrainOptions& options, std::ostream& log, TrainSummary& summary, MetricsLog& metrics,
        const std::string& run_id)
       : model_(model), plan_(plan), ex_(ex), comm_(comm), l_(comm.layout()), o_(options), log_(log),
-        summary_(summary), metrics_(metrics), stats_(l_.num_stages(), plan.microbatches),
+        summary_(summary), metrics_(metrics), probes_(idle_links(model, plan)),
+        stats_(l_.num_stages(), plan.microbatches, static_cast<int>(probes_.size())),
         measured_compute_(torch::zeros({2 * l_.num_stages()}, torch::kFloat64)),
         checkpoints_(options.out_dir + "/checkpoints", options.keep_checkpoints, options.async_checkpoints,
                      options.before_checkpoint_write),
@@ -227,6 +234,7 @@ class Loop {
       stats_.set_link_ends(l_.stage, r);
     }
     stats_.set_votes(checkpoints_.vote(), o_.stop_requested && o_.stop_requested() ? 1.0 : 0.0);
+    if (probing_step(step)) probe_links(step);
     comm_.allreduce_world(stats_.tensor(),
                           "rank " + std::to_string(l_.rank) + " at step " + std::to_string(step) + " in metrics");
     // The iteration ends when every rank may start the next one: the metrics reduction
@@ -271,6 +279,25 @@ class Loop {
     if (!slowdown_warned_) log_ << o_.slowdown_file << ": \"" << text.substr(0, 40) << "\" is not a slowdown in [1, 1000]; ignored\n";
     slowdown_warned_ = true;
     return 1.0;
+  }
+
+  bool probing_step(int step) const {
+    return o_.link_probe_every > 0 && !probes_.empty() && (step + 1) % o_.link_probe_every == 0;
+  }
+
+  // The link probes of this step, in one order on every rank (a pair at a time, so none
+  // waits in a cycle): each pair's first ranks exchange a cut-sized message there and
+  // back; the initiator keeps half the round trip. Part of the step's time.
+  void probe_links(int step) {
+    for (size_t k = 0; k < probes_.size(); ++k) {
+      const LinkProbe& p = probes_[k];
+      const int from = l_.stage_ranks[p.from_stage][0], to = l_.stage_ranks[p.to_stage][0];
+      if (l_.rank != from && l_.rank != to) continue;
+      const double rt = comm_.round_trip(l_.rank == from ? to : from, static_cast<std::int64_t>(p.bytes),
+                                         l_.rank == from, "rank " + std::to_string(l_.rank) + " at step " +
+                                                              std::to_string(step) + " probing " + p.a + "-" + p.b);
+      if (l_.rank == from) stats_.set_probe(static_cast<int>(k), rt / 2);
+    }
   }
 
   // Every rank holds the same reduced figures, so every rank reaches the same verdict.
@@ -377,6 +404,12 @@ class Loop {
     m.flops = flops_;
     m.busy_fraction = stats_.busy();
     m.link_s = stats_.link_transit();
+    if (probing_step(step))
+      for (size_t k = 0; k < probes_.size(); ++k) {
+        LinkProbe p = probes_[k];
+        p.transit_s = stats_.probe(static_cast<int>(k));
+        m.link_probes.push_back(p);
+      }
     for (double u : utilisation_per_s_.stages) m.stage_mfu.push_back(u / r.seconds);
     m.mfu = utilisation_per_s_.overall / r.seconds;
     m.loss_scale = r.loss_scale;
@@ -443,6 +476,7 @@ class Loop {
   std::ostream& log_;
   TrainSummary& summary_;
   MetricsLog& metrics_;
+  std::vector<LinkProbe> probes_;  // the plan's idle links (idle_links)
   StepStats stats_;
   torch::Tensor measured_compute_;  // per stage: forward, then backward seconds, summed over timed steps
   CheckpointWriter checkpoints_;

@@ -424,40 +424,44 @@ cluster::Cluster three_linked_pools() {
   return c;
 }
 
+// The fastest of the chains a-b-c, a-c-b, b-a-c by the closed form (the first on ties).
 StatusOr<PlanAttempt> best_order(const cluster::Cluster& c, const ComputeDrift&) {
   auto message_s = [&](int x, int y) { return 0.5 / c.path_link(x, y).bandwidth_gbps; };
-  std::vector<int> order = {0, 1, 2};
-  if (std::max(message_s(0, 2), message_s(2, 1)) < std::max(message_s(0, 1), message_s(1, 2))) order = {0, 2, 1};
-  PlanAttempt a;
-  a.feasible = true;
-  a.plan.microbatches = 4;
-  for (int s = 0; s < 3; ++s) {
-    plan::Stage st;
-    st.subcluster = order[s];
-    st.subcluster_name = c.subclusters[order[s]].name;
-    st.devices = {order[s]};
-    st.first_layer = s;
-    st.last_layer = s + 1;
-    st.fwd_s = 1.0 / 3;
-    st.bwd_s = 2.0 / 3;
-    st.crosses_nodes = s < 2;
-    if (s < 2) st.comm_s = message_s(order[s], order[s + 1]);
-    a.plan.stages.push_back(st);
+  PlanAttempt best;
+  for (const std::vector<int>& order : {std::vector<int>{0, 1, 2}, {0, 2, 1}, {1, 0, 2}}) {
+    PlanAttempt a;
+    a.feasible = true;
+    a.plan.microbatches = 4;
+    for (int s = 0; s < 3; ++s) {
+      plan::Stage st;
+      st.subcluster = order[s];
+      st.subcluster_name = c.subclusters[order[s]].name;
+      st.devices = {order[s]};
+      st.first_layer = s;
+      st.last_layer = s + 1;
+      st.fwd_s = 1.0 / 3;
+      st.bwd_s = 2.0 / 3;
+      st.crosses_nodes = s < 2;
+      if (s < 2) st.comm_s = message_s(order[s], order[s + 1]);
+      a.plan.stages.push_back(st);
+    }
+    a.plan.predicted = plan::closed_form(a.plan);
+    if (!best.feasible || a.plan.predicted.iteration_s < best.plan.predicted.iteration_s) best = a;
   }
-  a.plan.predicted = plan::closed_form(a.plan);
-  return a;
+  return best;
+}
+
+std::vector<int> order_of(const LaunchOptions& o) {
+  std::vector<int> devices;
+  const auto plan = plan::load_plan(value_after(o.command, "--plan"));
+  EXPECT_TRUE(plan.ok());
+  if (plan.ok())
+    for (const auto& st : plan->stages) devices.push_back(st.devices[0]);
+  return devices;
 }
 
 TEST(ElasticController, ASlowedLinkAdoptsAPlanThatAvoidsItAtTheNextCheckpoint) {
   Fixture f;
-  auto order_of = [](const LaunchOptions& o) {
-    std::vector<int> devices;
-    const auto plan = plan::load_plan(value_after(o.command, "--plan"));
-    EXPECT_TRUE(plan.ok());
-    if (plan.ok())
-      for (const auto& st : plan->stages) devices.push_back(st.devices[0]);
-    return devices;
-  };
   f.launcher.script = {
       [&](const LaunchOptions& o) {
         EXPECT_EQ(order_of(o), (std::vector<int>{0, 1, 2}));
@@ -490,6 +494,64 @@ TEST(ElasticController, ASlowedLinkAdoptsAPlanThatAvoidsItAtTheNextCheckpoint) {
   EXPECT_NEAR(rows[0]["model_error_s"].get<double>(), 0.0, 1e-9);
   EXPECT_NEAR(rows[0]["measured_new_s"].get<double>(), 8.0, 1e-12);
   EXPECT_NE(f.err.str().find("the links take a-b x4.00"), std::string::npos) << f.err.str();
+}
+
+// The link a plan routes around recovers, and a probe of it (the workers' link_probes on a
+// step line) moves the plan back. a-b at 2 Gbit/s (0.25 s a message), b-c and a-c at 1
+// (0.5 s): a, b, c runs 3 + 1.5 + 3 = 7.5 s, a, c, b 8 s. a-b 8x slower (2 s): a, b, c runs
+// 14 s, a, c, b is adopted; then a probe of a-b reads 0.25 s again: its factor goes back to
+// 1, and a, b, c, predicted 7.5 s against 8 s measured over the 60 steps left, is adopted
+// at the next checkpoint. The workers are told to probe (--link-probe-every).
+TEST(ElasticController, AProbedLinkThatRecoversMovesThePlanBack) {
+  Fixture f;
+  const Json probe = Json::array({{{"a", "a"}, {"b", "b"}, {"bytes", 0.25 * 2e9 / 8}, {"transit_s", 0.25}}});
+  f.launcher.script = {
+      [&](const LaunchOptions& o) {
+        EXPECT_EQ(order_of(o), (std::vector<int>{0, 1, 2}));
+        EXPECT_EQ(value_after(o.command, "--link-probe-every"), "10");
+        for (int s = 0; s < 10; ++s) f.folder.timed_step(s, 7.5);
+        for (int s = 10; s < 15; ++s) f.folder.timed_step(s, 14.0);
+        f.folder.link_drift(15, 0, {1.0, 1.0, 1.0}, {2.0, 0.5}, {0.25, 0.5});
+        EXPECT_TRUE(o.stop_when());
+        f.folder.timed_step(19, 14.0, {{kProgressStoppedKey, 20}});
+        f.folder.checkpoint(20);
+        return all_exited();
+      },
+      [&](const LaunchOptions& o) {
+        EXPECT_EQ(order_of(o), (std::vector<int>{0, 2, 1}));
+        f.folder.timed_step(20, 8.0, {{kProgressResumedKey, 20}});
+        for (int s = 21; s < 30; ++s) f.folder.timed_step(s, 8.0, s == 29 ? Json{{"link_probes", probe}} : Json::object());
+        f.clock.advance(1.0);
+        EXPECT_TRUE(o.stop_when());
+        f.folder.timed_step(39, 8.0, {{kProgressStoppedKey, 40}});
+        f.folder.checkpoint(40);
+        return all_exited();
+      },
+      [&](const LaunchOptions& o) {
+        EXPECT_EQ(order_of(o), (std::vector<int>{0, 1, 2}));  // back
+        f.folder.timed_step(40, 7.5, {{kProgressResumedKey, 40}});
+        for (int s = 41; s < 100; ++s) f.folder.timed_step(s, 7.5);
+        return all_exited();
+      }};
+  cluster::Cluster c = three_linked_pools();
+  c.links[0].link.bandwidth_gbps = 2.0;  // a-b
+  ElasticOptions o = replanning(f, 0.05);
+  o.link_probe_every = 10;
+  ElasticController controller(o, c, best_order, nullptr, f.launcher, f.clock);
+  ASSERT_EQ(controller.run(f.out, f.err), kExitOk) << f.err.str();
+  ASSERT_EQ(f.launcher.seen.size(), 3u) << f.err.str();
+  const auto rows = recoveries(f.dir.path());
+  ASSERT_EQ(rows.size(), 2u) << f.err.str();
+  EXPECT_NEAR(rows[0]["link_drift"]["a-b"].get<double>(), 8.0, 1e-9);
+  EXPECT_EQ(rows[1]["link_probe"], "a-b");
+  EXPECT_EQ(rows[1]["probe_after_steps"], 30);
+  EXPECT_NEAR(rows[1]["link_drift"]["a-b"].get<double>(), 1.0, 1e-9);
+  EXPECT_NEAR(rows[1]["predicted_old_s"].get<double>(), 8.0, 1e-9);
+  EXPECT_NEAR(rows[1]["predicted_new_s"].get<double>(), 7.5, 1e-9);
+  EXPECT_TRUE(rows[1]["adopted"].get<bool>());
+  EXPECT_NEAR(rows[1]["measured_new_s"].get<double>(), 7.5, 1e-12);
+  EXPECT_NE(f.err.str().find("the link a-b, which the running plan does not cross, takes x1.00"), std::string::npos)
+      << f.err.str();
 }
 
 TEST(ElasticController, DriftedClusterScalesTheDeclaredLinkOrAddsTheChainsScaled) {

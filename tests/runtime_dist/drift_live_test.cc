@@ -127,5 +127,40 @@ TEST(DriftLive, ASteadySlowLinkReportsNothing) {
   EXPECT_TRUE(run_link("steady_link", [](int) { return 0.010; }, 30).drifts.empty());
 }
 
+// Link probes (TrainOptions::link_probe_every): three stages on subclusters a, b, c over the
+// in-memory transport, where a message between the first and the last stage's ranks takes
+// 20 ms and every other none. No two consecutive stages join a and c, so every 4th step
+// their first ranks exchange a cut-sized message there and back: metrics.jsonl has the
+// transit, half the round trip, on those steps only; probing changes no loss.
+TEST(DriftLive, ALinkNoTwoStagesJoinIsProbedEveryKSteps) {
+  TwoStages t;
+  plan::Plan p = testing::make_plan(t.m, {1, 3}, {1, 1, 1}, 4, 2, plan::ScheduleKind::k1F1B);
+  const char* names[] = {"a", "b", "c"};
+  for (int s = 0; s < 3; ++s) p.stages[s].subcluster_name = names[s];
+  auto run = [&](const std::string& name, int every) {
+    MemNetwork net(3);
+    net.set_transit([](int from, int to, int) { return from + to == 2 && from != to ? 0.020 : 0.0; });
+    TrainOptions o = TwoStages::options(name, 8);
+    o.link_probe_every = every;
+    return testing::train_in_memory(t.m, p, *t.data, o, net);
+  };
+  const TrainSummary probed = run("probed", 4), plain = run("plain", 0);
+  EXPECT_EQ(probed.losses, plain.losses);
+  std::ifstream in(kRoot + "/probed/metrics.jsonl");
+  std::vector<int> probe_steps;
+  for (std::string line; std::getline(in, line);) {
+    const Json r = Json::parse(line);
+    if (!r.contains("step") || !r.contains("link_probes")) continue;
+    probe_steps.push_back(r["step"].get<int>());
+    ASSERT_EQ(r["link_probes"].size(), 1u);
+    const Json& q = r["link_probes"][0];
+    EXPECT_EQ(q["a"], "a");
+    EXPECT_EQ(q["b"], "c");
+    EXPECT_GT(q["bytes"].get<double>(), 0);
+    EXPECT_NEAR(q["transit_s"].get<double>(), 0.020, 0.002);
+  }
+  EXPECT_EQ(probe_steps, (std::vector<int>{3, 7}));
+}
+
 }  // namespace
 }  // namespace harp::runtime

@@ -78,6 +78,9 @@ struct TrainConfig {
   // the drifted costs when it is predicted at least this fraction faster over the steps
   // left, counting the restart; 0: off (drifts are only reported). Needs drift_threshold.
   double replan_min_gain = 0;
+  // Link probes between stages on subclusters the plan does not join, every this many
+  // steps (0: none; runtime/trainer.h). harp launch --elastic sets it when it re-plans.
+  int link_probe_every = 0;
 
   // The first broken rule, naming `file` and the field path under `path`.
   Status validate(const std::string& file, const std::string& path = "training") const;

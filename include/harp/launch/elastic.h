@@ -58,6 +58,10 @@ struct ElasticOptions {
   int drift_window = 5;
   int steps = 0, checkpoint_every = 0;
   double poll_s = 1.0;  // how often metrics.jsonl is read for drifts
+  // With re-planning: the workers probe the links their plan does not cross every this
+  // many steps (harp train --link-probe-every; 0: not), so a link a plan routes around is
+  // still measured and its recovery seen.
+  int link_probe_every = 0;
   // One machine: places each attempt's ranks (`harp launch --elastic --testbed`: each in
   // its device's namespace); `devices` are rank r's device ids in the cluster the
   // controller was given (ids stay those of the first cluster after devices are lost).

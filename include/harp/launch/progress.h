@@ -29,6 +29,13 @@ struct DriftRecord {
   double wall_unix_s = 0;
 };
 
+// A link probe's figure (runtime/io/metrics.h, LinkProbe): between subclusters a and b.
+struct ProbeRecord {
+  int after_steps = 0;
+  std::string a, b;
+  double bytes = 0, transit_s = 0;
+};
+
 struct RunProgress {
   int steps_done = -1;          // after the last step recorded; -1: none
   int resumed_step = -1;        // the checkpoint the run resumed from; -1: none
@@ -36,6 +43,7 @@ struct RunProgress {
   double first_step_unix = -1;  // when the first step recorded ended; -1: none
   std::vector<std::pair<int, double>> step_s;  // (step, iteration_s) in the order recorded
   std::vector<DriftRecord> drifts;
+  std::vector<ProbeRecord> probes;  // in the order recorded
 };
 
 // The median iteration_s of the records of steps in [first, last) in `p`; -1 for none.

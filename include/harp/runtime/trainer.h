@@ -58,6 +58,11 @@ struct TrainOptions {
   // Drift detection (io/drift.h): a stage whose compute leaves its baseline by more
   // than drift.threshold x is reported (a line, a metrics.jsonl record, TrainSummary).
   DriftConfig drift;
+  // Every this many steps (0: never) the first ranks of two stages on different
+  // subclusters that no link of the plan joins send a cut-sized message there and back
+  // (Transport::round_trip), so that a link the plan routes around is still measured; the
+  // transit (half the round trip) goes to metrics.jsonl's `link_probes`.
+  int link_probe_every = 0;
   // Tests: a compute slowdown of (step, stage), applied on top of any emulation.
   std::function<double(int step, int stage)> fake_slowdown;
   // A file read before every step whose number (>= 1) slows this rank's compute on top

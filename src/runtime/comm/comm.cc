@@ -220,6 +220,18 @@ void C10dTransport::allreduce_world(torch::Tensor& t, const std::string& what) {
   wait_or_throw(groups_->world->allreduce(v), timeout(), what + " (all ranks)");
 }
 
+double C10dTransport::round_trip(int peer, std::int64_t bytes, bool initiator, const std::string& what) {
+  check_open();
+  std::vector<at::Tensor> v{torch::zeros({std::max<std::int64_t>(1, bytes / 4)}, torch::kFloat32)};
+  const std::string where = what + (initiator ? " (probing the link to rank " : " (echoing a probe of rank ") +
+                            std::to_string(peer) + ")";
+  const auto start = std::chrono::steady_clock::now();
+  if (initiator) wait_or_throw(groups_->world->send(v, peer, kProbeTag), timeout(), where);
+  wait_or_throw(groups_->world->recv(v, peer, kProbeTag), timeout(), where);
+  if (!initiator) wait_or_throw(groups_->world->send(v, peer, kProbeTag), timeout(), where);
+  return initiator ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() : 0.0;
+}
+
 void C10dTransport::barrier(const std::string& what) {
   check_open();
   wait_or_throw(groups_->world->barrier(), timeout(), what + " (all ranks)");

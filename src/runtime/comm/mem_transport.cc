@@ -55,6 +55,16 @@ class MemTransport : public Transport {
     allreduce("world", all_ranks(), none, what + " (all ranks)");
   }
 
+  double round_trip(int peer, std::int64_t bytes, bool initiator, const std::string& what) override {
+    torch::Tensor t = torch::zeros({std::max<std::int64_t>(1, bytes / 4)}, torch::kFloat32);
+    const auto start = std::chrono::steady_clock::now();
+    const std::string to = what + " (link probe) to rank", from = what + " (link probe) from rank";
+    if (initiator) isend(t, peer, kProbeTag, to).wait(timeout());
+    irecv(t, peer, kProbeTag, from).wait(timeout());
+    if (!initiator) isend(t, peer, kProbeTag, to).wait(timeout());
+    return initiator ? std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() : 0.0;
+  }
+
   void abort(const std::string& reason) override {
     std::lock_guard<std::mutex> lock(net_.mu_);
     if (aborted_.empty()) aborted_ = reason.empty() ? "aborted" : reason;

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <set>
 
 #include "harp/common/document.h"
 #include "harp/common/format.h"
@@ -42,6 +43,12 @@ void MetricsLog::write(const StepMetrics& m, bool progress, std::ostream& log) {
                {"busy_fraction", m.busy_fraction},
                {launch::kProgressWallKey, unix_now()}};
   if (!m.link_s.empty()) line["link_s"] = m.link_s;
+  if (!m.link_probes.empty()) {
+    Json probes = Json::array();
+    for (const LinkProbe& p : m.link_probes)
+      probes.push_back({{"a", p.a}, {"b", p.b}, {"bytes", p.bytes}, {"transit_s", p.transit_s}});
+    line["link_probes"] = probes;
+  }
   if (!m.stage_mfu.empty()) {
     line["mfu"] = m.mfu;
     line["stage_mfu"] = m.stage_mfu;
@@ -111,6 +118,24 @@ void MetricsLog::write_drift(const Drift& d) {
                  {launch::kProgressWallKey, unix_now()}})
                .dump()
         << "\n" << std::flush;
+}
+
+std::vector<LinkProbe> idle_links(const model::ModelSpec& model, const plan::Plan& plan) {
+  std::set<std::pair<std::string, std::string>> joined, probed;
+  auto key = [](const std::string& a, const std::string& b) { return a < b ? std::pair{a, b} : std::pair{b, a}; };
+  const int S = plan.num_stages();
+  for (int s = 0; s + 1 < S; ++s) joined.insert(key(plan.stages[s].subcluster_name, plan.stages[s + 1].subcluster_name));
+  std::vector<LinkProbe> out;
+  for (int i = 0; i < S; ++i)
+    for (int j = i + 2; j < S; ++j) {
+      const std::string &a = plan.stages[i].subcluster_name, &b = plan.stages[j].subcluster_name;
+      if (a.empty() || b.empty() || a == b || joined.count(key(a, b)) || !probed.insert(key(a, b)).second) continue;
+      const double bytes = plan.stages[i].comm_bytes > 0
+                               ? static_cast<double>(plan.stages[i].comm_bytes)
+                               : 4.0 * plan.microbatch_size * model.gpt.seq_len * model.gpt.hidden;
+      out.push_back({i, j, a, b, bytes, 0.0});
+    }
+  return out;
 }
 
 plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,

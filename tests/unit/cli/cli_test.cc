@@ -358,7 +358,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
                         "--checkpoint-every", "--keep-checkpoints", "--async-checkpoints",
                         "--resume",
                         "--trace-steps", "--timeout-s", "--threads", "--emulate", "--init-from", "--val-data",
-                        "--eval-every", "--eval-batches", "--drift-threshold", "--drift-window", "--sample-every", "--sample-prompt", "--sample-tokens",
+                        "--eval-every", "--eval-batches", "--drift-threshold", "--link-probe-every", "--drift-window", "--sample-every", "--sample-prompt", "--sample-tokens",
                         "--sample-tokenizer", "--quiet"})
     expected.push_back(std::string("harp train ") + f);
   register_command("export", add_export_command);

@@ -48,6 +48,7 @@ class C10dTransport : public Transport {
   void allreduce_tied(torch::Tensor& t, const std::string& what) override;
   void allreduce_world(torch::Tensor& t, const std::string& what) override;
   void barrier(const std::string& what) override;
+  double round_trip(int peer, std::int64_t bytes, bool initiator, const std::string& what) override;
   // Gloo in libtorch 1.13 cannot cancel pending work: later calls throw, and peers
   // notice when this process exits and its sockets close.
   void abort(const std::string& reason) override;

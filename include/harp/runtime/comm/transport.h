@@ -22,6 +22,9 @@
 
 namespace harp::runtime {
 
+// The tag of link probes (Transport::round_trip), apart from every microbatch's.
+inline constexpr int kProbeTag = 1 << 30;
+
 // A failure of the distributed run (peer death, timeout): caught at the CLI boundary.
 class RuntimeFailure : public std::runtime_error {
  public:
@@ -116,6 +119,11 @@ class Transport {
   // Sum over every rank.
   virtual void allreduce_world(torch::Tensor& t, const std::string& what) = 0;
   virtual void barrier(const std::string& what) = 0;
+  // A link probe: `bytes` to `peer` and back (the initiator sends first, the peer echoes),
+  // over the CPU group whatever the device, as a pair of ranks the plan does not join
+  // has no link of its own there. Returns the round trip in seconds on the initiator, 0 on
+  // the peer; half of it is the transit of one message, with no clock to agree on.
+  virtual double round_trip(int peer, std::int64_t bytes, bool initiator, const std::string& what) = 0;
   // Ends this rank's part: every later call throws RuntimeFailure("aborted: reason"),
   // and peers waiting on this rank fail instead of waiting for the timeout (where the
   // implementation can tell them). Idempotent.

@@ -16,6 +16,21 @@
 
 namespace harp::runtime {
 
+// A link probe (TrainOptions::link_probe_every): between the first ranks of two stages on
+// subclusters a and b that no link of the plan joins, the transit of `bytes` (half a round
+// trip; 0 until measured).
+struct LinkProbe {
+  int from_stage = 0, to_stage = 0;
+  std::string a, b;
+  double bytes = 0, transit_s = 0;
+};
+
+// The probes a plan needs: one per pair of subclusters that two of its stages run on and
+// no two consecutive stages join, between the first such stages; of the bytes the plan
+// sends across a cut (the first stage's comm_bytes, else a microbatch's activation in
+// float32).
+std::vector<LinkProbe> idle_links(const model::ModelSpec& model, const plan::Plan& plan);
+
 struct StepMetrics {
   int step = 0;                       // 0-based
   int total_steps = 0;
@@ -24,6 +39,7 @@ struct StepMetrics {
   double tokens = 0, flops = 0;       // per step, for tokens/s and TFLOP/s
   std::vector<double> busy_fraction;  // per stage
   std::vector<double> link_s;         // per link between stages: transit of one message (drift.h)
+  std::vector<LinkProbe> link_probes; // on a probing step
   // Model FLOPs utilisation (cost/utilisation.h): the whole run's against the sum of its
   // devices' peaks, and each stage's against its own devices'; empty and 0 when the plan
   // declares no peaks.
