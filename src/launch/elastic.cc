@@ -189,6 +189,7 @@ class Run {
     adopting_ = false;
     drifts_seen_ = 0;
     probes_seen_ = 0;
+    quiet_probe_step_ = -1;
     const std::string plan_file = elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json";
     if (Status s = plan::save_plan(p, plan_file); !s.ok()) return fail(err_, s);
     devices_ = p.used_devices();  // rank r runs devices_[r]
@@ -419,11 +420,13 @@ class Run {
     return replan_and_decide(attempt, std::move(record), p, launched_unix, old_pred, measured_old, before, model_error);
   }
 
-  // A link probe (a link the running plan does not cross): when it has moved past the
-  // drift threshold from what the costs say of it, the link's factor becomes what it
-  // measured and the run is re-planned as for a drift. The running plan's costs are not
-  // changed by it, so its own closed form is its prediction and the model error is its
-  // measured step now less that.
+  // A link probe (a link no two consecutive stages of the running plan join): when it has
+  // moved past the drift threshold from what the costs say of it, the link's factor becomes
+  // what it measured and the run is re-planned as for a drift. The running plan's
+  // prediction is its own closed form, and what the closed form leaves out is read from
+  // its steps up to the last probe that agreed with the costs: the plan may still use the
+  // link (the tied embedding's gradient between its first and last stage crosses it), and
+  // its steps since the change would credit the change to the model.
   bool judge_probe(int attempt, const ProbeRecord& q, const RunProgress& p, double launched_unix) {
     const int a = subcluster_index(q.a), b = subcluster_index(q.b);
     if (a < 0 || b < 0 || a == b) return false;
@@ -432,7 +435,10 @@ class Run {
     if (!(plain > 0 && got > 0)) return false;
     const double factor = got / plain, now = factor_of(link_drift_, q.a, q.b);
     const double threshold = o_.drift_threshold > 1 ? o_.drift_threshold : 1.5;
-    if (factor < now * threshold && factor > now / threshold) return false;
+    if (factor < now * threshold && factor > now / threshold) {
+      quiet_probe_step_ = std::max(quiet_probe_step_, q.after_steps);
+      return false;
+    }
     link_drift_[link_key(q.a, q.b)] = factor;
     Json record = {{"attempt", attempt},
                    {"probe_after_steps", q.after_steps},
@@ -449,8 +455,11 @@ class Run {
     const double old_pred = plan::closed_form(current_).iteration_s;
     double measured_old = median_step_s(p, p.steps_done - w, p.steps_done);
     if (measured_old <= 0) measured_old = old_pred;
-    return replan_and_decide(attempt, std::move(record), p, launched_unix, old_pred, measured_old, -1,
-                             measured_old - old_pred);
+    int first_step = p.steps_done;
+    for (const auto& [step, seconds] : p.step_s) first_step = std::min(first_step, step);
+    const double before = median_step_s(p, first_step + 1, quiet_probe_step_);  // after the warm-up step
+    return replan_and_decide(attempt, std::move(record), p, launched_unix, old_pred, measured_old, before,
+                             (before > 0 ? before : measured_old) - old_pred);
   }
 
   int subcluster_index(const std::string& name) const {
@@ -656,6 +665,7 @@ class Run {
   bool adopting_ = false;                  // this attempt stops for next_plan_
   int drifts_seen_ = 0;                    // of this attempt's records
   int probes_seen_ = 0;                    // the same for link probes
+  int quiet_probe_step_ = -1;              // this attempt's last probe that agreed with the costs
   int candidates_ = 0;
   double next_poll_s_ = 0;
 };
