@@ -20,11 +20,18 @@ namespace {
 
 const std::string kRoot = std::string(HARP_BINARY_DIR) + "/drift_live_test";
 
+plan::Plan inside_one_node(plan::Plan p) {
+  for (plan::Stage& s : p.stages) s.crosses_nodes = false;
+  return p;
+}
+
 // Two stages of a small GPT, one microbatch stage each; enough compute per microbatch
 // (milliseconds) that scheduling noise is small beside it.
 struct TwoStages {
   model::ModelSpec m = testing::tiny_gpt(1, true, /*blocks=*/2, /*hidden=*/96, /*heads=*/4, /*seq=*/64, 64);
-  plan::Plan p = testing::make_plan(m, {2}, {1, 1}, 4, 2, plan::ScheduleKind::k1F1B);
+  // Thread ranks of one process share a node: their link is not judged (a link between
+  // nodes is, run_link).
+  plan::Plan p = inside_one_node(testing::make_plan(m, {2}, {1, 1}, 4, 2, plan::ScheduleKind::k1F1B));
   std::unique_ptr<TokenSource> data = synthetic_tokens(3, 1 << 16, m.gpt.vocab);
 
   // Options of a run of `steps` steps into kRoot/name (emptied), drift detection at 2.5x
@@ -87,6 +94,7 @@ TEST(DriftLive, ASlowedStageIsNamedAndAnUnchangedRunReportsNothing) {
 // Two stages over the in-memory transport; every message between them takes `transit(step)`.
 TrainSummary run_link(const std::string& name, const std::function<double(int)>& transit, int steps) {
   TwoStages t;
+  t.p.stages[0].crosses_nodes = true;  // a link between nodes: judged
   MemNetwork net(2);
   net.set_transit([transit](int, int, int step) { return transit(step); });
   return testing::train_in_memory(t.m, t.p, *t.data, TwoStages::options(name, steps), net);
