@@ -171,6 +171,9 @@ void add_train_command(CLI::App& root, Context& ctx) {
   named("--grad-reduce-dtype", &C::grad_reduce_dtype,
         "dtype of the data-parallel gradient all-reduce: auto (the gradients'), float32, float16 or bfloat16 (NCCL "
         "only)");
+  named("--zero", &C::zero,
+        "Sharded optimizer state per stage: plan (as the plan says), 0, 1 (Adam's moments) or 2 (and the "
+        "gradients), over each stage's data-parallel group");
   named("--recompute", &C::recompute,
         "Activation recomputation: plan (each stage as the plan says), none, selective or full");
   over(cmd->add_option("--out", f.out, "Output folder: metrics, traces, checkpoints")->capture_default_str(),

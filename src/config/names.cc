@@ -61,6 +61,18 @@ const std::vector<std::pair<GradReduceDtype, std::string>>& name_table<GradReduc
   return t;
 }
 
+std::optional<int> forced_zero(RunZero z) {
+  if (z == RunZero::kPlan) return std::nullopt;
+  return z == RunZero::k0 ? 0 : z == RunZero::k1 ? 1 : 2;
+}
+
+template <>
+const std::vector<std::pair<RunZero, std::string>>& name_table<RunZero>() {
+  static const std::vector<std::pair<RunZero, std::string>> t = {
+      {RunZero::kPlan, "plan"}, {RunZero::k0, "0"}, {RunZero::k1, "1"}, {RunZero::k2, "2"}};
+  return t;
+}
+
 template <>
 const std::vector<std::pair<RunRecompute, std::string>>& name_table<RunRecompute>() {
   static const std::vector<std::pair<RunRecompute, std::string>> t = {

@@ -85,7 +85,11 @@ Status TrainConfig::validate(const std::string& file, const std::string& path) c
 
 StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& file, const std::string& path) {
   TrainConfig c;
-  FieldReader r(node, file, path);
+  // `zero: 1` is a level, not a name: read as the name it spells.
+  Json n = node;
+  if (n.is_object() && n.contains("zero") && n["zero"].is_number_integer())
+    n["zero"] = std::to_string(n["zero"].get<long long>());
+  FieldReader r(n, file, path);
   if (r.failed()) return r.finish();
   c.data = r.string("data", c.data);
   if (c.data != "synthetic" && !c.data.empty()) c.data = resolve_relative_to(file, c.data);
@@ -103,6 +107,7 @@ StatusOr<TrainConfig> parse_train_config(const Json& node, const std::string& fi
   read_choice(r, "loss_scale", &c.loss_scale);
   read_choice(r, "grad_reduce_dtype", &c.grad_reduce_dtype);
   read_choice(r, "recompute", &c.recompute);
+  read_choice(r, "zero", &c.zero);
   c.out = r.string("out", c.out);
   c.checkpoint_every = static_cast<int>(r.integer("checkpoint_every", 0, c.checkpoint_every));
   c.keep_checkpoints = static_cast<int>(r.integer("keep_checkpoints", 0, c.keep_checkpoints));
@@ -155,6 +160,7 @@ Json train_config_to_json(const TrainConfig& c) {
           {"loss_scale", name_of(c.loss_scale)},
           {"grad_reduce_dtype", name_of(c.grad_reduce_dtype)},
           {"recompute", name_of(c.recompute)},
+          {"zero", name_of(c.zero)},
           {"out", c.out},
           {"checkpoint_every", c.checkpoint_every},
           {"keep_checkpoints", c.keep_checkpoints},

@@ -32,6 +32,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->device = r.string("device", "");
   s->cost_source = r.string("cost_source", "");
   parse_recompute(r.choice("recompute", {"none", "selective", "full"}, "none"), &s->recompute);
+  s->zero = static_cast<int>(r.integer("zero", 0, 0, 2));
   if (const Json* shape = r.get("cut_shape")) {
     bool good = shape->is_array() && shape->size() <= 4;
     if (good)
@@ -220,6 +221,7 @@ Json plan_to_json(const Plan& p) {
     sj["dp"] = s.dp;
     sj["tp"] = s.tp;
     if (s.recompute != Recompute::kNone) sj["recompute"] = recompute_name(s.recompute);
+    if (s.zero != 0) sj["zero"] = s.zero;
     if (s.launch_count > 0) sj["launch_count"] = s.launch_count;
     sj["fwd_s"] = s.fwd_s;
     sj["bwd_s"] = s.bwd_s;

@@ -43,6 +43,7 @@ TrainOptions train_options(const config::TrainConfig& c) {
     t.exec.loss_scale = 65536.0;
   if (auto d = config::reduce_dtype(c.grad_reduce_dtype)) t.exec.grad_reduce_dtype = torch_dtype(*d);
   t.exec.recompute = config::forced_recompute(c.recompute);
+  t.exec.zero = config::forced_zero(c.zero);
   t.exec.optim.lr = c.lr;
   t.exec.optim.min_lr = c.min_lr > 0 ? c.min_lr : c.lr / 10;
   t.exec.optim.warmup_steps = c.warmup_steps;
@@ -422,6 +423,8 @@ StatusOr<TrainSummary> train(const model::ModelSpec& model, const plan::Plan& pl
   plan::Plan plan = planned;
   if (options.exec.recompute)
     for (plan::Stage& st : plan.stages) st.recompute = *options.exec.recompute;
+  if (options.exec.zero)
+    for (plan::Stage& st : plan.stages) st.zero = *options.exec.zero;
   HARP_RETURN_IF_ERROR(check_plan_matches_model(plan, model));
   // The runtime runs only a schedule the strict validator proves drains.
   auto lowered = schedule::lower_plan(plan);

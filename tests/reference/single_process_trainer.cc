@@ -60,6 +60,7 @@ ReferenceRun train_reference(const model::ModelSpec& model, const runtime::Token
       for (const auto& [name, p] : params) run.grads.emplace_back(name, p.grad().clone());
     }
     const double norm = std::sqrt(adamw.grad_squared_norm(count));
+    run.grad_norms.push_back(norm);
     adamw.step(step, adamw.clip_scale(norm));
   }
   for (const auto& [name, p] : params) run.params.emplace_back(name, p.detach().clone());

@@ -18,6 +18,7 @@ namespace harp::testing {
 
 struct ReferenceRun {
   std::vector<double> losses;  // per step: mean token cross-entropy of the global batch
+  std::vector<double> grad_norms;  // per step: global gradient norm before clipping
   // After the last step, global names (as runtime::named_parameters gives them).
   std::vector<std::pair<std::string, torch::Tensor>> params;
   // Gradients of the last step, before clipping (global names).

@@ -92,14 +92,23 @@ RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
   if (!lowered.ok()) return out;
   for_each_rank(plan, model, [&](runtime::Transport& comm) {
     runtime::Executor ex(model, plan, *lowered, comm, data, config);
-    std::vector<double> losses;
-    for (int s = 0; s < steps; ++s) losses.push_back(ex.run_step(s).loss);
-    // Full tensors: tp shards gathered (a collective over the tp group, so outside the lock).
+    std::vector<double> losses, norms;
+    for (int s = 0; s < steps; ++s) {
+      const runtime::StepResult r = ex.run_step(s);
+      losses.push_back(r.loss);
+      norms.push_back(r.grad_norm);
+    }
+    // Full tensors: tp shards gathered (a collective over the tp group, so outside the
+    // lock). Under ZeRO the summed gradients are sharded: none are kept.
     const bool keep = comm.layout().dp_rank == 0;
     const auto params = keep ? ex.full_tensors(ex.optimizer().params()) : std::vector<std::pair<std::string, torch::Tensor>>();
-    const auto grads = keep ? ex.full_tensors(ex.named_grads()) : std::vector<std::pair<std::string, torch::Tensor>>();
+    const auto grads = keep && ex.zero_level() == 0 ? ex.full_tensors(ex.named_grads())
+                                                    : std::vector<std::pair<std::string, torch::Tensor>>();
     std::lock_guard<std::mutex> lock(mu);
-    if (comm.layout().rank == 0) out.losses = losses;
+    if (comm.layout().rank == 0) {
+      out.losses = losses;
+      out.grad_norms = norms;
+    }
     if (keep && comm.layout().tp_rank == 0) {
       for (const auto& [name, p] : params) out.params.emplace_back(name, p.detach().to(torch::kCPU).clone());
       for (const auto& [name, g] : grads) out.grads.emplace_back(name, g.detach().to(torch::kCPU).clone());

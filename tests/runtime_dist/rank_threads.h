@@ -15,6 +15,7 @@ namespace harp::testing {
 
 struct RankRun {
   std::vector<double> losses;  // rank 0's view (every rank agrees)
+  std::vector<double> grad_norms;  // the same
   // dp replica 0 of every stage: global names, full tensors (tp shards gathered); grads
   // of the last step before clipping.
   std::vector<std::pair<std::string, torch::Tensor>> params, grads;

@@ -27,10 +27,15 @@ enum class GradReduceDtype { kAuto, kFloat32, kFloat16, kBFloat16 };
 // Activation recomputation of a run: plan (each stage as its plan says) | none |
 // selective | full (every stage).
 enum class RunRecompute { kPlan, kNone, kSelective, kFull };
+// Sharded optimizer state of a run (runtime/exec/zero.h): plan (each stage as its plan
+// says) | 0 | 1 | 2 (every stage).
+enum class RunZero { kPlan, k0, k1, k2 };
 
 // What a run does with these: the dtype the gradients are all-reduced in (none: their
 // own), and the recomputation every stage uses (none: each stage as its plan says).
 std::optional<Dtype> reduce_dtype(GradReduceDtype d);
+// The ZeRO level a run forces on every stage; nullopt for kPlan.
+std::optional<int> forced_zero(RunZero z);
 std::optional<Recompute> forced_recompute(RunRecompute r);
 
 // Every (value, name) of E, in the order messages list them.
@@ -47,6 +52,8 @@ template <>
 const std::vector<std::pair<GradReduceDtype, std::string>>& name_table<GradReduceDtype>();
 template <>
 const std::vector<std::pair<RunRecompute, std::string>>& name_table<RunRecompute>();
+template <>
+const std::vector<std::pair<RunZero, std::string>>& name_table<RunZero>();
 
 template <class E>
 const std::string& name_of(E value) {

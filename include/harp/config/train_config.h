@@ -43,6 +43,10 @@ struct TrainConfig {
   // Activation recomputation (common/recompute.h): "plan" (each stage as its plan says),
   // or none | selective | full for every stage.
   RunRecompute recompute = RunRecompute::kPlan;
+  // Sharded optimizer state (runtime/exec/zero.h): "plan" (each stage as its plan says),
+  // or 0 | 1 | 2 for every stage (ZeRO-1: Adam's moments, ZeRO-2: and the gradients,
+  // over each stage's data-parallel group).
+  RunZero zero = RunZero::kPlan;
   std::string out = "out/train";   // metrics, traces, checkpoints; relative to the cwd
   int checkpoint_every = 0;        // steps between checkpoints; 0: none
   int keep_checkpoints = 0;        // the newest K complete checkpoints are kept; 0: all

@@ -43,6 +43,10 @@ struct Stage {
   // What the stage recomputes in the backward (common/recompute.h); bwd_s includes it
   // and activation_bytes is what it keeps.
   Recompute recompute = Recompute::kNone;
+  // Sharding of the optimizer state over the stage's data-parallel group
+  // (runtime/exec/zero.h): 0 none, 1 Adam's moments (ZeRO-1), 2 and the gradients
+  // (ZeRO-2). No effect when dp is 1.
+  int zero = 0;
   int launch_count = 0;                   // N_i; 0 = derive from the schedule kind
   Seconds fwd_s = 0, bwd_s = 0;           // per microbatch on this stage's mesh
   Seconds comm_s = 0;                     // one-way transfer to the next stage (0 for the last)

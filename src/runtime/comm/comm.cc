@@ -199,6 +199,50 @@ void C10dTransport::allreduce_dp(torch::Tensor& t, const std::string& what) {
                                                           std::to_string(layout().stage) + ")");
 }
 
+void C10dTransport::reduce_scatter_dp(torch::Tensor& flat, torch::Tensor& shard, const std::string& what) {
+  check_open();
+  if (!groups_->dp) {
+    shard.copy_(flat.view_as(shard));
+    return;
+  }
+  const int n = layout().dp(), r = layout().dp_rank;
+  HARP_CHECK_EQ(flat.numel(), n * shard.numel());
+  const std::string where = what + " (data-parallel group of stage " + std::to_string(layout().stage) + ")";
+  std::vector<at::Tensor> chunks = flat.view({-1}).chunk(n);
+  if (flat.is_cuda()) {
+    std::vector<at::Tensor> out{shard};
+    std::vector<std::vector<at::Tensor>> in{chunks};
+    wait_or_throw(groups_->dp->reduce_scatter(out, in), timeout(), where);
+    return;
+  }
+  // Round k: send the partial sum of chunk r - 1 - k to the next member, add the previous
+  // member's partial sum of chunk r - 2 - k; after n - 1 rounds chunk r holds all n.
+  std::vector<at::Tensor> incoming{torch::empty_like(chunks[0])};
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (int k = 0; k + 1 < n; ++k) {
+    std::vector<at::Tensor> outgoing{chunks[((r - 1 - k) % n + n) % n]};
+    auto sent = groups_->dp->send(outgoing, next, k);
+    wait_or_throw(groups_->dp->recv(incoming, prev, k), timeout(), where);
+    wait_or_throw(sent, timeout(), where);
+    chunks[((r - 2 - k) % n + n) % n].add_(incoming[0]);
+  }
+  shard.copy_(chunks[r].view_as(shard));
+}
+
+void C10dTransport::all_gather_dp(torch::Tensor& shard, torch::Tensor& flat, const std::string& what) {
+  check_open();
+  if (!groups_->dp) {
+    flat.copy_(shard.view_as(flat));
+    return;
+  }
+  const int n = layout().dp();
+  HARP_CHECK_EQ(flat.numel(), n * shard.numel());
+  std::vector<std::vector<at::Tensor>> out{flat.view({-1}).chunk(n)};
+  std::vector<at::Tensor> in{shard.view({-1})};
+  wait_or_throw(groups_->dp->allgather(out, in), timeout(),
+                what + " (data-parallel group of stage " + std::to_string(layout().stage) + ")");
+}
+
 void C10dTransport::allreduce_tp(torch::Tensor& t, const std::string& what) {
   check_open();
   if (!groups_->tp) return;

@@ -1,6 +1,8 @@
 // Rank layouts and the Transfer wrapper shared by every transport (see transport.h).
 #include "harp/runtime/comm/transport.h"
 
+#include "harp/common/check.h"
+
 #include <algorithm>
 #include <map>
 
@@ -129,6 +131,21 @@ void Transfer::wait(std::chrono::milliseconds timeout) {
   } catch (const RuntimeFailure& e) {
     throw RuntimeFailure(what_ + " " + std::to_string(peer_) + ": " + e.what());
   }
+}
+
+void Transport::reduce_scatter_dp(torch::Tensor& flat, torch::Tensor& shard, const std::string& what) {
+  const int dp = layout_.dp();
+  HARP_CHECK_EQ(flat.numel(), dp * shard.numel());
+  allreduce_dp(flat, what);
+  shard.copy_(flat.view({dp, -1})[layout_.dp_rank]);
+}
+
+void Transport::all_gather_dp(torch::Tensor& shard, torch::Tensor& flat, const std::string& what) {
+  const int dp = layout_.dp();
+  HARP_CHECK_EQ(flat.numel(), dp * shard.numel());
+  flat.zero_();
+  flat.view({dp, -1})[layout_.dp_rank].copy_(shard.view({-1}));
+  allreduce_dp(flat, what);
 }
 
 }  // namespace harp::runtime

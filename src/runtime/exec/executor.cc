@@ -62,7 +62,15 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
       else
         units_.push_back(Unit{i, i + 1, block});
     }
-  optimizer_ = std::make_unique<AdamW>(named_parameters(layers_), config.optim);
+  auto params = named_parameters(layers_);
+  const int zero = config.zero.value_or(st.zero);
+  if (zero > 0 && layout_.dp() > 1) {
+    std::vector<torch::Tensor> tensors;
+    for (const auto& [name, p] : params) tensors.push_back(p);
+    zero_ = std::make_unique<ZeroShards>(zero, layout_.dp(), layout_.dp_rank, tensors, dp_reduced_of(params));
+  }
+  optimizer_ = std::make_unique<AdamW>(std::move(params), config.optim,
+                                       zero_ ? zero_->owned() : std::vector<AdamW::Range>());
   HARP_CHECK(lowered.check.ok) << lowered.require_drains().message();
   actions_ = lowered.lowered.actions[layout_.stage];
   stash_.resize(plan.microbatches);
@@ -291,13 +299,15 @@ void Executor::reduce_grads(int step) {
     if (tail) tied_tail.grad().copy_(tail->take(g));
   }
   if (layout_.dp() == 1) return;
+  if (zero_) {
+    zero_->reduce(comm_, config_.grad_reduce_dtype, what);
+    return;
+  }
   // One flat buffer: Gloo pays per call, and the sum is elementwise either way.
   std::vector<torch::Tensor> grads;
-  for (auto& [name, p] : optimizer_->params()) {
-    const bool is_tied = tied && ((tied_head.defined() && p.is_same(tied_head)) ||
-                                  (tied_tail.defined() && p.is_same(tied_tail)));
-    if (!is_tied) grads.push_back(p.grad());
-  }
+  const std::vector<bool> reduced = dp_reduced();
+  for (size_t i = 0; i < reduced.size(); ++i)
+    if (reduced[i]) grads.push_back(optimizer_->params()[i].second.grad());
   if (grads.empty()) return;
   torch::Tensor flat = torch::cat([&] {
     std::vector<torch::Tensor> v;
@@ -323,13 +333,19 @@ void Executor::apply_step(int step, StepResult* result) {
   sends_.clear();
   // Global norm: each parameter once (replica 0 of each stage; the LM head copy of a
   // tied embedding is left to the token embedding), plus this rank's loss share.
+  // Under ZeRO each replica counts its own chunk of the summed gradients instead.
   std::vector<bool> count;
   torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
-  for (auto& [name, p] : optimizer_->params())
-    count.push_back(layout_.dp_rank == 0 && (layout_.tp_rank == 0 || shards_.at(name).split()) &&
+  const std::vector<bool> reduced = dp_reduced();
+  for (size_t i = 0; i < reduced.size(); ++i) {
+    const auto& [name, p] = optimizer_->params()[i];
+    count.push_back((layout_.dp_rank == 0 || (zero_ && reduced[i])) &&
+                    (layout_.tp_rank == 0 || shards_.at(name).split()) &&
                     !(model_.gpt.tied_embeddings && tied_tail.defined() && p.is_same(tied_tail)));
+  }
+  const double squares = zero_ ? zero_->owned_squared_norm(count) : optimizer_->grad_squared_norm(count);
   // Every last-stage replica holds the loss of its own samples: the sum is the total.
-  torch::Tensor shared = torch::tensor({optimizer_->grad_squared_norm(count), loss_sum_}, torch::kFloat64);
+  torch::Tensor shared = torch::tensor({squares, loss_sum_}, torch::kFloat64);
   comm_.allreduce_world(shared, where(layout_, step) + " in STEP");
   // With loss scaling the gradients are the scale times the true ones, exactly: so is
   // their norm. A norm that is not finite means an overflow on some rank, and every
@@ -341,7 +357,31 @@ void Executor::apply_step(int step, StepResult* result) {
   result->loss = shared[1].item<double>() / global_tokens_;
   result->skipped = !scaler_.update(std::isfinite(squared));
   if (result->skipped) return;
-  optimizer_->step(step, optimizer_->clip_scale(result->grad_norm) / scale);
+  const double grad_scale = optimizer_->clip_scale(result->grad_norm) / scale;
+  if (!zero_) {
+    optimizer_->step(step, grad_scale);
+    return;
+  }
+  const std::vector<torch::Tensor> grads = zero_->step_grads();
+  optimizer_->step(step, grad_scale, &grads);
+  zero_->gather_params(comm_, where(layout_, step) + " gathering the updated parameters");
+}
+
+std::vector<bool> Executor::dp_reduced() const { return dp_reduced_of(optimizer_->params()); }
+
+std::vector<bool> Executor::dp_reduced_of(const std::vector<std::pair<std::string, torch::Tensor>>& params) const {
+  const bool tied = model_.gpt.tied_embeddings;
+  torch::Tensor tied_head = tied && has_head(layers_) ? layers_.front()->tied_weight() : torch::Tensor();
+  torch::Tensor tied_tail = tied && has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
+  std::vector<bool> out;
+  for (const auto& [name, p] : params)
+    out.push_back(!((tied_head.defined() && p.is_same(tied_head)) || (tied_tail.defined() && p.is_same(tied_tail))));
+  return out;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> Executor::whole_optimizer_state() {
+  if (!zero_) return optimizer_->state();
+  return zero_->gather_state(comm_, *optimizer_, where(layout_, step_) + " gathering the optimizer state");
 }
 
 StepResult Executor::run_step(int step, bool trace) {

@@ -18,13 +18,25 @@ double lr_at(const OptimConfig& config, int step) {
   return config.min_lr + 0.5 * (1.0 + std::cos(pi * ratio)) * (config.lr - config.min_lr);
 }
 
-AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, OptimConfig config)
-    : params_(std::move(params)), config_(config) {
+AdamW::AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, OptimConfig config,
+             std::vector<Range> owned)
+    : params_(std::move(params)), owned_(std::move(owned)), config_(config) {
+  HARP_CHECK(owned_.empty() || owned_.size() == params_.size());
   // Allocated up front (torch allocates on first step): the state exists before the
   // first step, so a checkpoint at step 0 has the same keys as any other.
-  for (const auto& [name, p] : params_) {
-    exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-    exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const torch::Tensor& p = params_[i].second;
+    if (owned_.size() < params_.size()) owned_.push_back(Range{0, p.numel()});
+    const Range r = owned_[i];
+    HARP_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= p.numel()) << params_[i].first;
+    whole_.push_back(r.begin == 0 && r.end == p.numel());
+    if (whole_[i]) {
+      exp_avg_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      exp_avg_sq_.push_back(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    } else {
+      exp_avg_.push_back(torch::zeros({r.end - r.begin}, p.options()));
+      exp_avg_sq_.push_back(torch::zeros({r.end - r.begin}, p.options()));
+    }
   }
 }
 
@@ -48,7 +60,8 @@ double AdamW::clip_scale(double global_norm) const {
   return scale < 1.0 ? scale : 1.0;
 }
 
-void AdamW::step(int step, double grad_scale) {
+void AdamW::step(int step, double grad_scale, const std::vector<torch::Tensor>* grads) {
+  HARP_CHECK(grads == nullptr || grads->size() == params_.size());
   torch::NoGradGuard no_grad;
   ++steps_taken_;
   const double lr = lr_at(config_, step);
@@ -57,12 +70,16 @@ void AdamW::step(int step, double grad_scale) {
   const double bias_correction2 = 1 - std::pow(b2, static_cast<double>(steps_taken_));
   const double step_size = lr / bias_correction1;
   for (size_t i = 0; i < params_.size(); ++i) {
-    auto& p = params_[i].second;
-    if (!p.grad().defined()) continue;
+    const torch::Tensor& whole = params_[i].second;
+    const torch::Tensor& g = grads ? (*grads)[i] : whole.grad();
+    if (!g.defined() || owned_[i].end == owned_[i].begin) continue;
+    // The owned range, as a view of the parameter (elementwise: the same values).
+    torch::Tensor p = whole_[i] ? whole : whole.view({-1}).slice(0, owned_[i].begin, owned_[i].end);
     // Scaling by exactly 1 is skipped so an unclipped step is bitwise torch's.
-    const torch::Tensor grad = grad_scale == 1.0 ? p.grad() : p.grad() * grad_scale;
+    const torch::Tensor gp = g.sizes() == p.sizes() ? g : g.view(p.sizes());  // a flat shard of a whole parameter
+    const torch::Tensor grad = grad_scale == 1.0 ? gp : gp * grad_scale;
     // Biases, LayerNorm and other 1-D parameters are not decayed (GPT-2 / nanoGPT).
-    if (config_.weight_decay != 0 && p.dim() >= 2) p.mul_(1 - lr * config_.weight_decay);
+    if (config_.weight_decay != 0 && whole.dim() >= 2) p.mul_(1 - lr * config_.weight_decay);
     exp_avg_[i].mul_(b1).add_(grad, 1 - b1);
     exp_avg_sq_[i].mul_(b2).addcmul_(grad, grad, 1 - b2);
     auto denom = (exp_avg_sq_[i].sqrt() / std::sqrt(bias_correction2)).add_(config_.eps);
@@ -105,13 +122,16 @@ bool AdamW::load_state(const std::vector<std::pair<std::string, torch::Tensor>>&
     if (name != expected[i].first)
       return fail("optimizer state entry " + std::to_string(i) + " is `" + name + "` but `" +
                   expected[i].first + "` is expected");
-    if (!t.defined() || t.sizes() != expected[i].second.sizes())
+    if (!t.defined() || t.sizes() != params_[i / 2].second.sizes())
       return fail("optimizer state `" + name + "` has the wrong shape for its parameter");
   }
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < params_.size(); ++i) {
-    exp_avg_[i].copy_(state[2 * i].second);
-    exp_avg_sq_[i].copy_(state[2 * i + 1].second);
+    auto mine = [&](const torch::Tensor& t) {
+      return whole_[i] ? t : t.reshape({-1}).slice(0, owned_[i].begin, owned_[i].end);
+    };
+    exp_avg_[i].copy_(mine(state[2 * i].second));
+    exp_avg_sq_[i].copy_(mine(state[2 * i + 1].second));
   }
   steps_taken_ = steps_taken;
   return true;

@@ -30,11 +30,14 @@ Status CheckpointWriter::save(Executor& ex, Transport& comm, int steps_done, con
   std::filesystem::create_directories(sd, ec);
   if (ec) return io_error(sd + ": cannot create the checkpoint folder: " + ec.message());
   NamedTensors tensors;
+  // Whole moments: gathered over the data-parallel group when the stage shards them
+  // (every replica takes part), so the files do not depend on ZeRO or dp.
+  NamedTensors state = ex.whole_optimizer_state();
   if (l.dp_rank == 0) {
     // Full tensors (tp shards gathered): the files do not depend on the tp degree. The
     // copies are what the writer reads while the next steps update the parameters.
     tensors = ex.optimizer().params();
-    for (auto& s : ex.optimizer().state()) tensors.push_back(s);
+    for (auto& s : state) tensors.push_back(s);
     if (l.tp() > 1) tensors = ex.full_tensors(tensors);
     if (l.tp_rank != 0) tensors.clear();
     for (auto& [name, t] : tensors) t = t.detach().clone();

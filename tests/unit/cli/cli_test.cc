@@ -354,7 +354,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
 #if HARP_WITH_TORCH
   register_command("train", add_train_command);  // what harp-train adds
   for (const char* f : {"--plan", "--model", "--schedule", "--granularity", "--job", "--data", "--steps", "--seed", "--lr",
-                        "--warmup-steps", "--grad-clip", "--dtype", "--device", "--loss-scale", "--grad-reduce-dtype", "--recompute", "--out",
+                        "--warmup-steps", "--grad-clip", "--dtype", "--device", "--loss-scale", "--grad-reduce-dtype", "--zero", "--recompute", "--out",
                         "--checkpoint-every", "--keep-checkpoints", "--async-checkpoints",
                         "--resume",
                         "--trace-steps", "--timeout-s", "--threads", "--emulate", "--init-from", "--val-data",

@@ -44,6 +44,11 @@ class C10dTransport : public Transport {
   Transfer isend(torch::Tensor& t, int peer, int tag, const std::string& what) override;
   Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) override;
   void allreduce_dp(torch::Tensor& t, const std::string& what) override;
+  // A ring over the group's point-to-point channel on Gloo (libtorch 1.13's Gloo has no
+  // reduce-scatter): dp - 1 rounds, each member sending one chunk to the next; NCCL's own
+  // on CUDA. Each member sends (dp - 1)/dp of `flat`, as in half of a ring all-reduce.
+  void reduce_scatter_dp(torch::Tensor& flat, torch::Tensor& shard, const std::string& what) override;
+  void all_gather_dp(torch::Tensor& shard, torch::Tensor& flat, const std::string& what) override;
   void allreduce_tp(torch::Tensor& t, const std::string& what) override;
   void allreduce_tied(torch::Tensor& t, const std::string& what) override;
   void allreduce_world(torch::Tensor& t, const std::string& what) override;

@@ -112,6 +112,13 @@ class Transport {
   virtual Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) = 0;
   // Sum over the stage's data-parallel group (no-op when dp == 1).
   virtual void allreduce_dp(torch::Tensor& t, const std::string& what) = 0;
+  // Sharded optimizer state (exec/zero.h), over the stage's data-parallel group: `flat`
+  // is dp equal chunks; reduce_scatter_dp leaves in `shard` the sum over the group of
+  // chunk dp_rank (`flat` is clobbered), all_gather_dp fills `flat` with every member's
+  // `shard` in group order. These defaults are all-reduces (exact: the other chunks add
+  // zeros); the c10d transport moves one chunk per member instead (comm.h).
+  virtual void reduce_scatter_dp(torch::Tensor& flat, torch::Tensor& shard, const std::string& what);
+  virtual void all_gather_dp(torch::Tensor& shard, torch::Tensor& flat, const std::string& what);
   // Sum over this replica's tensor-parallel group (no-op when tp == 1).
   virtual void allreduce_tp(torch::Tensor& t, const std::string& what) = 0;
   // Sum over the tied-embedding group (first and last stage). REQUIRES the group exists.

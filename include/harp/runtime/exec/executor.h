@@ -34,6 +34,7 @@
 #include "harp/runtime/exec/emulation.h"
 #include "harp/runtime/nn/gpt.h"
 #include "harp/runtime/exec/optimizer.h"
+#include "harp/runtime/exec/zero.h"
 #include "harp/runtime/nn/precision.h"
 #include "harp/schedule/action.h"
 #include "harp/schedule/lower_plan.h"
@@ -58,6 +59,9 @@ struct ExecConfig {
   std::optional<torch::Dtype> grad_reduce_dtype;
   // Every stage's activation recomputation; unset: each stage's plan::Stage::recompute.
   std::optional<Recompute> recompute;
+  // Every stage's sharding of optimizer state (0, 1 or 2: exec/zero.h); unset: each
+  // stage's plan::Stage::zero.
+  std::optional<int> zero;
   OptimConfig optim;
   bool emulate = false;        // apply the plan's emulated_slowdown (DESIGN.md, last section)
   // Trace times count from this steady_clock reading (ns) when > 0: ranks on one machine
@@ -107,12 +111,18 @@ class Executor {
   double evaluate(const TokenSource& source, int batch);
 
   AdamW& optimizer() { return *optimizer_; }
+  // The optimizer's state with whole tensors (AdamW::state() order): under ZeRO a
+  // collective over the stage's data-parallel group, which every replica calls.
+  std::vector<std::pair<std::string, torch::Tensor>> whole_optimizer_state();
+  // This stage's ZeRO level in effect (0 when dp is 1).
+  int zero_level() const { return zero_ ? zero_->level() : 0; }
   const LossScaler& loss_scaler() const { return scaler_; }
   LossScaler& loss_scaler() { return scaler_; }  // a resume restores its state
   std::uint64_t seed() const { return config_.seed; }
   const std::vector<GptLayer>& layers() const { return layers_; }
   // Named parameters and their gradients of the last step (global names; this rank's
-  // shards under tensor parallelism).
+  // shards under tensor parallelism). Under ZeRO the summed gradients are sharded: these
+  // are this replica's own (level 1) or undefined (level 2).
   std::vector<std::pair<std::string, torch::Tensor>> named_grads() const;
   // Where a parameter (or its optimizer state "<name>.exp_avg", ".exp_avg_sq") lies in
   // its full tensor. REQUIRES: the name is this rank's.
@@ -167,6 +177,10 @@ class Executor {
   // Records now (seconds since this step began) for microbatch mb's message in `times`.
   void note_time(std::array<std::vector<double>, 2>& times, bool forward_direction, int mb) const;
   void reduce_grads(int step);
+  // Per optimizer parameter: whether the data-parallel all-reduce (or ZeRO's reduce-
+  // scatter) sums it; a tied embedding is summed over its own group instead.
+  std::vector<bool> dp_reduced() const;
+  std::vector<bool> dp_reduced_of(const std::vector<std::pair<std::string, torch::Tensor>>& params) const;
   void apply_step(int step, StepResult* result);
   // Starts a compute span (its wall and this thread's CPU clock), and ends it, sleeping
   // first on an emulated device; finish_compute returns its seconds, the sleep included.
@@ -189,6 +203,7 @@ class Executor {
   std::vector<GptLayer> layers_;
   std::map<std::string, Shard> shards_;  // every parameter's, by name
   std::vector<Unit> units_;  // empty unless this stage recomputes fully
+  std::unique_ptr<ZeroShards> zero_;  // null unless this stage shards its optimizer state
   std::unique_ptr<AdamW> optimizer_;
   std::vector<schedule::Action> actions_;
   std::vector<Stash> stash_;

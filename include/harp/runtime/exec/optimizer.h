@@ -5,6 +5,7 @@
 // Update order follows torch.optim.AdamW: decay, then the Adam step.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,24 +28,37 @@ double lr_at(const OptimConfig& config, int step);
 
 class AdamW {
  public:
-  // REQUIRES: the parameters outlive the optimizer.
-  AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, OptimConfig config);
+  // The elements of a parameter (flattened) whose state this optimizer keeps and
+  // updates: [begin, end). Sharded optimizer state (ZeRO, exec/zero.h) gives each
+  // data-parallel replica a part; the others are left to its peers.
+  struct Range {
+    std::int64_t begin = 0, end = 0;
+  };
+
+  // REQUIRES: the parameters outlive the optimizer; `owned` is empty (every element of
+  // every parameter) or one range per parameter, within it.
+  AdamW(std::vector<std::pair<std::string, torch::Tensor>> params, OptimConfig config,
+        std::vector<Range> owned = {});
 
   // Sum of squared gradients of the parameters whose name passes `count` (the caller
   // adds these across ranks, counting each parameter once, for the global norm).
   double grad_squared_norm(const std::vector<bool>& count) const;
   // Multiplier for the gradients given the global norm (1 when within grad_clip).
   double clip_scale(double global_norm) const;
-  // One update at 0-based step `step` with gradients scaled by `grad_scale`.
-  void step(int step, double grad_scale);
+  // One update at 0-based step `step` with gradients scaled by `grad_scale`. The
+  // gradients are the parameters' own, or `grads` (one per parameter: its owned range,
+  // flat; undefined: not updated).
+  void step(int step, double grad_scale, const std::vector<torch::Tensor>* grads = nullptr);
   void zero_grad();
 
   const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
-  // State tensors with names "<param>.exp_avg", "<param>.exp_avg_sq"; and the number of
-  // steps taken.
+  // State tensors with names "<param>.exp_avg", "<param>.exp_avg_sq" (shaped as their
+  // parameter, or flat over the owned range when that is not all of it); and the number
+  // of steps taken.
   std::vector<std::pair<std::string, torch::Tensor>> state() const;
   long long steps_taken() const { return steps_taken_; }
-  // Restores state() output; InvalidArgument-style message in `error` when a name or
+  // Restores state() output of an unsharded optimizer (whole parameters' shapes: each
+  // keeps its owned range); InvalidArgument-style message in `error` when a name or
   // shape does not match. Returns false on error.
   bool load_state(const std::vector<std::pair<std::string, torch::Tensor>>& state,
                   long long steps_taken, std::string* error);
@@ -52,6 +66,8 @@ class AdamW {
  private:
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   std::vector<torch::Tensor> exp_avg_, exp_avg_sq_;
+  std::vector<Range> owned_;  // one per parameter
+  std::vector<bool> whole_;   // owned_[i] is all of parameter i
   OptimConfig config_;
   long long steps_taken_ = 0;
 };
