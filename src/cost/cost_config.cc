@@ -13,6 +13,8 @@ StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file
   c.memory_efficiency = r.positive("memory_efficiency", c.memory_efficiency);
   c.backward_factor = r.positive("backward_factor", c.backward_factor);
   c.state_bytes_per_param_byte = r.non_negative("state_bytes_per_param_byte", c.state_bytes_per_param_byte);
+  c.optimizer_bytes_per_param_byte =
+      r.non_negative("optimizer_bytes_per_param_byte", c.optimizer_bytes_per_param_byte);
   c.memory_reserve_fraction = r.non_negative("memory_reserve_fraction", c.memory_reserve_fraction);
   c.workspace_bytes = r.non_negative("workspace_bytes", c.workspace_bytes);
   c.gradient_bytes_per_param_byte = r.positive("gradient_bytes_per_param_byte", c.gradient_bytes_per_param_byte);
@@ -25,6 +27,10 @@ StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file
   if (!r.failed() && c.memory_efficiency > 1)
     r.fail("memory_efficiency", Json(c.memory_efficiency).dump(), "must be at most 1",
            "use a fraction of peak such as 0.7");
+  if (!r.failed() && c.optimizer_bytes_per_param_byte > c.state_bytes_per_param_byte)
+    r.fail("optimizer_bytes_per_param_byte", Json(c.optimizer_bytes_per_param_byte).dump(),
+           "must not exceed state_bytes_per_param_byte (" + Json(c.state_bytes_per_param_byte).dump() + ")",
+           "it is the optimizer's part of the training state; lower it or raise state_bytes_per_param_byte");
   if (!r.failed() && c.memory_reserve_fraction >= 1)
     r.fail("memory_reserve_fraction", Json(c.memory_reserve_fraction).dump(),
            "must be below 1", "use a small fraction such as 0.1");
@@ -37,6 +43,7 @@ Json cost_config_to_json(const CostConfig& c) {
           {"memory_efficiency", c.memory_efficiency},
           {"backward_factor", c.backward_factor},
           {"state_bytes_per_param_byte", c.state_bytes_per_param_byte},
+          {"optimizer_bytes_per_param_byte", c.optimizer_bytes_per_param_byte},
           {"memory_reserve_fraction", c.memory_reserve_fraction},
           {"workspace_bytes", c.workspace_bytes},
           {"gradient_bytes_per_param_byte", c.gradient_bytes_per_param_byte},

@@ -125,6 +125,8 @@ void StageCosts::set_byte_views(RangeView* v) const {
   v->kept_[static_cast<int>(Recompute::kSelective)] = act_selective_prefix_.data();
   v->kept_[static_cast<int>(Recompute::kFull)] = act_full_prefix_.data();
   v->layers_ = layers_.data();
+  v->num_layers_ = num_layers();
+  v->tied_param_bytes_ = tied_param_bytes_;
   v->working_[static_cast<int>(Recompute::kSelective)] = working_selective_;
   v->working_[static_cast<int>(Recompute::kFull)] = working_full_;
 }
@@ -163,6 +165,9 @@ RangeView StageCosts::view(int sub, int dp, int tp) const {
   v.opt_per_param_byte_ = measured != optimizer_s_.end()
                               ? measured->second / tp
                               : optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
+  // Under ZeRO each replica steps its 1/dp; the reduce-scatter and all-gather move what
+  // the ring all-reduce moves (exact when the parameters travel in the gradients' dtype).
+  if (config_.zero >= 1 && dp > 1) v.opt_per_param_byte_ /= dp;
   v.config_ = &config_;
   return v;
 }

@@ -64,6 +64,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     job.planner.microbatch_size =
         static_cast<int>(pr.integer("microbatch_size", 1, job.planner.microbatch_size, 1 << 16));
     job.planner.recompute = pr.choice("recompute", {"none", "selective", "full", "auto"}, job.planner.recompute);
+    job.planner.zero = static_cast<int>(pr.integer("zero", 0, job.planner.zero, 2));
     job.planner.max_tp = static_cast<int>(pr.integer("max_tp", 0, job.planner.max_tp, 1 << 16));
     job.planner.allow_idle_devices = pr.boolean("allow_idle_devices", job.planner.allow_idle_devices);
     job.planner.fixed_order = pr.boolean("fixed_order", job.planner.fixed_order);
@@ -97,6 +98,13 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     const double scale = d == config::Dtype::kFloat64 ? 4.0 : d == config::Dtype::kFloat32 ? 2.0 : 1.0;
     auto given = [&](const char* key) { return cost_node != nullptr && cost_node->contains(key); };
     if (!given("activation_bytes_scale")) job.cost.activation_bytes_scale = scale;
+    // The runtime's parameters are float32 (float64) master weights beside gradients of
+    // their dtype and Adam's m and v: 16 bytes a parameter (32 in float64), of which the
+    // moments are what ZeRO shards.
+    const double state = d == config::Dtype::kFloat64 ? 16.0 : 8.0;
+    if (!given("state_bytes_per_param_byte")) job.cost.state_bytes_per_param_byte = state;
+    if (!given("optimizer_bytes_per_param_byte"))
+      job.cost.optimizer_bytes_per_param_byte = job.cost.state_bytes_per_param_byte / 2;
     // The gradients on the wire have one source, what the runtime sends: the all-reduce
     // dtype when training.grad_reduce_dtype names one, else the gradients' own, which
     // are float32 in a bf16 or fp16 run (float32 master weights; Megatron-LM too reduces
@@ -123,6 +131,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
                     {"microbatches", job.planner.microbatches},
                     {"microbatch_size", job.planner.microbatch_size},
                     {"recompute", job.planner.recompute},
+                    {"zero", job.planner.zero},
                     {"max_tp", job.planner.max_tp},
                     {"allow_idle_devices", job.planner.allow_idle_devices},
                     {"fixed_order", job.planner.fixed_order},

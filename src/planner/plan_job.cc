@@ -102,6 +102,7 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
   }
   cost::CostConfig config = job.cost;
   config.profile_file = profile_file;
+  config.zero = request.zero.value_or(job.planner.zero);
 
   const int global_batch = job.planner.microbatches * job.planner.microbatch_size;
   const int k_opt = request.granularity.value_or(job.model.gpt.granularity);

@@ -20,7 +20,7 @@ void write_stages(const plan::Plan& p, const StageCosts& costs, std::ostream& ou
     std::string devs = s.devices.size() == 1 ? std::to_string(s.devices[0])
                                              : fmt("%d-%d", s.devices.front(), s.devices.back());
     t.add({std::to_string(i), s.subcluster_name + " (" + dev.name + ")", devs,
-           fmt("[%d, %d)", s.first_layer, s.last_layer), fmt("%d x %d", s.dp, s.tp),
+           fmt("[%d, %d)", s.first_layer, s.last_layer), fmt("%d x %d", s.dp, s.tp) + (s.zero > 0 ? fmt(", ZeRO-%d", s.zero) : std::string()),
            recompute_name(s.recompute), std::to_string(s.launch_count), fmt_time(s.fwd_s), fmt_time(s.bwd_s),
            i + 1 < p.num_stages() ? fmt_time(s.comm_s) : "-",
            fmt("%.1f / %.1f GiB", bytes_to_gib(s.memory_bytes),

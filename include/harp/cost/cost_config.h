@@ -21,6 +21,16 @@ struct CostConfig {
   // Bytes of training state per fp16 parameter byte: fp16 weights (1) + fp16 grads (1)
   // + fp32 master weights, Adam m and v (6) = 16 bytes per parameter (mixed precision).
   double state_bytes_per_param_byte = 8.0;
+  // The part of state_bytes_per_param_byte that sharded optimizer state (ZeRO-1,
+  // runtime/exec/zero.h) divides over a stage's data-parallel group: the optimizer's own
+  // bytes, 6 in mixed precision (fp32 master weights apart from the fp16 compute
+  // weights, Adam's m and v). A job that trains derives it from training.dtype: HARP's
+  // runtime keeps float32 parameters that are the master weights, so only m and v (4 of
+  // 8; 8 of 16 in float64).
+  double optimizer_bytes_per_param_byte = 6.0;
+  // The ZeRO level of every stage with dp > 1 (planner.zero, harp plan --zero): its
+  // optimizer bytes and step divided over dp. Set by the planner, not read from `cost:`.
+  int zero = 0;
   // Bytes on the wire per fp16 parameter byte when gradients are all-reduced: 1 for fp16
   // or bf16 gradients (mixed precision), 2 for float32 training (the CPU runtime's).
   double gradient_bytes_per_param_byte = 1.0;

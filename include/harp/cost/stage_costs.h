@@ -57,8 +57,13 @@ class RangeView {
     const Seconds* r = rec_[static_cast<int>(recompute)];
     return r == nullptr ? 0.0 : r[last] - r[first];
   }
+  // A stage that holds the LM head but not the token embedding of a tied model keeps its
+  // own copy of the tied weight (the model counts it once, at the embedding).
   Bytes static_bytes(int first, int last) const {
-    return static_memory_bytes(params_[last] - params_[first], tp_, *config_);
+    const Bytes copy = last == num_layers_ && first > 0 ? tied_param_bytes_ : 0;
+    // The runtime leaves the tied weight whole under ZeRO (it has its own group).
+    const Bytes whole = first == 0 || last == num_layers_ ? tied_param_bytes_ : 0;
+    return static_memory_bytes(params_[last] - params_[first] + copy, tp_, dp_, *config_, whole);
   }
   Bytes activation_bytes(int first, int last) const {
     const Bytes* acts = kept_[static_cast<int>(Recompute::kNone)];
@@ -94,6 +99,8 @@ class RangeView {
   const LayerBytes* layers_ = nullptr;
   Bytes working_[kRecomputeModes] = {0, 0, 0};  // per sample, by Recompute
   int sub_ = 0, dp_ = 1, tp_ = 1, samples_ = 1;
+  int num_layers_ = 0;
+  Bytes tied_param_bytes_ = 0;
 };
 
 class StageCosts {

@@ -33,6 +33,8 @@ struct PlanRequest {
   // none | selective | full | auto (common/recompute.h); unset: the job's
   // planner.recompute (none for cost tables).
   std::optional<std::string> recompute;
+  // ZeRO level of every stage with dp > 1 (0, 1 or 2); unset: the job's planner.zero.
+  std::optional<int> zero;
   bool compare = false;              // also run every strategy on the winning candidate
   std::string profile_file;          // overrides the job's cost.profile
   // A run's OUT/measured_plan.json: the cost source is scaled per device type so that

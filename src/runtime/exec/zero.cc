@@ -19,6 +19,7 @@ ZeroShards::ZeroShards(int level, int dp, int dp_rank, const std::vector<torch::
     if (reduced_[i]) numel_ += params_[i].numel();
   }
   chunk_ = (numel_ + dp - 1) / dp;
+  bucket_ = std::max<std::int64_t>(1, (chunk_ + kBuckets - 1) / kBuckets);
   const std::int64_t lo = dp_rank * chunk_, hi = lo + chunk_;
   for (size_t i = 0; i < params_.size(); ++i) {
     const std::int64_t n = params_[i].numel();
@@ -32,27 +33,38 @@ ZeroShards::ZeroShards(int level, int dp, int dp_rank, const std::vector<torch::
   }
 }
 
+template <class Fn>
+void ZeroShards::for_each_piece(std::int64_t a, std::int64_t b, Fn fn) const {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!reduced_[i]) continue;
+    const std::int64_t lo = std::max(a, offset_[i]), hi = std::min(b, offset_[i] + params_[i].numel());
+    if (lo < hi) fn(i, lo - offset_[i], lo - a, hi - lo);
+  }
+}
+
 void ZeroShards::reduce(Transport& comm, std::optional<torch::Dtype> wire, const std::string& what) {
   if (numel_ == 0) return;
-  std::vector<torch::Tensor> pieces;
   for (size_t i = 0; i < params_.size(); ++i)
-    if (reduced_[i]) {
-      HARP_CHECK(params_[i].grad().defined()) << "parameter " << i << " has no gradient to reduce";
-      pieces.push_back(params_[i].grad().reshape({-1}));
-    }
+    HARP_CHECK(!reduced_[i] || params_[i].grad().defined()) << "parameter " << i << " has no gradient to reduce";
   const torch::Dtype dtype = params_.front().scalar_type();
-  const std::int64_t pad = chunk_ * dp_ - numel_;
-  if (pad > 0) pieces.push_back(torch::zeros({pad}, params_.front().options()));
-  torch::Tensor flat = torch::cat(pieces);
-  pieces.clear();
-  if (level_ == 2)  // the flat copy is what is reduced: the gradients can go now
+  grad_chunk_ = torch::empty({chunk_}, params_.front().options());
+  // Bucket by bucket: replica d's part of a bucket is [d c + b0, d c + b1) of the flat
+  // vector; the padding beyond it stays zero.
+  for (std::int64_t b0 = 0; b0 < chunk_; b0 += bucket_) {
+    const std::int64_t len = std::min(bucket_, chunk_ - b0);
+    torch::Tensor flat = torch::zeros({dp_ * len}, params_.front().options());
+    for (int d = 0; d < dp_; ++d)
+      for_each_piece(d * chunk_ + b0, d * chunk_ + b0 + len, [&](size_t i, std::int64_t p0, std::int64_t f0, std::int64_t n) {
+        flat.slice(0, d * len + f0, d * len + f0 + n).copy_(params_[i].grad().view({-1}).slice(0, p0, p0 + n));
+      });
+    if (wire && *wire != dtype) flat = flat.to(*wire);  // summed in the wire dtype
+    torch::Tensor piece = torch::empty({len}, flat.options());
+    comm.reduce_scatter_dp(flat, piece, what);
+    grad_chunk_.slice(0, b0, b0 + len).copy_(piece);
+  }
+  if (level_ == 2)  // summed into the chunks: the gradients can go
     for (size_t i = 0; i < params_.size(); ++i)
       if (reduced_[i]) params_[i].mutable_grad() = torch::Tensor();
-  if (wire && *wire != dtype) flat = flat.to(*wire);  // summed in the wire dtype
-  torch::Tensor chunk = torch::empty({chunk_}, flat.options());
-  comm.reduce_scatter_dp(flat, chunk, what);
-  flat = torch::Tensor();
-  grad_chunk_ = chunk.scalar_type() == dtype ? chunk : chunk.to(dtype);
 }
 
 std::vector<torch::Tensor> ZeroShards::step_grads() const {
@@ -95,11 +107,21 @@ torch::Tensor ZeroShards::owned_chunk(const std::vector<torch::Tensor>& per_para
 void ZeroShards::gather_params(Transport& comm, const std::string& what) {
   if (numel_ == 0) return;
   torch::NoGradGuard no_grad;
-  torch::Tensor chunk = owned_chunk(params_);
-  torch::Tensor flat = torch::empty({chunk_ * dp_}, chunk.options());
-  comm.all_gather_dp(chunk, flat, what);
-  for (size_t i = 0; i < params_.size(); ++i)
-    if (reduced_[i]) params_[i].view({-1}).copy_(flat.slice(0, offset_[i], offset_[i] + params_[i].numel()));
+  grad_chunk_ = torch::Tensor();  // stepped: not kept between steps
+  for (std::int64_t b0 = 0; b0 < chunk_; b0 += bucket_) {
+    const std::int64_t len = std::min(bucket_, chunk_ - b0);
+    torch::Tensor mine = torch::zeros({len}, params_.front().options());
+    for_each_piece(dp_rank_ * chunk_ + b0, dp_rank_ * chunk_ + b0 + len,
+                   [&](size_t i, std::int64_t p0, std::int64_t f0, std::int64_t n) {
+                     mine.slice(0, f0, f0 + n).copy_(params_[i].view({-1}).slice(0, p0, p0 + n));
+                   });
+    torch::Tensor flat = torch::empty({dp_ * len}, mine.options());
+    comm.all_gather_dp(mine, flat, what);
+    for (int d = 0; d < dp_; ++d)
+      for_each_piece(d * chunk_ + b0, d * chunk_ + b0 + len, [&](size_t i, std::int64_t p0, std::int64_t f0, std::int64_t n) {
+        params_[i].view({-1}).slice(0, p0, p0 + n).copy_(flat.slice(0, d * len + f0, d * len + f0 + n));
+      });
+  }
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ZeroShards::gather_state(Transport& comm, const AdamW& optimizer,

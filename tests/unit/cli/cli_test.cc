@@ -298,6 +298,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp plan --fixed-order",
       "harp plan --search-schedule",
       "harp plan --recompute",
+      "harp plan --zero",
       "harp plan --output",
       "harp plan --json",
       "harp launch --nproc",

@@ -11,7 +11,7 @@
 //   level 2  as 1, and the gradients are freed once copied into the reduction's buffer:
 //            between steps a replica holds no gradient (they are rebuilt by the next
 //            backward), and after the reduction only its chunk.
-// The float32 parameters are the master weights (bf16/fp16 compute under autocast,
+// Both collectives go bucket by bucket (a bounded buffer). The float32 parameters are the master weights (bf16/fp16 compute under autocast,
 // runtime/nn/precision.h): they stay whole on every replica, as the forward needs them.
 // The global gradient norm is summed over the owned chunks; an overflow anywhere makes
 // it infinite, so every replica skips the step together. Checkpoints hold whole tensors
@@ -61,6 +61,10 @@ class ZeroShards {
                                                                   const std::string& what) const;
 
  private:
+  // Calls fn(parameter i, its first element, the first element relative to a, count) for
+  // every reduced parameter's part of the flat vector's [a, b).
+  template <class Fn>
+  void for_each_piece(std::int64_t a, std::int64_t b, Fn fn) const;
   // The owned slices of `per_param` (one tensor per parameter, flattened as it) laid into
   // a chunk-sized buffer; the reverse of the chunk's place in the flat vector.
   torch::Tensor owned_chunk(const std::vector<torch::Tensor>& per_param) const;
@@ -71,6 +75,11 @@ class ZeroShards {
   std::vector<std::int64_t> offset_;  // each reduced parameter's first element in the flat vector
   std::vector<AdamW::Range> owned_;
   std::int64_t numel_ = 0, chunk_ = 0;
+  // The reduction and the gather go bucket by bucket, kBuckets per chunk, so that their
+  // buffers hold about 1/kBuckets of the stage's parameters at a time: the peak stays
+  // that of the backward's activations (the planner's figure).
+  static constexpr std::int64_t kBuckets = 8;
+  std::int64_t bucket_ = 1;
   torch::Tensor grad_chunk_;  // the summed gradients of the owned chunk (after reduce)
 };
 
