@@ -34,7 +34,7 @@ struct Opts {
   CLI::Option *max_tp_flag = nullptr, *allow_idle_flag = nullptr, *fixed_order_flag = nullptr,
               *search_schedule_flag = nullptr;
   std::string recompute;  // none | selective | full | auto; "" = the job's
-  int zero = -1;          // 0 | 1 | 2; -1 = the job's
+  std::string zero;       // 0 | 1 | 2 | auto; "" = the job's
   bool compare = false;
   std::string output;
   bool json = false;
@@ -79,7 +79,7 @@ planner::PlanRequest request_of(const Opts& o, Context& ctx) {
   if (o.fixed_order_flag->count() > 0) r.fixed_order = o.fixed_order;
   if (o.search_schedule_flag->count() > 0) r.schedule_in_search = o.search_schedule != "1f1b";
   if (!o.recompute.empty()) r.recompute = o.recompute;
-  if (o.zero >= 0) r.zero = o.zero;
+  if (!o.zero.empty()) r.zero = o.zero;
   r.compare = o.compare;
   r.profile_file = o.profile_file;
   r.calibrate_file = o.calibrate_file;
@@ -205,8 +205,9 @@ void add_plan_command(CLI::App& root, Context& ctx) {
       ->check(CLI::IsMember({"none", "selective", "full", "auto"}));
   cmd->add_option("--zero", o->zero,
                   "Sharded optimizer state on every stage with dp > 1: 0, 1 (Adam's moments over the stage's "
-                  "replicas) or 2 (and the gradients between steps). Default: the job's planner.zero, else 0")
-      ->check(CLI::IsMember({0, 1, 2}));
+                  "replicas), 2 (and the gradients between steps), or auto (the search picks 0 or 1 per stage, "
+                  "time against memory). Default: the job's planner.zero, else 0")
+      ->check(CLI::IsMember({"0", "1", "2", "auto"}));
   cmd->add_option("--output", o->output, "Write the plan JSON here");
   cmd->add_flag("--json", o->json, "Print JSON instead of tables");
   cmd->callback([o, &ctx] { ctx.rc = run_plan(*o, ctx); });

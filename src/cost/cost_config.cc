@@ -15,6 +15,7 @@ StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file
   c.state_bytes_per_param_byte = r.non_negative("state_bytes_per_param_byte", c.state_bytes_per_param_byte);
   c.optimizer_bytes_per_param_byte =
       r.non_negative("optimizer_bytes_per_param_byte", c.optimizer_bytes_per_param_byte);
+  c.parameter_bytes_per_param_byte = r.positive("parameter_bytes_per_param_byte", c.parameter_bytes_per_param_byte);
   c.memory_reserve_fraction = r.non_negative("memory_reserve_fraction", c.memory_reserve_fraction);
   c.workspace_bytes = r.non_negative("workspace_bytes", c.workspace_bytes);
   c.gradient_bytes_per_param_byte = r.positive("gradient_bytes_per_param_byte", c.gradient_bytes_per_param_byte);
@@ -44,6 +45,7 @@ Json cost_config_to_json(const CostConfig& c) {
           {"backward_factor", c.backward_factor},
           {"state_bytes_per_param_byte", c.state_bytes_per_param_byte},
           {"optimizer_bytes_per_param_byte", c.optimizer_bytes_per_param_byte},
+          {"parameter_bytes_per_param_byte", c.parameter_bytes_per_param_byte},
           {"memory_reserve_fraction", c.memory_reserve_fraction},
           {"workspace_bytes", c.workspace_bytes},
           {"gradient_bytes_per_param_byte", c.gradient_bytes_per_param_byte},

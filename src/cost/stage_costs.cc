@@ -146,7 +146,7 @@ std::string StageCosts::missing_entry(int sub, int dp, int tp) const {
          std::to_string(dp > 0 ? microbatch_size_ / dp : 0) + ", tp " + std::to_string(tp);
 }
 
-RangeView StageCosts::view(int sub, int dp, int tp) const {
+RangeView StageCosts::view(int sub, int dp, int tp, int zero) const {
   const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
   HARP_CHECK(p != nullptr) << "no times for " << missing_entry(sub, dp, tp);
   RangeView v;
@@ -165,15 +165,19 @@ RangeView StageCosts::view(int sub, int dp, int tp) const {
   v.opt_per_param_byte_ = measured != optimizer_s_.end()
                               ? measured->second / tp
                               : optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
-  // Under ZeRO each replica steps its 1/dp; the reduce-scatter and all-gather move what
-  // the ring all-reduce moves (exact when the parameters travel in the gradients' dtype).
-  if (config_.zero >= 1 && dp > 1) v.opt_per_param_byte_ /= dp;
+  // Under ZeRO each replica steps its 1/dp; a ring all-reduce is a reduce-scatter and an
+  // all-gather of the same bytes, and ZeRO's all-gather moves parameters instead.
+  v.zero_ = dp > 1 ? zero : 0;
+  if (v.zero_ >= 1) {
+    v.opt_per_param_byte_ /= dp;
+    v.allreduce_.per_byte_s *= (1.0 + config_.parameter_bytes_per_param_byte / config_.gradient_bytes_per_param_byte) / 2;
+  }
   v.config_ = &config_;
   return v;
 }
 
-StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Recompute recompute) const {
-  return view(sub, dp, tp).at(first, last, recompute);
+StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Recompute recompute, int zero) const {
+  return view(sub, dp, tp, zero).at(first, last, recompute);
 }
 
 std::string StageCosts::stage_source(int sub, int first, int last, int dp, int tp) const {

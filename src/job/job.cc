@@ -55,7 +55,11 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
                         model::parse_model(md.first, md.second, md.second == file ? "model" : ""));
 
   if (planner_node != nullptr) {
-    FieldReader pr(*planner_node, file, "planner");
+    // `zero: 1` is a level, not a name: read as the name it spells.
+    Json planner = *planner_node;
+    if (planner.is_object() && planner.contains("zero") && planner["zero"].is_number_integer())
+      planner["zero"] = std::to_string(planner["zero"].get<long long>());
+    FieldReader pr(planner, file, "planner");
     plan::parse_strategy(pr.choice("strategy", {"harp", "uniform", "homogeneous"},
                                    std::string(plan::strategy_name(job.planner.strategy))),
                          &job.planner.strategy);
@@ -64,7 +68,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     job.planner.microbatch_size =
         static_cast<int>(pr.integer("microbatch_size", 1, job.planner.microbatch_size, 1 << 16));
     job.planner.recompute = pr.choice("recompute", {"none", "selective", "full", "auto"}, job.planner.recompute);
-    job.planner.zero = static_cast<int>(pr.integer("zero", 0, job.planner.zero, 2));
+    job.planner.zero = pr.choice("zero", {"0", "1", "2", "auto"}, job.planner.zero);
     job.planner.max_tp = static_cast<int>(pr.integer("max_tp", 0, job.planner.max_tp, 1 << 16));
     job.planner.allow_idle_devices = pr.boolean("allow_idle_devices", job.planner.allow_idle_devices);
     job.planner.fixed_order = pr.boolean("fixed_order", job.planner.fixed_order);
@@ -105,6 +109,8 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     if (!given("state_bytes_per_param_byte")) job.cost.state_bytes_per_param_byte = state;
     if (!given("optimizer_bytes_per_param_byte"))
       job.cost.optimizer_bytes_per_param_byte = job.cost.state_bytes_per_param_byte / 2;
+    // ZeRO's all-gather moves those master weights.
+    if (!given("parameter_bytes_per_param_byte")) job.cost.parameter_bytes_per_param_byte = state / 4;
     // The gradients on the wire have one source, what the runtime sends: the all-reduce
     // dtype when training.grad_reduce_dtype names one, else the gradients' own, which
     // are float32 in a bf16 or fp16 run (float32 master weights; Megatron-LM too reduces

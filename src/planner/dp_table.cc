@@ -49,7 +49,7 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
         if (z % tp != 0 || (whole && dpn % tp != 0)) continue;
         const int dp = z / tp;
         if (mbs % dp != 0 || !costs.has(sub, dp, tp)) continue;
-        meshes.push_back({z, dp, tp, whole, costs.view(sub, dp, tp)});
+        for (int zero : zero_levels(options, dp)) meshes.push_back({z, dp, tp, zero, whole, costs.view(sub, dp, tp, zero)});
       }
     p.meshes.push_back(std::move(meshes));
   }
@@ -399,6 +399,7 @@ std::vector<Placement> DpTable::placements(int entry) const {
     pl.tp = m.tp;
     pl.first_layer = x.l;
     pl.recompute = static_cast<Recompute>(x.recompute);
+    pl.zero = m.zero;
     pl.last_layer = x.prev >= 0 ? entries_[x.prev].l : p_.L;
     out.push_back(pl);
   }

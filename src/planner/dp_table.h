@@ -25,6 +25,7 @@ namespace harp::planner {
 
 struct DpMesh {
   int devices = 1, dp = 1, tp = 1;
+  int zero = 0;  // ZeRO level (0 when dp is 1)
   bool whole_nodes = false;
   RangeView view;
 };

@@ -19,6 +19,13 @@
 #include "dp_table.h"
 
 namespace harp::planner {
+
+bool parse_zero_policy(const std::string& policy, std::vector<int>* levels) {
+  if (policy == "auto") *levels = {0, 1};
+  else if (policy == "0" || policy == "1" || policy == "2") *levels = {policy[0] - '0'};
+  else return false;
+  return true;
+}
 namespace {
 
 // Every subcluster order the search may use.
@@ -57,7 +64,9 @@ std::string explain_infeasible(const StageCosts& costs, const SearchOptions& opt
         for (int dp = 1; dp <= costs.microbatch_size(); ++dp) {
           if (!costs.has(sub, dp, tp)) continue;
           Bytes n = std::numeric_limits<double>::infinity();
-          for (Recompute r : options.recompute) n = std::min(n, costs.stage(sub, i, i + 1, dp, tp, r).memory_bytes(1));
+          for (Recompute r : options.recompute)
+            for (int zero : zero_levels(options, dp))
+              n = std::min(n, costs.stage(sub, i, i + 1, dp, tp, r, zero).memory_bytes(1));
           const Bytes u = costs.usable_memory_bytes(sub);
           if (n - u < best_excess) {
             best_excess = n - u;
@@ -123,6 +132,14 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   const auto start = std::chrono::steady_clock::now();
   if (options.microbatches < 1)
     return invalid_argument("microbatches must be at least 1; got " + std::to_string(options.microbatches));
+  if (options.zero.empty()) return invalid_argument("SearchOptions.zero lists no level; give at least 0");
+  for (size_t i = 0; i < options.zero.size(); ++i) {
+    if (options.zero[i] < 0 || options.zero[i] > 2)
+      return invalid_argument("ZeRO level " + std::to_string(options.zero[i]) + " is not 0, 1 or 2");
+    for (size_t j = 0; j < i; ++j)
+      if (options.zero[i] == options.zero[j])
+        return invalid_argument("ZeRO level " + std::to_string(options.zero[i]) + " is listed twice");
+  }
   if (options.recompute.empty()) return invalid_argument("SearchOptions.recompute lists no mode; give at least none");
   for (size_t i = 0; i < options.recompute.size(); ++i)
     for (size_t j = 0; j < i; ++j)

@@ -45,8 +45,8 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
                      pl.first_local;
     for (int d = 0; d < pl.devices; ++d) s.devices.push_back(base + d);
     s.recompute = pl.recompute;
-    s.zero = pl.dp > 1 ? costs.config().zero : 0;
-    StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp, pl.recompute);
+    s.zero = pl.dp > 1 ? pl.zero : 0;
+    StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp, pl.recompute, s.zero);
     s.fwd_s = f.fwd_s;
     s.bwd_s = f.bwd_s;
     s.allreduce_s = f.allreduce_s;

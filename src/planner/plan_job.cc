@@ -22,6 +22,7 @@ SearchOptions search_options(const PlanRequest& r, const job::PlannerConfig& job
   SearchOptions s;
   HARP_CHECK(parse_recompute_policy(r.recompute.value_or(job.recompute), &s.recompute))
       << "recomputation policy " << r.recompute.value_or(job.recompute);
+  HARP_CHECK(parse_zero_policy(r.zero.value_or(job.zero), &s.zero)) << "ZeRO policy " << r.zero.value_or(job.zero);
   s.max_tp = r.max_tp.value_or(job.max_tp);
   s.allow_idle_devices = r.allow_idle_devices.value_or(job.allow_idle_devices);
   s.fixed_order = r.fixed_order.value_or(job.fixed_order);
@@ -102,7 +103,6 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
   }
   cost::CostConfig config = job.cost;
   config.profile_file = profile_file;
-  config.zero = request.zero.value_or(job.planner.zero);
 
   const int global_batch = job.planner.microbatches * job.planner.microbatch_size;
   const int k_opt = request.granularity.value_or(job.model.gpt.granularity);

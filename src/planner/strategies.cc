@@ -133,6 +133,8 @@ StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
     // A forced recomputation mode applies to the baseline too; a per-stage choice is
     // the search's (the uniform baseline then recomputes nothing, Megatron's default).
     if (options.recompute.size() == 1) build.uniform_recompute = options.recompute[0];
+    // ZeRO likewise: forced, it applies to the baseline's replicated stages too.
+    if (options.zero.size() == 1) build.uniform_zero = options.zero[0];
     auto p = plan_uniform(problem.costs, build);
     if (!p.ok()) {
       r.reason = p.status().message();

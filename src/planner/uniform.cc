@@ -34,6 +34,7 @@ StatusOr<plan::Plan> plan_uniform(const StageCosts& costs, const BuildOptions& o
       pl.first_layer = layer;
       pl.last_layer = layer + count;
       pl.recompute = options.uniform_recompute;
+      pl.zero = pl.dp > 1 ? options.uniform_zero : 0;
       layer += count;
       placements.push_back(pl);
     }

@@ -18,6 +18,7 @@ struct RandomCase {
   Times times;
   int microbatch_size = 1;
   SearchOptions options;
+  cost::CostConfig config;
 };
 
 // Everything needed to rebuild a case by hand (or rerun it from its seed).
@@ -41,7 +42,11 @@ std::string describe_case(const RandomCase& rc) {
     << o.fixed_order << " schedule " << plan::schedule_kind_name(o.schedule) << " max_tp " << o.max_tp
     << " recompute";
   for (Recompute r : o.recompute) s << " " << recompute_name(r);
-  s << "\n";
+  s << " zero";
+  for (int z : o.zero) s << " " << z;
+  s << " (optimizer " << rc.config.optimizer_bytes_per_param_byte << ", gradient "
+    << rc.config.gradient_bytes_per_param_byte << ", parameter " << rc.config.parameter_bytes_per_param_byte
+    << " bytes per param byte)\n";
   return s.str();
 }
 
@@ -56,7 +61,7 @@ std::string describe_case(const RandomCase& rc) {
 // Recomputation groups (`recompute`) draw tight memory, give the layers blocks, kept
 // inputs, attention scores and attention shares, and let the search choose the stages'
 // modes (auto), or force one mode on every stage.
-RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recompute) {
+RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recompute, bool zero = false) {
   std::mt19937 rng(seed);
   auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -202,6 +207,15 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recomp
                                          : std::vector<Recompute>{Recompute::kNone, Recompute::kSelective,
                                                                   Recompute::kFull};
   }
+  if (zero) {
+    // Sharded optimizer state: forced or chosen per stage, with an all-gather of up to 4x
+    // the gradients' bytes, so that sharding may cost time where it saves memory.
+    const int policy = pick(0, 2);
+    rc.options.zero = policy == 0 ? std::vector<int>{1} : policy == 1 ? std::vector<int>{0, 1} : std::vector<int>{0, 1, 2};
+    rc.config.gradient_bytes_per_param_byte = pick(1, 2);
+    rc.config.parameter_bytes_per_param_byte = pick(1, 4);
+    rc.config.optimizer_bytes_per_param_byte = uni(2, 8);
+  }
   return rc;
 }
 
@@ -212,14 +226,15 @@ struct Coverage {
   int memory_binds_with_delta = 0;
   int idle_devices = 0, permuted_order = 0, data_parallel = 0;
   int recomputing = 0, mixed_modes = 0;  // plans with a recomputing stage; with two modes
+  int sharded = 0, mixed_zero = 0;       // plans with a ZeRO stage; with sharded and unsharded replicated stages
   long long plans = 0;
 };
 
-void check_case(std::uint32_t seed, bool interplay_only, bool recompute, Coverage* cov) {
-  const RandomCase rc = make_random_case(seed, interplay_only, recompute);
+void check_case(std::uint32_t seed, bool interplay_only, bool recompute, bool zero, Coverage* cov) {
+  const RandomCase rc = make_random_case(seed, interplay_only, recompute, zero);
   const cluster::Cluster cluster = cluster_from_yaml(rc.cluster_yaml);
   const StageCosts costs =
-      StageCosts::from_tables(cluster, rc.layers, rc.times, rc.microbatch_size, cost::CostConfig{});
+      StageCosts::from_tables(cluster, rc.layers, rc.times, rc.microbatch_size, rc.config);
   const SearchOptions& o = rc.options;
 
   StatusOr<SearchResult> got = search_pipeline(costs, o);
@@ -235,6 +250,17 @@ void check_case(std::uint32_t seed, bool interplay_only, bool recompute, Coverag
                            describe_plan(costs, got->placements, o) + "brute force's plan:\n" +
                            describe_plan(costs, want.placements, o);
   ASSERT_EQ(got->feasible, want.feasible) << both;
+  if (zero && o.zero.size() > 1) {
+    // Choosing per stage is never slower than not sharding (its space holds that one).
+    SearchOptions none = o;
+    none.zero = {0};
+    StatusOr<SearchResult> without = search_pipeline(costs, none);
+    ASSERT_TRUE(without.ok());
+    if (without->feasible) {
+      ASSERT_TRUE(got->feasible) << both;
+      EXPECT_LE(got->iteration_s, without->iteration_s * (1 + 1e-12)) << both;
+    }
+  }
   if (!want.feasible) {
     ++cov->infeasible;
     EXPECT_FALSE(got->infeasible_reason.empty());
@@ -285,14 +311,22 @@ void check_case(std::uint32_t seed, bool interplay_only, bool recompute, Coverag
   }
   cov->recomputing += recomputing;
   cov->mixed_modes += mixed;
+  bool sharded = false, unsharded = false;
+  for (const Placement& pl : got->placements) {
+    sharded = sharded || pl.zero > 0;
+    unsharded = unsharded || (pl.dp > 1 && pl.zero == 0);
+  }
+  cov->sharded += sharded;
+  cov->mixed_zero += sharded && unsharded;
   if (!ascending) ++cov->permuted_order;
   if (dp) ++cov->data_parallel;
 }
 
 // Groups 0-5 mix every regime; groups 6-7 draw only slow links with tight memory on 2-3
 // subclusters, where δ's extra launch counts meet the memory limit most often; groups
-// 8-9 add recomputation (make_random_case).
-constexpr int kGroups = 10;
+// 8-9 add recomputation, 10-11 sharded optimizer state (make_random_case).
+constexpr int kGroups = 12;
+constexpr int kZeroGroups = 10;
 constexpr int kMixedGroups = 6;
 constexpr int kRecomputeGroups = 8;
 constexpr int kCasesPerGroup = 100;
@@ -301,7 +335,8 @@ class PlannerMatchesBruteForce : public ::testing::TestWithParam<int> {};
 
 TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
   const auto start = std::chrono::steady_clock::now();
-  const bool recompute = GetParam() >= kRecomputeGroups;
+  const bool zero = GetParam() >= kZeroGroups;
+  const bool recompute = GetParam() >= kRecomputeGroups && !zero;
   const bool interplay_only = GetParam() >= kMixedGroups && !recompute;
   // HARP_PLANNER_SOAK=n runs n times as many cases (new seeds after the usual ones),
   // to hunt for disagreements beyond the suite's fixed sample.
@@ -316,7 +351,7 @@ TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
         1000003u * static_cast<std::uint32_t>(GetParam()) + static_cast<std::uint32_t>(k);
     SCOPED_TRACE("case seed " + std::to_string(seed) + (interplay_only ? " (interplay)" : ""));
     const int parts_before = result->total_part_count();
-    check_case(seed, interplay_only, recompute, &cov);
+    check_case(seed, interplay_only, recompute, zero, &cov);
     // A few failing cases say enough; hundreds would bury them.
     if (result->total_part_count() > parts_before && ++failing_cases == 3) {
       ADD_FAILURE() << "stopping this group after 3 failing cases";
@@ -343,6 +378,10 @@ TEST_P(PlannerMatchesBruteForce, OnRandomSmallProblems) {
   EXPECT_GE(cov.data_parallel, 15 * soak);
   if (interplay_only) {
     EXPECT_GE(cov.memory_binds_with_delta, 1 * soak);
+  }
+  if (zero) {
+    std::printf("group %d: %d sharded, %d with sharded and unsharded stages\n", GetParam(), cov.sharded, cov.mixed_zero);
+    EXPECT_GE(cov.sharded, 8 * soak);
   }
   if (recompute) {
     EXPECT_GE(cov.recomputing, 8 * soak);

@@ -15,7 +15,7 @@ bool same_placement(const Placement& a, const Placement& b) {
   return a.subcluster == b.subcluster && a.first_node == b.first_node &&
          a.first_local == b.first_local && a.devices == b.devices && a.dp == b.dp &&
          a.tp == b.tp && a.first_layer == b.first_layer && a.last_layer == b.last_layer &&
-         a.recompute == b.recompute;
+         a.recompute == b.recompute && a.zero == b.zero;
 }
 
 class Enumerator {
@@ -61,7 +61,7 @@ class Enumerator {
   }
 
   // Places the next stage of `sub` on devices from `offset`, with each recomputation mode
-  // of the options; stages take devices
+  // and ZeRO level of the options; stages take devices
   // consecutively, so when `offset` reaches D the tail-most stage ended at device D - 1.
   void fill_subcluster(int pos, int sub, int offset, int layer) {
     const auto& sc = cluster_.subclusters[sub];
@@ -73,7 +73,8 @@ class Enumerator {
     if (layer == num_layers()) return;  // devices still to fill but no layer left for them
     for (const MeshShape& m : meshes_at(costs_, options_, sub, offset, D - offset)) {
       for (int last = layer + 1; last <= num_layers(); ++last)
-        for (Recompute r : options_.recompute) {
+        for (Recompute r : options_.recompute)
+          for (int zero : zero_levels(options_, m.dp)) {
         Placement p;
         p.subcluster = sub;
         p.first_node = offset / sc.devices_per_node;
@@ -84,6 +85,7 @@ class Enumerator {
         p.first_layer = layer;
         p.last_layer = last;
         p.recompute = r;
+        p.zero = zero;
         pipeline_.push_back(p);
         fill_subcluster(pos, sub, offset + m.devices, last);
         pipeline_.pop_back();

@@ -28,9 +28,11 @@ struct CostConfig {
   // runtime keeps float32 parameters that are the master weights, so only m and v (4 of
   // 8; 8 of 16 in float64).
   double optimizer_bytes_per_param_byte = 6.0;
-  // The ZeRO level of every stage with dp > 1 (planner.zero, harp plan --zero): its
-  // optimizer bytes and step divided over dp. Set by the planner, not read from `cost:`.
-  int zero = 0;
+  // Bytes per fp16 parameter byte that ZeRO's all-gather moves (the updated parameters):
+  // 1 for Megatron's bf16 parameters; a job that trains derives it (HARP's runtime
+  // gathers its float32 master weights: 2; float64: 4). The all-reduce it replaces moved
+  // gradient_bytes_per_param_byte both ways.
+  double parameter_bytes_per_param_byte = 1.0;
   // Bytes on the wire per fp16 parameter byte when gradients are all-reduced: 1 for fp16
   // or bf16 gradients (mixed precision), 2 for float32 training (the CPU runtime's).
   double gradient_bytes_per_param_byte = 1.0;

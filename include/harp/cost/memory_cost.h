@@ -10,15 +10,15 @@
 namespace harp::cost {
 
 // Per device: the training state of `param_bytes` of fp16 parameters split tp ways
-// (state_bytes_per_param_byte each; under ZeRO, config.zero >= 1 and dp > 1, the
-// optimizer's part divided over dp), plus the kernel workspace. ZeRO-2 frees the
+// (state_bytes_per_param_byte each; under ZeRO, zero >= 1 and dp > 1, the optimizer's
+// part divided over dp), plus the kernel workspace. ZeRO-2 frees the
 // gradients between steps, but a pipeline accumulates them over the step's microbatches
 // from its first backward, with activations in flight: the peak keeps them, and so does
 // this figure. `whole_param_bytes` of them are not sharded (a tied embedding: the runtime
 // sums its gradient over its own group and leaves it whole).
-inline Bytes static_memory_bytes(Bytes param_bytes, int tp, int dp, const CostConfig& config,
+inline Bytes static_memory_bytes(Bytes param_bytes, int tp, int dp, int zero, const CostConfig& config,
                                  Bytes whole_param_bytes = 0) {
-  const double sharded = config.zero >= 1 && dp > 1 ? config.optimizer_bytes_per_param_byte * (1.0 - 1.0 / dp) : 0.0;
+  const double sharded = zero >= 1 && dp > 1 ? config.optimizer_bytes_per_param_byte * (1.0 - 1.0 / dp) : 0.0;
   return (config.state_bytes_per_param_byte * param_bytes - sharded * (param_bytes - whole_param_bytes)) / tp +
          config.workspace_bytes;
 }

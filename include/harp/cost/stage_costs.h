@@ -63,7 +63,7 @@ class RangeView {
     const Bytes copy = last == num_layers_ && first > 0 ? tied_param_bytes_ : 0;
     // The runtime leaves the tied weight whole under ZeRO (it has its own group).
     const Bytes whole = first == 0 || last == num_layers_ ? tied_param_bytes_ : 0;
-    return static_memory_bytes(params_[last] - params_[first] + copy, tp_, dp_, *config_, whole);
+    return static_memory_bytes(params_[last] - params_[first] + copy, tp_, dp_, zero_, *config_, whole);
   }
   Bytes activation_bytes(int first, int last) const {
     const Bytes* acts = kept_[static_cast<int>(Recompute::kNone)];
@@ -99,6 +99,7 @@ class RangeView {
   const LayerBytes* layers_ = nullptr;
   Bytes working_[kRecomputeModes] = {0, 0, 0};  // per sample, by Recompute
   int sub_ = 0, dp_ = 1, tp_ = 1, samples_ = 1;
+  int zero_ = 0;  // ZeRO level (0 when dp is 1)
   int num_layers_ = 0;
   Bytes tied_param_bytes_ = 0;
 };
@@ -131,13 +132,14 @@ class StageCosts {
   // Which entry is missing for (sub, dp, tp), for error messages.
   std::string missing_entry(int sub, int dp, int tp) const;
   // REQUIRES: has(sub, dp, tp), 0 <= first < last <= num_layers().
+  // `zero`: the stage's ZeRO level (runtime/exec/zero.h; no effect when dp is 1).
   StageFigures stage(int sub, int first, int last, int dp, int tp,
-                     Recompute recompute = Recompute::kNone) const;
+                     Recompute recompute = Recompute::kNone, int zero = 0) const;
   // Activation bytes per sample (before the tp split) that layers [first, last) keep
   // per in-flight microbatch under `recompute` (layer_costs.h, LayerBytes).
   Bytes kept_bytes(int first, int last, Recompute recompute) const;
   // REQUIRES: has(sub, dp, tp).
-  RangeView view(int sub, int dp, int tp) const;
+  RangeView view(int sub, int dp, int tp, int zero = 0) const;
   // Bytes crossing a cut after layer `layer` for one microbatch.
   Bytes cut_bytes(int layer) const { return layers_[layer].output_bytes * microbatch_size_; }
   Bytes usable_memory_bytes(int sub) const;

@@ -21,8 +21,9 @@ struct PlannerConfig {
   int microbatch_size = 1;        // samples per microbatch (split over a stage's dp)
   // Activation recomputation: none | selective | full | auto (per stage, by the search).
   std::string recompute = "none";
-  // Sharded optimizer state of every stage with dp > 1 (runtime/exec/zero.h): 0, 1 or 2.
-  int zero = 0;
+  // Sharded optimizer state (runtime/exec/zero.h): 0, 1 or 2 on every stage with dp > 1,
+  // or auto (the search picks per stage, time against memory).
+  std::string zero = "0";
   // The search's settings (planner::SearchOptions), each overridable by a `harp plan`
   // flag of the same name.
   int max_tp = 0;                   // largest tp degree; 0: the largest power of two in a node

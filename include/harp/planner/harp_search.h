@@ -45,11 +45,22 @@ struct SearchOptions {
   // one mode: every stage uses it; several: the search picks one per stage, jointly with
   // the cuts, meshes and launch counts (each stage's time against its memory).
   std::vector<Recompute> recompute = {Recompute::kNone};
+  // The ZeRO levels a stage with dp > 1 may use (runtime/exec/zero.h): {0}: none; one
+  // level: every such stage; several: the search picks per stage (a mesh per level).
+  std::vector<int> zero = {0};
   // Cores the search uses (0: every core): subcluster orders side by side, or, with one
   // order, the states of each layer of its DP. The answer does not depend on it.
   int threads = 0;
   ProgressFn progress;              // optional
 };
+
+// The ZeRO levels a stage of `dp` replicas may take: the options', or {0} when dp is 1.
+inline std::vector<int> zero_levels(const SearchOptions& options, int dp) {
+  return dp > 1 ? options.zero : std::vector<int>{0};
+}
+// A planner.zero policy: "0", "1", "2" (every stage with dp > 1) or "auto" (0 or 1 per
+// stage: in a pipeline ZeRO-2's peak is ZeRO-1's, runtime.md); false if unknown.
+bool parse_zero_policy(const std::string& policy, std::vector<int>* levels);
 
 struct SearchStats {
   double wall_s = 0;

@@ -30,6 +30,7 @@ struct Placement {
   int dp = 1, tp = 1;
   int first_layer = 0, last_layer = 0;  // [first, last)
   Recompute recompute = Recompute::kNone;
+  int zero = 0;  // ZeRO level (runtime/exec/zero.h); 0 when dp is 1
 
   int last_node(int devices_per_node) const {
     return first_node + (first_local + devices - 1) / devices_per_node;
@@ -43,6 +44,7 @@ struct BuildOptions {
   std::string model_name, model_fingerprint;
   // The uniform baseline only: every stage's recomputation (the search sets its own).
   Recompute uniform_recompute = Recompute::kNone;
+  int uniform_zero = 0;  // the uniform baseline's ZeRO level on its stages with dp > 1
 };
 
 // The link a transfer from placement `a` to the next placement `b` crosses.

@@ -33,8 +33,9 @@ struct PlanRequest {
   // none | selective | full | auto (common/recompute.h); unset: the job's
   // planner.recompute (none for cost tables).
   std::optional<std::string> recompute;
-  // ZeRO level of every stage with dp > 1 (0, 1 or 2); unset: the job's planner.zero.
-  std::optional<int> zero;
+  // ZeRO: 0, 1 or 2 on every stage with dp > 1, or auto (per stage, by the search);
+  // unset: the job's planner.zero.
+  std::optional<std::string> zero;
   bool compare = false;              // also run every strategy on the winning candidate
   std::string profile_file;          // overrides the job's cost.profile
   // A run's OUT/measured_plan.json: the cost source is scaled per device type so that

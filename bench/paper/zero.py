@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Sharded optimizer state (ZeRO) chosen per stage by the planner, against none: both
+with recomputation chosen per stage too.
+
+simulated  the paper's cluster shapes and models (analytic costs) and the two models with
+           Sailor's measured GPU profiles: `harp plan --zero auto --recompute auto`
+           against `--zero 0 --recompute auto`, each plan timed by `harp simulate`.
+measured   a CPU testbed whose devices' memory is set between the two plans' needs: the
+           plan that shards (a data-parallel stage, ZeRO-1) and the one that cannot
+           (without ZeRO the replicated stage does not fit), trained through the shaped
+           links; iteration time and every stage's peak memory, predicted beside measured.
+
+Writes OUT/zero_simulated.{csv,svg} and OUT/zero_measured.{csv,svg}.
+
+usage: bench/paper/zero.py [--harp PATH] [--out DIR] [--part ...] [--steps N]
+"""
+import json
+import os
+
+import end_to_end as e2e
+import paper_lib as pl
+from paper_lib import tb
+
+PAPER = [("8V100+2x2A100", "gpt-2.6b", 2), ("8V100+2x2A100", "gpt-6.7b", 3),
+         ("8V100+2A100+2A100'", "gpt-2.6b", 2), ("8V100+2A100+2A100'", "gpt-6.7b", 3)]
+POLICIES = (("none", ["--zero", "0", "--recompute", "auto"]), ("auto", ["--zero", "auto", "--recompute", "auto"]))
+
+
+def shape(p):
+    """A plan's stages in one line, with each stage's ZeRO level and recomputation."""
+    return " | ".join("[%d,%d) %dx%d%s%s N%d" % (s["layers"][0], s["layers"][1], s["dp"], s["tp"],
+                                                 " z%d" % s["zero"] if s.get("zero") else "",
+                                                 " " + s["recompute"] if s.get("recompute") else "", s["launch_count"])
+                      for s in p["stages"])
+
+
+def simulated(a):
+    d = os.path.join(a.out, "zero_simulated")
+    cases = []
+    for cluster, model, k in PAPER:
+        _, job = pl.write_setup(d, cluster, model, k)
+        cases.append((cluster, model, "analytic", job, []))
+    job, prof = e2e.sailor_setup(a, d)
+    cases.append(("8V100(16GB)+2x2A100", "gpt-neo-2.7b", "Sailor profiles", job, ["--profile", prof]))
+    job, prof = e2e.sailor_llama_setup(a, d)
+    cases.append(("8V100+2x2A100", "llama-3-8b", "Sailor profiles", job, ["--profile", prof]))
+    rows = []
+    for cluster, model, costs, job, extra in cases:
+        base = job[:-len(".job.yaml")]
+        got = {name: pl.plan_and_simulate(a.harp, job, "harp", "%s.zero_%s.json" % (base, name), extra + flags)
+               for name, flags in POLICIES}
+        row = dict(cluster=cluster, model=model, costs=costs)
+        for name, _ in POLICIES:
+            g = got[name]
+            row[name + "_s"] = g["simulated_s"] if g["feasible"] else float("nan")
+            row[name + "_plan"] = shape(g["plan"]) if g["feasible"] else g["reason"][:160]
+            row[name + "_search_s"] = g.get("search_s", float("nan"))
+            row[name + "_max_memory_gib"] = (max(s["memory_bytes"] for s in g["plan"]["stages"]) / 2 ** 30
+                                             if g["feasible"] else float("nan"))
+        row["speedup"] = row["none_s"] / row["auto_s"] if row["none_s"] == row["none_s"] else float("nan")
+        row["plan_changed"] = row["none_plan"] != row["auto_plan"].replace(" z1", "")
+        rows.append(row)
+        print("%-22s %-13s %-15s none %8.3f s  auto %8.3f s  %.3fx  %s" % (
+            cluster, model, costs, row["none_s"], row["auto_s"], row["speedup"], row["auto_plan"]))
+    pl.write_csv(os.path.join(a.out, "zero_simulated.csv"), rows)
+    tb.bar_chart(os.path.join(a.out, "zero_simulated.svg"),
+                 "ZeRO chosen per stage (--zero auto) against none, both with --recompute auto (simulated)",
+                 [("%s %s (%s)" % (r["model"], r["cluster"], r["costs"]), [r["speedup"]]) for r in rows],
+                 ["speedup of --zero auto over --zero 0"], "speedup (x)", wide=True,
+                 note="line at 1x: sharding changes nothing")
+    return rows
+
+
+# The measured setup: two pools of one and two emulated devices and a slow link; the
+# devices' memory is set between what the replicated stage needs with and without ZeRO.
+POOLS = [("pool-a", "cpu-a", 1), ("pool-b", "cpu-b", 2)]
+LINKS = [("pool-a", "pool-b", 0.1)]
+MODEL = "gpt-testbed-wide"
+
+
+def measured(a):
+    out = os.path.join(a.out, "zero_measured")
+    data = tb.corpus(a.harp, out)
+    d = os.path.join(out, MODEL)
+    cl, job, prof = tb.setup(a.harp, d, "zero", POOLS, LINKS, MODEL, 8, 2, a.steps, [1, 2])
+    # Roomy memory first: the fastest plan, with and without ZeRO.
+    free = {}
+    for name, flags in POLICIES:
+        p = os.path.join(d, "roomy_%s.json" % name)
+        pl.run([a.harp, "plan", "--job", job, "--profile", prof, "--max-tp", "1", "--output", p] + flags)
+        free[name] = json.load(open(p))
+    need = {name: max(s["memory_bytes"] for s in free[name]["stages"]) for name in free}
+    if need["auto"] >= need["none"]:
+        print("ZeRO does not lower the fastest plan's memory here (%.1f MiB against %.1f MiB): nothing to measure"
+              % (need["auto"] / 2 ** 20, need["none"] / 2 ** 20))
+        return []
+    # Between the two: only the sharded plan fits as the roomy one.
+    gib = (need["auto"] + need["none"]) / 2 / 2 ** 30 / (1 - 0.1)
+    cl = tb.write(os.path.join(d, "zero_tight.cluster.yaml"),
+                  tb.cluster_yaml("zero", POOLS, LINKS, memory_gib={dev: gib for _, dev, _ in POOLS}))
+    text = open(job).read().replace(os.path.abspath(os.path.join(d, "cluster.yaml")), os.path.abspath(cl))
+    job = tb.write(os.path.join(d, "zero_tight.job.yaml"), text)
+    rows = []
+    for name, flags in POLICIES:
+        plan_file = os.path.join(d, "tight_%s.json" % name)
+        pl.run([a.harp, "plan", "--job", job, "--profile", prof, "--max-tp", "1", "--output", plan_file] + flags)
+        p = json.load(open(plan_file))
+        s = tb.train(a.harp, job, cl, plan_file, data, os.path.join(d, "run_" + name))
+        row = dict(policy=name, plan=shape(p), predicted_s=s["predicted_s"], measured_s=s["measured_median_s"],
+                   error=s["error"], memory_gib=gib)
+        for m in s.get("memory", []):
+            row["stage%d_predicted_mib" % m["stage"]] = m["predicted_bytes"] / 2 ** 20
+            row["stage%d_measured_mib" % m["stage"]] = m["measured_peak_bytes"] / 2 ** 20
+        rows.append(row)
+        print("%-5s predicted %.3f s measured %.3f s (%+.1f%%)  %s" % (
+            name, row["predicted_s"], row["measured_s"], 100 * row["error"], row["plan"]))
+    pl.write_csv(os.path.join(a.out, "zero_measured.csv"), rows)
+    tb.bar_chart(os.path.join(a.out, "zero_measured.svg"),
+                 "Memory between the two plans' needs: ZeRO-1 lets the faster plan fit (testbed, %.2f GiB)" % gib,
+                 [(r["policy"] + ": " + r["plan"], [r["predicted_s"], r["measured_s"]]) for r in rows],
+                 ["predicted", "measured"], "iteration (s)", wide=True, unit_line=False)
+    return rows
+
+
+if __name__ == "__main__":
+    pl.main(__doc__, "zero", simulated, measured)
