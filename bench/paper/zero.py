@@ -5,10 +5,10 @@ with recomputation chosen per stage too.
 simulated  the paper's cluster shapes and models (analytic costs) and the two models with
            Sailor's measured GPU profiles: `harp plan --zero auto --recompute auto`
            against `--zero 0 --recompute auto`, each plan timed by `harp simulate`.
-measured   a CPU testbed whose devices' memory is set between the two plans' needs: the
-           plan that shards (a data-parallel stage, ZeRO-1) and the one that cannot
-           (without ZeRO the replicated stage does not fit), trained through the shaped
-           links; iteration time and every stage's peak memory, predicted beside measured.
+measured   a CPU testbed whose replicated stage's devices have 5% more memory than that
+           stage needs with ZeRO-1: the plan that shards and the best one without (the
+           unsharded stage does not fit), trained through the shaped links; iteration
+           time and every stage's peak and state memory, predicted beside measured.
 
 Writes OUT/zero_simulated.{csv,svg} and OUT/zero_measured.{csv,svg}.
 
@@ -83,40 +83,55 @@ def measured(a):
     data = tb.corpus(a.harp, out)
     d = os.path.join(out, MODEL)
     cl, job, prof = tb.setup(a.harp, d, "zero", POOLS, LINKS, MODEL, 8, 2, a.steps, [1, 2])
+    # The CPU allocates no kernel workspace: the plans' memory is their tensors'.
+    text = open(job).read().replace("cost: {", "cost: {workspace_bytes: 0, ")
+    job = tb.write(os.path.join(d, "zero.job.yaml"), text)
     # Roomy memory first: the fastest plan, with and without ZeRO.
     free = {}
     for name, flags in POLICIES:
         p = os.path.join(d, "roomy_%s.json" % name)
         pl.run([a.harp, "plan", "--job", job, "--profile", prof, "--max-tp", "1", "--output", p] + flags)
         free[name] = json.load(open(p))
-    need = {name: max(s["memory_bytes"] for s in free[name]["stages"]) for name in free}
-    if need["auto"] >= need["none"]:
-        print("ZeRO does not lower the fastest plan's memory here (%.1f MiB against %.1f MiB): nothing to measure"
-              % (need["auto"] / 2 ** 20, need["none"] / 2 ** 20))
+    sharded = [(i, s) for i, s in enumerate(free["auto"]["stages"]) if s.get("zero")]
+    if not sharded:
+        print("the fastest plan has no replicated stage to shard: nothing to measure")
         return []
-    # Between the two: only the sharded plan fits as the roomy one.
-    gib = (need["auto"] + need["none"]) / 2 / 2 ** 30 / (1 - 0.1)
+    i, st = sharded[0]
+    # The sharded stage's devices get 5% more memory than it needs sharded (unsharded it
+    # needs a third more: the moments are half the state): that plan fits only sharded.
+    gib = st["memory_bytes"] * 1.05 / 2 ** 30 / (1 - 0.1)
+    device = st["device"]
     cl = tb.write(os.path.join(d, "zero_tight.cluster.yaml"),
-                  tb.cluster_yaml("zero", POOLS, LINKS, memory_gib={dev: gib for _, dev, _ in POOLS}))
+                  tb.cluster_yaml("zero", POOLS, LINKS, memory_gib={device: gib}))
     text = open(job).read().replace(os.path.abspath(os.path.join(d, "cluster.yaml")), os.path.abspath(cl))
     job = tb.write(os.path.join(d, "zero_tight.job.yaml"), text)
-    rows = []
+    plans = {}
     for name, flags in POLICIES:
-        plan_file = os.path.join(d, "tight_%s.json" % name)
-        pl.run([a.harp, "plan", "--job", job, "--profile", prof, "--max-tp", "1", "--output", plan_file] + flags)
-        p = json.load(open(plan_file))
-        s = tb.train(a.harp, job, cl, plan_file, data, os.path.join(d, "run_" + name))
-        row = dict(policy=name, plan=shape(p), predicted_s=s["predicted_s"], measured_s=s["measured_median_s"],
-                   error=s["error"], memory_gib=gib)
+        plans[name] = os.path.join(d, "tight_%s.json" % name)
+        pl.run([a.harp, "plan", "--job", job, "--profile", prof, "--max-tp", "1", "--output", plans[name]] + flags)
+    # --repeats rounds, the two runs alternating inside a round; the median over rounds.
+    summaries = {name: [] for name in plans}
+    for r in range(a.repeats):
+        for name in plans:
+            summaries[name].append(tb.train(a.harp, job, cl, plans[name], data, os.path.join(d, "run_%s_%d" % (name, r))))
+    rows = []
+    for name in plans:
+        p = json.load(open(plans[name]))
+        s = summaries[name][-1]
+        measured_s = tb.median([x["measured_median_s"] for x in summaries[name]])
+        row = dict(policy=name, plan=shape(p), predicted_s=s["predicted_s"], measured_s=measured_s,
+                   error=(s["predicted_s"] - measured_s) / measured_s, device=device, memory_gib=gib)
         for m in s.get("memory", []):
             row["stage%d_predicted_mib" % m["stage"]] = m["predicted_bytes"] / 2 ** 20
             row["stage%d_measured_mib" % m["stage"]] = m["measured_peak_bytes"] / 2 ** 20
+            row["stage%d_state_predicted_mib" % m["stage"]] = m["predicted_static_bytes"] / 2 ** 20
+            row["stage%d_state_measured_mib" % m["stage"]] = m["measured_state_bytes"] / 2 ** 20
         rows.append(row)
         print("%-5s predicted %.3f s measured %.3f s (%+.1f%%)  %s" % (
             name, row["predicted_s"], row["measured_s"], 100 * row["error"], row["plan"]))
     pl.write_csv(os.path.join(a.out, "zero_measured.csv"), rows)
     tb.bar_chart(os.path.join(a.out, "zero_measured.svg"),
-                 "Memory between the two plans' needs: ZeRO-1 lets the faster plan fit (testbed, %.2f GiB)" % gib,
+                 "%s with %.3f GiB: only with ZeRO-1 does the fastest plan fit (testbed)" % (device, gib),
                  [(r["policy"] + ": " + r["plan"], [r["predicted_s"], r["measured_s"]]) for r in rows],
                  ["predicted", "measured"], "iteration (s)", wide=True, unit_line=False)
     return rows

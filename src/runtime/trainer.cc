@@ -303,10 +303,13 @@ class Loop {
     measured_compute_ += stats_.compute();
     if (o_.measure_memory) {
       const int S = l_.num_stages();
+      const bool first = summary_.state_bytes.empty();
       summary_.base_bytes.resize(S, 0.0);
       summary_.peak_bytes.resize(S, 0.0);
+      summary_.state_bytes.resize(S, 0.0);
       for (int s = 0; s < S; ++s) {
         summary_.base_bytes[s] = std::max(summary_.base_bytes[s], stats_.base_bytes(s));
+        summary_.state_bytes[s] = first ? stats_.base_bytes(s) : std::min(summary_.state_bytes[s], stats_.base_bytes(s));
         summary_.peak_bytes[s] = std::max(summary_.peak_bytes[s], stats_.peak_bytes(s));
       }
     }

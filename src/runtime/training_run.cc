@@ -148,6 +148,7 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
                       {"predicted_activation_bytes", st.activation_bytes},
                       {"predicted_bytes", st.memory_static_bytes + counts[i] * st.activation_bytes},
                       {"measured_base_bytes", summary.base_bytes[i]},
+                      {"measured_state_bytes", summary.state_bytes[i]},
                       {"measured_peak_bytes", summary.peak_bytes[i]}});
   }
   j["memory"] = memory;

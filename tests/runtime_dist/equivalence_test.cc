@@ -53,10 +53,7 @@ void check(const Case& c) {
   torch::set_num_threads(1);
   const model::ModelSpec m = tiny(c.k, c.family, c.vocab);
   auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
-  runtime::ExecConfig cfg;
-  cfg.seed = 11;
-  cfg.dtype = c.dtype;
-  cfg.optim = optim();
+  const runtime::ExecConfig cfg = equivalence_config(c.dtype);
   const int steps = 3;
   plan::Plan p = make_plan(m, c.cuts, c.dp, c.microbatches, c.microbatch_size, c.kind, c.launch_counts, c.tp);
   RankRun got = run_plan_threads(m, p, *data, steps, cfg);

@@ -196,6 +196,14 @@ model::ModelSpec three_block_model(int k, const std::string& family, int vocab) 
                            : tiny_gpt(k, /*tied=*/true, /*blocks=*/3, 32, 4, 16, vocab);
 }
 
+runtime::ExecConfig equivalence_config(torch::Dtype dtype) {
+  runtime::ExecConfig cfg;
+  cfg.seed = 11;
+  cfg.dtype = dtype;
+  cfg.optim = equivalence_optim();
+  return cfg;
+}
+
 runtime::OptimConfig equivalence_optim() {
   runtime::OptimConfig o;
   o.lr = 1e-3;

@@ -64,5 +64,7 @@ model::ModelSpec three_block_model(int k, const std::string& family = "gpt", int
 // differences); the clip is small enough that clipping happens, so the global norm must
 // be right.
 runtime::OptimConfig equivalence_optim();
+// The equivalence tests' run: seed 11, `dtype`, equivalence_optim().
+runtime::ExecConfig equivalence_config(torch::Dtype dtype);
 
 }  // namespace harp::testing

@@ -58,10 +58,7 @@ void check_against_one_process(const Case& c) {
   torch::set_num_threads(1);
   const model::ModelSpec m = three_block_model(1, c.family);  // embed, 3 blocks, head
   auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
-  runtime::ExecConfig cfg;
-  cfg.seed = 11;
-  cfg.dtype = c.dtype;
-  cfg.optim = equivalence_optim();
+  const runtime::ExecConfig cfg = equivalence_config(c.dtype);
   const int steps = 3;
   const RankRun got = run_plan_threads(m, zero_plan(m, c), *data, steps, cfg);
   const ReferenceRun want = train_reference(m, *data, cfg.seed, steps, 2, 6, cfg.optim, c.dtype);
@@ -99,10 +96,7 @@ TEST(Zero, Bf16MatchesTheUnshardedBf16Run) {
   torch::set_num_threads(1);
   const model::ModelSpec m = three_block_model(1, "gpt");
   auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
-  runtime::ExecConfig cfg;
-  cfg.seed = 11;
-  cfg.dtype = torch::kBFloat16;
-  cfg.optim = equivalence_optim();
+  const runtime::ExecConfig cfg = equivalence_config(torch::kBFloat16);
   const Case sharded{"bf16", "gpt", {1, 3}, {2, 1, 3}, {1, 0, 2}, {}, torch::kBFloat16};
   Case whole = sharded;
   whole.zero = {0, 0, 0};

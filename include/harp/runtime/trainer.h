@@ -85,6 +85,9 @@ struct TrainSummary {
   // live tensor bytes when a step starts (parameters, gradients, optimizer state) and
   // the peak during a step (that plus the in-flight activations and workspace).
   std::vector<double> base_bytes, peak_bytes;
+  // The smallest of the base bytes: the training state alone (a step may begin while
+  // Gloo still holds a finished transfer's tensors, released from its own thread).
+  std::vector<double> state_bytes;
   std::vector<std::pair<int, double>> val_losses;  // (steps done, validation loss)
   std::vector<CheckpointTiming> checkpoints;       // this rank's, per checkpoint saved
   int stopped_at = -1;  // the step a stop request ended the run at (its checkpoint complete); -1: none
