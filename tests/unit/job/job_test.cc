@@ -101,6 +101,43 @@ TEST(Job, PlannerBytesFollowTheTrainingDtype) {
       << contradicting.status().message();
 }
 
+// The training state and what ZeRO shards of it follow the run too: HARP's runtime keeps
+// float32 (float64) parameters that are the master weights beside their gradients and
+// Adam's m and v, so ZeRO shards half the state and its all-gather moves the masters;
+// planner.zero takes a level or auto.
+TEST(Job, ShardedStateFollowsTheTrainingDtype) {
+  const std::string base =
+      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n";
+  auto load = [&](const std::string& more) {
+    auto doc = parse_yaml_text(base + more, "job.yaml");
+    auto j = parse_job(*doc, "job.yaml");
+    HARP_CHECK(j.ok()) << j.status().to_string();
+    return std::vector<double>{j->cost.state_bytes_per_param_byte, j->cost.optimizer_bytes_per_param_byte,
+                               j->cost.parameter_bytes_per_param_byte};
+  };
+  using V = std::vector<double>;
+  EXPECT_EQ(load(""), V({8, 6, 1}));  // no training section: Megatron's mixed precision
+  EXPECT_EQ(load("training: {steps: 2}\n"), V({8, 4, 2}));
+  EXPECT_EQ(load("training: {dtype: bfloat16}\n"), V({8, 4, 2}));
+  EXPECT_EQ(load("training: {dtype: float64}\n"), V({16, 8, 4}));
+  EXPECT_EQ(load("training: {steps: 2}\ncost: {optimizer_bytes_per_param_byte: 5}\n"), V({8, 5, 2}));
+  auto doc = parse_yaml_text(base + "cost: {optimizer_bytes_per_param_byte: 9}\n", "job.yaml");
+  auto over = parse_job(*doc, "job.yaml");
+  ASSERT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("cost.optimizer_bytes_per_param_byte"), std::string::npos)
+      << over.status().message();
+  for (const std::string zero : {"0", "1", "2", "auto"}) {
+    auto z = parse_yaml_text(base + "planner: {zero: " + zero + "}\n", "job.yaml");
+    auto j = parse_job(*z, "job.yaml");
+    ASSERT_TRUE(j.ok()) << j.status().to_string();
+    EXPECT_EQ(j->planner.zero, zero);
+  }
+  auto bad = parse_yaml_text(base + "planner: {zero: 3}\n", "job.yaml");
+  auto refused = parse_job(*bad, "job.yaml");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("planner.zero"), std::string::npos) << refused.status().message();
+}
+
 }  // namespace
 }  // namespace harp::job
 
