@@ -85,6 +85,23 @@ TEST(Zero, ShardedStagesTrainAsOneProcessInFloat64) {
   check_against_one_process({"llama", "llama", {1, 3}, {2, 1, 3}, {2, 0, 1}, {}, torch::kFloat64});
 }
 
+// The in-memory transport's reduce-scatter and all-gather (all-reduces of zero-padded
+// vectors, transport.h) give the same losses as one process too.
+TEST(Zero, TheInMemoryTransportShardsAlike) {
+  torch::set_num_threads(1);
+  const Case c{"in memory", "gpt", {1, 3}, {2, 1, 3}, {1, 0, 2}, {}, torch::kFloat64};
+  const model::ModelSpec m = three_block_model(1, c.family);
+  auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
+  const runtime::ExecConfig cfg = equivalence_config(c.dtype);
+  RankRun got;
+  const std::vector<std::string> errors =
+      run_plan_in_memory(m, zero_plan(m, c), *data, 3, cfg, {}, std::chrono::milliseconds(60000), &got);
+  for (const std::string& e : errors) EXPECT_EQ(e, "");
+  const ReferenceRun want = train_reference(m, *data, cfg.seed, 3, 2, 6, cfg.optim, c.dtype);
+  ASSERT_EQ(got.losses.size(), 3u);
+  for (int s = 0; s < 3; ++s) EXPECT_NEAR(got.losses[s], want.losses[s], 1e-10 * want.losses[s]) << "step " << s;
+}
+
 TEST(Zero, ShardedStagesTrainAsOneProcessInFloat32WithTensorParallelism) {
   check_against_one_process({"gpt fp32", "gpt", {1, 3}, {2, 1, 3}, {1, 0, 2}, {}, torch::kFloat32});
   check_against_one_process({"gpt tp 2 x dp 2", "gpt", {2}, {2, 3}, {2, 1}, {2, 1}, torch::kFloat32});
