@@ -165,7 +165,10 @@ TEST(DriftLive, ALinkNoTwoStagesJoinIsProbedEveryKSteps) {
     EXPECT_EQ(q["a"], "a");
     EXPECT_EQ(q["b"], "c");
     EXPECT_GT(q["bytes"].get<double>(), 0);
-    EXPECT_NEAR(q["transit_s"].get<double>(), 0.020, 0.002);
+    // Nothing arrives before its transit; a loaded machine's thread wake-ups add to it
+    // (up to 3.6 ms measured under ctest -j2 beside other tests).
+    EXPECT_GE(q["transit_s"].get<double>(), 0.019);
+    EXPECT_LE(q["transit_s"].get<double>(), 0.030);
   }
   EXPECT_EQ(probe_steps, (std::vector<int>{3, 7}));
 }
