@@ -191,12 +191,15 @@ Transfer C10dTransport::irecv(torch::Tensor& t, int peer, int tag, const std::st
   return Transfer(std::make_shared<C10dOp>(link->second->recv(v, 0, tag)), what, peer);
 }
 
+std::string C10dTransport::in_dp_group(const std::string& what) const {
+  return what + " (data-parallel group of stage " + std::to_string(layout().stage) + ")";
+}
+
 void C10dTransport::allreduce_dp(torch::Tensor& t, const std::string& what) {
   check_open();
   if (!groups_->dp) return;
   std::vector<at::Tensor> v{t};
-  wait_or_throw(groups_->dp->allreduce(v), timeout(), what + " (data-parallel group of stage " +
-                                                          std::to_string(layout().stage) + ")");
+  wait_or_throw(groups_->dp->allreduce(v), timeout(), in_dp_group(what));
 }
 
 void C10dTransport::reduce_scatter_dp(torch::Tensor& flat, torch::Tensor& shard, const std::string& what) {
@@ -207,7 +210,7 @@ void C10dTransport::reduce_scatter_dp(torch::Tensor& flat, torch::Tensor& shard,
   }
   const int n = layout().dp(), r = layout().dp_rank;
   HARP_CHECK_EQ(flat.numel(), n * shard.numel());
-  const std::string where = what + " (data-parallel group of stage " + std::to_string(layout().stage) + ")";
+  const std::string where = in_dp_group(what);
   std::vector<at::Tensor> chunks = flat.view({-1}).chunk(n);
   if (flat.is_cuda()) {
     std::vector<at::Tensor> out{shard};
@@ -239,8 +242,7 @@ void C10dTransport::all_gather_dp(torch::Tensor& shard, torch::Tensor& flat, con
   HARP_CHECK_EQ(flat.numel(), n * shard.numel());
   std::vector<std::vector<at::Tensor>> out{flat.view({-1}).chunk(n)};
   std::vector<at::Tensor> in{shard.view({-1})};
-  wait_or_throw(groups_->dp->allgather(out, in), timeout(),
-                what + " (data-parallel group of stage " + std::to_string(layout().stage) + ")");
+  wait_or_throw(groups_->dp->allgather(out, in), timeout(), in_dp_group(what));
 }
 
 void C10dTransport::allreduce_tp(torch::Tensor& t, const std::string& what) {

@@ -1,6 +1,8 @@
 // The per-rank interpreter of lowered action lists (see executor.h for the contract).
 #include "harp/runtime/exec/executor.h"
 
+#include "executor_util.h"
+
 #include <algorithm>
 #include <cmath>
 #include <thread>
@@ -12,18 +14,6 @@ namespace harp::runtime {
 namespace {
 
 constexpr int kTagsPerMicrobatch = 2;  // forward and backward direction
-
-std::string where(const RankLayout& l, int step) {
-  return "rank " + std::to_string(l.rank) + " (stage " + std::to_string(l.stage) + ") at step " +
-         std::to_string(step);
-}
-
-bool has_head(const std::vector<GptLayer>& layers) {
-  return !layers.empty() && layers.front()->layer().kind == model::LayerKind::kHead;
-}
-bool has_tail(const std::vector<GptLayer>& layers) {
-  return !layers.empty() && layers.back()->layer().kind == model::LayerKind::kTail;
-}
 
 }  // namespace
 
@@ -63,11 +53,17 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
         units_.push_back(Unit{i, i + 1, block});
     }
   auto params = named_parameters(layers_);
+  // What the data-parallel reduction sums: all but a tied embedding (its own group's).
+  const bool tied = model.gpt.tied_embeddings;
+  const torch::Tensor tied_head = tied && has_head(layers_) ? layers_.front()->tied_weight() : torch::Tensor();
+  const torch::Tensor tied_tail = tied && has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
+  for (const auto& [name, p] : params)
+    dp_reduced_.push_back(!((tied_head.defined() && p.is_same(tied_head)) || (tied_tail.defined() && p.is_same(tied_tail))));
   const int zero = config.zero.value_or(st.zero);
   if (zero > 0 && layout_.dp() > 1) {
     std::vector<torch::Tensor> tensors;
     for (const auto& [name, p] : params) tensors.push_back(p);
-    zero_ = std::make_unique<ZeroShards>(zero, layout_.dp(), layout_.dp_rank, tensors, dp_reduced_of(params));
+    zero_ = std::make_unique<ZeroShards>(zero, layout_.dp(), layout_.dp_rank, tensors, dp_reduced_);
   }
   optimizer_ = std::make_unique<AdamW>(std::move(params), config.optim,
                                        zero_ ? zero_->owned() : std::vector<AdamW::Range>());
@@ -276,112 +272,6 @@ double Executor::finish_compute() {
   if (config_.emulate || extra_slowdown_ != 1) finish_emulated_compute(compute_start_, factor);
   compute_end_ = std::chrono::steady_clock::now();
   return std::chrono::duration<double>(compute_end_ - compute_start_.wall).count();
-}
-
-void Executor::reduce_grads(int step) {
-  const std::string what = where(layout_, step) + " in REDUCE_GRAD";
-  // The tied pair (token embedding on the first stage, LM head on the last) gets one
-  // summed gradient: summed locally when one rank holds both, then over the tied group.
-  torch::Tensor tied_head = has_head(layers_) ? layers_.front()->tied_weight() : torch::Tensor();
-  torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
-  const bool tied = model_.gpt.tied_embeddings;
-  if (tied && (tied_head.defined() || tied_tail.defined())) {
-    // Vocabulary shards, maybe of different tp on the two stages (or whole tensors):
-    // every member adds its rows into a full-size zero tensor, the sum is the whole
-    // gradient, and each keeps its rows.
-    const Shard* head = tied_head.defined() ? &shards_.at("embed.token.weight") : nullptr;
-    const Shard* tail = tied_tail.defined() ? &shards_.at("head.lm.weight") : nullptr;
-    torch::Tensor g = torch::zeros((head ? head : tail)->full_shape, (head ? tied_head : tied_tail).options());
-    if (head) head->add_to(tied_head.grad(), g);
-    if (tail) tail->add_to(tied_tail.grad(), g);
-    comm_.allreduce_tied(g, what);
-    if (head) tied_head.grad().copy_(head->take(g));
-    if (tail) tied_tail.grad().copy_(tail->take(g));
-  }
-  if (layout_.dp() == 1) return;
-  if (zero_) {
-    zero_->reduce(comm_, config_.grad_reduce_dtype, what);
-    return;
-  }
-  // One flat buffer: Gloo pays per call, and the sum is elementwise either way.
-  std::vector<torch::Tensor> grads;
-  const std::vector<bool> reduced = dp_reduced();
-  for (size_t i = 0; i < reduced.size(); ++i)
-    if (reduced[i]) grads.push_back(optimizer_->params()[i].second.grad());
-  if (grads.empty()) return;
-  torch::Tensor flat = torch::cat([&] {
-    std::vector<torch::Tensor> v;
-    for (auto& g : grads) v.push_back(g.reshape({-1}));
-    return v;
-  }());
-  if (config_.grad_reduce_dtype && *config_.grad_reduce_dtype != flat.scalar_type()) {  // summed in the wire dtype
-    torch::Tensor wire = flat.to(*config_.grad_reduce_dtype);
-    comm_.allreduce_dp(wire, what);
-    flat = wire.to(flat.scalar_type());
-  } else {
-    comm_.allreduce_dp(flat, what);
-  }
-  std::int64_t offset = 0;
-  for (auto& g : grads) {
-    g.copy_(flat.slice(0, offset, offset + g.numel()).view_as(g));
-    offset += g.numel();
-  }
-}
-
-void Executor::apply_step(int step, StepResult* result) {
-  for (auto& [buffer, transfer] : sends_) transfer.wait(comm_.timeout());
-  sends_.clear();
-  // Global norm: each parameter once (replica 0 of each stage; the LM head copy of a
-  // tied embedding is left to the token embedding), plus this rank's loss share.
-  // Under ZeRO each replica counts its own chunk of the summed gradients instead.
-  std::vector<bool> count;
-  torch::Tensor tied_tail = has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
-  const std::vector<bool> reduced = dp_reduced();
-  for (size_t i = 0; i < reduced.size(); ++i) {
-    const auto& [name, p] = optimizer_->params()[i];
-    count.push_back((layout_.dp_rank == 0 || (zero_ && reduced[i])) &&
-                    (layout_.tp_rank == 0 || shards_.at(name).split()) &&
-                    !(model_.gpt.tied_embeddings && tied_tail.defined() && p.is_same(tied_tail)));
-  }
-  const double squares = zero_ ? zero_->owned_squared_norm(count) : optimizer_->grad_squared_norm(count);
-  // Every last-stage replica holds the loss of its own samples: the sum is the total.
-  torch::Tensor shared = torch::tensor({squares, loss_sum_}, torch::kFloat64);
-  comm_.allreduce_world(shared, where(layout_, step) + " in STEP");
-  // With loss scaling the gradients are the scale times the true ones, exactly: so is
-  // their norm. A norm that is not finite means an overflow on some rank, and every
-  // rank sees the same sum: all skip the update together.
-  const double squared = shared[0].item<double>();
-  const double scale = scaler_.enabled() ? scaler_.scale : 1.0;
-  result->loss_scale = scaler_.scale;
-  result->grad_norm = std::sqrt(squared) / scale;
-  result->loss = shared[1].item<double>() / global_tokens_;
-  result->skipped = !scaler_.update(std::isfinite(squared));
-  if (result->skipped) return;
-  const double grad_scale = optimizer_->clip_scale(result->grad_norm) / scale;
-  if (!zero_) {
-    optimizer_->step(step, grad_scale);
-    return;
-  }
-  const std::vector<torch::Tensor> grads = zero_->step_grads();
-  optimizer_->step(step, grad_scale, &grads);
-  zero_->gather_params(comm_, where(layout_, step) + " gathering the updated parameters");
-}
-
-std::vector<bool> Executor::dp_reduced() const { return dp_reduced_of(optimizer_->params()); }
-
-std::vector<bool> Executor::dp_reduced_of(const std::vector<std::pair<std::string, torch::Tensor>>& params) const {
-  const bool tied = model_.gpt.tied_embeddings;
-  torch::Tensor tied_head = tied && has_head(layers_) ? layers_.front()->tied_weight() : torch::Tensor();
-  torch::Tensor tied_tail = tied && has_tail(layers_) ? layers_.back()->tied_weight() : torch::Tensor();
-  std::vector<bool> out;
-  for (const auto& [name, p] : params)
-    out.push_back(!((tied_head.defined() && p.is_same(tied_head)) || (tied_tail.defined() && p.is_same(tied_tail))));
-  return out;
-}
-
-std::vector<std::pair<std::string, torch::Tensor>> Executor::whole_optimizer_state() {
-  if (!zero_) return optimizer_->state();
-  return zero_->gather_state(comm_, *optimizer_, where(layout_, step_) + " gathering the optimizer state");
 }
 
 StepResult Executor::run_step(int step, bool trace) {

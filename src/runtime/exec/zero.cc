@@ -91,37 +91,36 @@ double ZeroShards::owned_squared_norm(const std::vector<bool>& count) const {
   return sum;
 }
 
-torch::Tensor ZeroShards::owned_chunk(const std::vector<torch::Tensor>& per_param) const {
-  torch::Tensor chunk = torch::zeros({chunk_}, per_param.front().options());
-  const std::int64_t lo = dp_rank_ * chunk_;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const AdamW::Range r = owned_[i];
-    if (!reduced_[i] || r.end == r.begin) continue;
-    torch::Tensor mine = per_param[i].reshape({-1});
-    if (mine.numel() == params_[i].numel()) mine = mine.slice(0, r.begin, r.end);  // a whole tensor: take the range
-    chunk.slice(0, offset_[i] + r.begin - lo, offset_[i] + r.end - lo).copy_(mine);
-  }
-  return chunk;
-}
-
-void ZeroShards::gather_params(Transport& comm, const std::string& what) {
-  if (numel_ == 0) return;
+void ZeroShards::gather(Transport& comm, const std::vector<torch::Tensor>& from, const std::vector<torch::Tensor>& to,
+                        const std::string& what) const {
   torch::NoGradGuard no_grad;
-  grad_chunk_ = torch::Tensor();  // stepped: not kept between steps
+  // Where `from`'s flat elements start: a whole tensor at the parameter's first, an owned
+  // range at its range's.
+  auto source = [&](size_t i, std::int64_t p0, std::int64_t n) {
+    const torch::Tensor flat = from[i].reshape({-1});
+    const std::int64_t first = flat.numel() == params_[i].numel() ? 0 : owned_[i].begin;
+    return flat.slice(0, p0 - first, p0 - first + n);
+  };
   for (std::int64_t b0 = 0; b0 < chunk_; b0 += bucket_) {
     const std::int64_t len = std::min(bucket_, chunk_ - b0);
-    torch::Tensor mine = torch::zeros({len}, params_.front().options());
+    torch::Tensor mine = torch::zeros({len}, to.front().options());
     for_each_piece(dp_rank_ * chunk_ + b0, dp_rank_ * chunk_ + b0 + len,
                    [&](size_t i, std::int64_t p0, std::int64_t f0, std::int64_t n) {
-                     mine.slice(0, f0, f0 + n).copy_(params_[i].view({-1}).slice(0, p0, p0 + n));
+                     mine.slice(0, f0, f0 + n).copy_(source(i, p0, n));
                    });
     torch::Tensor flat = torch::empty({dp_ * len}, mine.options());
     comm.all_gather_dp(mine, flat, what);
     for (int d = 0; d < dp_; ++d)
       for_each_piece(d * chunk_ + b0, d * chunk_ + b0 + len, [&](size_t i, std::int64_t p0, std::int64_t f0, std::int64_t n) {
-        params_[i].view({-1}).slice(0, p0, p0 + n).copy_(flat.slice(0, d * len + f0, d * len + f0 + n));
+        to[i].view({-1}).slice(0, p0, p0 + n).copy_(flat.slice(0, d * len + f0, d * len + f0 + n));
       });
   }
+}
+
+void ZeroShards::gather_params(Transport& comm, const std::string& what) {
+  if (numel_ == 0) return;
+  grad_chunk_ = torch::Tensor();  // stepped: not kept between steps
+  gather(comm, params_, params_, what);
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> ZeroShards::gather_state(Transport& comm, const AdamW& optimizer,
@@ -130,15 +129,13 @@ std::vector<std::pair<std::string, torch::Tensor>> ZeroShards::gather_state(Tran
   HARP_CHECK_EQ(state.size(), 2 * params_.size());
   if (numel_ == 0) return state;
   for (int moment = 0; moment < 2; ++moment) {
-    std::vector<torch::Tensor> mine;
-    for (size_t i = 0; i < params_.size(); ++i) mine.push_back(state[2 * i + moment].second);
-    torch::Tensor chunk = owned_chunk(mine);
-    torch::Tensor flat = torch::empty({chunk_ * dp_}, chunk.options());
-    comm.all_gather_dp(chunk, flat, what);
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (reduced_[i])
-        state[2 * i + moment].second =
-            flat.slice(0, offset_[i], offset_[i] + params_[i].numel()).view(params_[i].sizes()).clone();
+    std::vector<torch::Tensor> mine, whole;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      mine.push_back(state[2 * i + moment].second);
+      whole.push_back(reduced_[i] ? torch::empty_like(params_[i]) : mine.back());
+    }
+    gather(comm, mine, whole, what);
+    for (size_t i = 0; i < params_.size(); ++i) state[2 * i + moment].second = whole[i];
   }
   return state;
 }

@@ -62,6 +62,8 @@ class C10dTransport : public Transport {
   struct Groups;
   C10dTransport(RankLayout layout, std::chrono::milliseconds timeout);
   void check_open() const;
+  // "<what> (data-parallel group of stage S)": what a failed dp collective says.
+  std::string in_dp_group(const std::string& what) const;
   std::unique_ptr<Groups> groups_;
   std::string aborted_;  // the reason, once aborted
 };

@@ -176,11 +176,8 @@ class Executor {
   torch::Tensor gather(std::vector<Part>& parts, const schedule::Action& recv);
   // Records now (seconds since this step began) for microbatch mb's message in `times`.
   void note_time(std::array<std::vector<double>, 2>& times, bool forward_direction, int mb) const;
+  // executor_update.cc: the step's reductions, update and the whole optimizer state.
   void reduce_grads(int step);
-  // Per optimizer parameter: whether the data-parallel all-reduce (or ZeRO's reduce-
-  // scatter) sums it; a tied embedding is summed over its own group instead.
-  std::vector<bool> dp_reduced() const;
-  std::vector<bool> dp_reduced_of(const std::vector<std::pair<std::string, torch::Tensor>>& params) const;
   void apply_step(int step, StepResult* result);
   // Starts a compute span (its wall and this thread's CPU clock), and ends it, sleeping
   // first on an emulated device; finish_compute returns its seconds, the sleep included.
@@ -203,6 +200,9 @@ class Executor {
   std::vector<GptLayer> layers_;
   std::map<std::string, Shard> shards_;  // every parameter's, by name
   std::vector<Unit> units_;  // empty unless this stage recomputes fully
+  // Per optimizer parameter: whether the data-parallel all-reduce (or ZeRO's reduce-
+  // scatter) sums it; a tied embedding is summed over its own group instead.
+  std::vector<bool> dp_reduced_;
   std::unique_ptr<ZeroShards> zero_;  // null unless this stage shards its optimizer state
   std::unique_ptr<AdamW> optimizer_;
   std::vector<schedule::Action> actions_;

@@ -11,8 +11,9 @@
 //   level 2  as 1, and the gradients are freed once copied into the reduction's buffer:
 //            between steps a replica holds no gradient (they are rebuilt by the next
 //            backward), and after the reduction only its chunk.
-// Both collectives go bucket by bucket (a bounded buffer). The float32 parameters are the master weights (bf16/fp16 compute under autocast,
-// runtime/nn/precision.h): they stay whole on every replica, as the forward needs them.
+// Both collectives go bucket by bucket (a bounded buffer). The float32 parameters are
+// the master weights (bf16/fp16 compute under autocast, runtime/nn/precision.h): they
+// stay whole on every replica, as the forward needs them.
 // The global gradient norm is summed over the owned chunks; an overflow anywhere makes
 // it infinite, so every replica skips the step together. Checkpoints hold whole tensors
 // (gather_state), so a sharded run resumes on any plan and any plan resumes sharded.
@@ -65,9 +66,11 @@ class ZeroShards {
   // every reduced parameter's part of the flat vector's [a, b).
   template <class Fn>
   void for_each_piece(std::int64_t a, std::int64_t b, Fn fn) const;
-  // The owned slices of `per_param` (one tensor per parameter, flattened as it) laid into
-  // a chunk-sized buffer; the reverse of the chunk's place in the flat vector.
-  torch::Tensor owned_chunk(const std::vector<torch::Tensor>& per_param) const;
+  // Every replica's chunk of `from`, gathered bucket by bucket into `to` (per parameter:
+  // `from` flat over its whole or over its owned range, `to` whole; a parameter that is
+  // not reduced is left as it is).
+  void gather(Transport& comm, const std::vector<torch::Tensor>& from, const std::vector<torch::Tensor>& to,
+              const std::string& what) const;
 
   int level_, dp_, dp_rank_;
   std::vector<torch::Tensor> params_;
