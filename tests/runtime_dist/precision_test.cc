@@ -22,12 +22,7 @@ namespace {
 using plan::ScheduleKind;
 using Named = std::vector<std::pair<std::string, torch::Tensor>>;
 
-runtime::ExecConfig config() {
-  runtime::ExecConfig cfg;
-  cfg.seed = 11;
-  cfg.optim = equivalence_optim();
-  return cfg;
-}
+runtime::ExecConfig config() { return equivalence_config(torch::kFloat32); }
 
 std::map<std::string, torch::Tensor> by_name(const Named& named) { return {named.begin(), named.end()}; }
 

@@ -38,14 +38,19 @@ TEST(Job, BadSectionsNameTheirPath) {
             std::string::npos);
 }
 
+// A one-device gpt-tiny job with the sections `more`.
+StatusOr<Job> tiny_job(const std::string& more) {
+  auto doc = parse_yaml_text(
+      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n" +
+          more,
+      "job.yaml");
+  HARP_CHECK(doc.ok()) << doc.status().to_string();
+  return parse_job(*doc, "job.yaml");
+}
+
 // Every search setting can be set in the job file (flags of harp plan override them).
 TEST(Job, ThePlannerSectionHoldsEverySearchSetting) {
-  const std::string base =
-      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n";
-  auto load = [&](const std::string& more) {
-    auto doc = parse_yaml_text(base + more, "job.yaml");
-    return parse_job(*doc, "job.yaml");
-  };
+  auto load = tiny_job;
   auto defaults = load("");
   HARP_ASSERT_OK(defaults);
   EXPECT_EQ(defaults->planner.max_tp, 0);
@@ -72,11 +77,8 @@ TEST(Job, ThePlannerSectionHoldsEverySearchSetting) {
 
 // The planner's bytes follow the dtype the job trains in, unless the cost section says.
 TEST(Job, PlannerBytesFollowTheTrainingDtype) {
-  const std::string base =
-      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n";
   auto load = [&](const std::string& more) {
-    auto doc = parse_yaml_text(base + more, "job.yaml");
-    auto j = parse_job(*doc, "job.yaml");
+    auto j = tiny_job(more);
     HARP_CHECK(j.ok()) << j.status().to_string();
     return std::make_pair(j->cost.activation_bytes_scale, j->cost.gradient_bytes_per_param_byte);
   };
@@ -93,8 +95,7 @@ TEST(Job, PlannerBytesFollowTheTrainingDtype) {
   EXPECT_EQ(load("training: {dtype: float64}\ncost: {activation_bytes_scale: 3}\n"), P(3, 4));
   EXPECT_EQ(load("training: {steps: 2}\ncost: {gradient_bytes_per_param_byte: 2}\n"), P(2, 2));  // agrees
   // One source: a cost knob that contradicts what the run sends is refused.
-  auto doc = parse_yaml_text(base + "training: {dtype: bfloat16}\ncost: {gradient_bytes_per_param_byte: 1}\n", "job.yaml");
-  auto contradicting = parse_job(*doc, "job.yaml");
+  auto contradicting = tiny_job("training: {dtype: bfloat16}\ncost: {gradient_bytes_per_param_byte: 1}\n");
   ASSERT_FALSE(contradicting.ok());
   EXPECT_NE(contradicting.status().message().find("cost.gradient_bytes_per_param_byte"), std::string::npos);
   EXPECT_NE(contradicting.status().message().find("float32 gradients"), std::string::npos)
@@ -106,11 +107,8 @@ TEST(Job, PlannerBytesFollowTheTrainingDtype) {
 // Adam's m and v, so ZeRO shards half the state and its all-gather moves the masters;
 // planner.zero takes a level or auto.
 TEST(Job, ShardedStateFollowsTheTrainingDtype) {
-  const std::string base =
-      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n";
   auto load = [&](const std::string& more) {
-    auto doc = parse_yaml_text(base + more, "job.yaml");
-    auto j = parse_job(*doc, "job.yaml");
+    auto j = tiny_job(more);
     HARP_CHECK(j.ok()) << j.status().to_string();
     return std::vector<double>{j->cost.state_bytes_per_param_byte, j->cost.optimizer_bytes_per_param_byte,
                                j->cost.parameter_bytes_per_param_byte};
@@ -121,19 +119,16 @@ TEST(Job, ShardedStateFollowsTheTrainingDtype) {
   EXPECT_EQ(load("training: {dtype: bfloat16}\n"), V({8, 4, 2}));
   EXPECT_EQ(load("training: {dtype: float64}\n"), V({16, 8, 4}));
   EXPECT_EQ(load("training: {steps: 2}\ncost: {optimizer_bytes_per_param_byte: 5}\n"), V({8, 5, 2}));
-  auto doc = parse_yaml_text(base + "cost: {optimizer_bytes_per_param_byte: 9}\n", "job.yaml");
-  auto over = parse_job(*doc, "job.yaml");
+  auto over = tiny_job("cost: {optimizer_bytes_per_param_byte: 9}\n");
   ASSERT_FALSE(over.ok());
   EXPECT_NE(over.status().message().find("cost.optimizer_bytes_per_param_byte"), std::string::npos)
       << over.status().message();
   for (const std::string zero : {"0", "1", "2", "auto"}) {
-    auto z = parse_yaml_text(base + "planner: {zero: " + zero + "}\n", "job.yaml");
-    auto j = parse_job(*z, "job.yaml");
+    auto j = tiny_job("planner: {zero: " + zero + "}\n");
     ASSERT_TRUE(j.ok()) << j.status().to_string();
     EXPECT_EQ(j->planner.zero, zero);
   }
-  auto bad = parse_yaml_text(base + "planner: {zero: 3}\n", "job.yaml");
-  auto refused = parse_job(*bad, "job.yaml");
+  auto refused = tiny_job("planner: {zero: 3}\n");
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("planner.zero"), std::string::npos) << refused.status().message();
 }
