@@ -30,8 +30,8 @@ int run_schedule_show(const Opts& o, Context& ctx) {
       return ctx.rc = kExitUsage;
     }
     n = o.launch_counts;
-  } else if (kind == plan::ScheduleKind::kHarp1F1B) {
-    ctx.err << "harp schedule show: --kind harp-1f1b needs --launch-counts (the δ rule needs "
+  } else if (plan::uses_delta_rule(kind)) {
+    ctx.err << "harp schedule show: --kind " << o.kind << " needs --launch-counts (the δ rule needs "
                "link times: use `harp simulate --plan` for a plan's own counts)\n";
     return ctx.rc = kExitUsage;
   } else {
@@ -71,7 +71,7 @@ void add_schedule_command(CLI::App& root, Context& ctx) {
   show->add_option("--stages", o->stages, "Pipeline stages S")->required()->check(whole(1, 4096));
   show->add_option("--microbatches", o->microbatches, "Microbatches per iteration M")
       ->required()->check(whole(1, 1 << 20));
-  show->add_option("--kind", o->kind, "gpipe, 1f1b or harp-1f1b")
+  show->add_option("--kind", o->kind, "gpipe, 1f1b, harp-1f1b, zb-h1, zb-h2 or harp-zb")
       ->check(CLI::IsMember(plan::schedule_kind_names()))->capture_default_str();
   show->add_option("--launch-counts", o->launch_counts, "Launch count per stage, e.g. 3,2,1")
       ->delimiter(',')->check(whole(1, 1 << 20));

@@ -177,7 +177,11 @@ RangeView StageCosts::view(int sub, int dp, int tp, int zero) const {
 }
 
 StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Recompute recompute, int zero) const {
-  return view(sub, dp, tp, zero).at(first, last, recompute);
+  StageFigures f = view(sub, dp, tp, zero).at(first, last, recompute);
+  const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
+  for (int l = first; l < last; ++l) f.bwd_weight_s += layers_[l].weight_grad_fraction * (p->bwd[l + 1] - p->bwd[l]);
+  f.bwd_weight_s = std::min(f.bwd_weight_s, f.bwd_s);
+  return f;
 }
 
 std::string StageCosts::stage_source(int sub, int first, int last, int dp, int tp) const {

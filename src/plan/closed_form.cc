@@ -37,7 +37,9 @@ std::vector<int> delta_rule_launch_counts(const Plan& plan, Seconds period_s) {
 std::vector<int> standard_launch_counts(int num_stages, int microbatches, ScheduleKind kind) {
   std::vector<int> n(num_stages);
   for (int i = 0; i < num_stages; ++i)
-    n[i] = kind == ScheduleKind::kGpipe ? microbatches : std::min(num_stages - i, microbatches);
+    n[i] = kind == ScheduleKind::kGpipe  ? microbatches
+           : kind == ScheduleKind::kZbH2 ? std::min(2 * (num_stages - i) - 1, microbatches)
+                                         : std::min(num_stages - i, microbatches);
   return n;
 }
 

@@ -4,24 +4,34 @@
 
 namespace harp::plan {
 
+namespace {
+constexpr ScheduleKind kAllScheduleKinds[] = {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kHarp1F1B,
+                                              ScheduleKind::kZbH1,  ScheduleKind::kZbH2, ScheduleKind::kHarpZb};
+}  // namespace
+
 const char* schedule_kind_name(ScheduleKind kind) {
   switch (kind) {
     case ScheduleKind::kGpipe: return "gpipe";
     case ScheduleKind::k1F1B: return "1f1b";
     case ScheduleKind::kHarp1F1B: return "harp-1f1b";
+    case ScheduleKind::kZbH1: return "zb-h1";
+    case ScheduleKind::kZbH2: return "zb-h2";
+    case ScheduleKind::kHarpZb: return "harp-zb";
   }
   return "?";
 }
 
 const std::vector<std::string>& schedule_kind_names() {
-  static const std::vector<std::string> names = {schedule_kind_name(ScheduleKind::kGpipe),
-                                                 schedule_kind_name(ScheduleKind::k1F1B),
-                                                 schedule_kind_name(ScheduleKind::kHarp1F1B)};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (auto k : kAllScheduleKinds) out.push_back(schedule_kind_name(k));
+    return out;
+  }();
   return names;
 }
 
 bool parse_schedule_kind(const std::string& name, ScheduleKind* out) {
-  for (auto k : {ScheduleKind::kGpipe, ScheduleKind::k1F1B, ScheduleKind::kHarp1F1B}) {
+  for (auto k : kAllScheduleKinds) {
     if (name == schedule_kind_name(k)) {
       *out = k;
       return true;

@@ -20,6 +20,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   if (r.failed()) return r.finish();
   s->fwd_s = read_quantity(r, "fwd_s", quantity::kSeconds);
   s->bwd_s = read_quantity(r, "bwd_s", quantity::kSeconds);
+  s->bwd_weight_s = read_quantity(r, "bwd_weight_s", quantity::kSeconds, 0.0);
   s->comm_s = read_quantity(r, "comm_s", quantity::kSeconds, 0.0);
   s->comm_latency_s = read_quantity(r, "comm_latency_s", quantity::kSeconds, 0.0);
   s->allreduce_s = read_quantity(r, "allreduce_s", quantity::kSeconds, 0.0);
@@ -55,6 +56,9 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   if (!r.failed() && s->fwd_s + s->bwd_s <= 0)
     r.fail("bwd_s", Json(s->bwd_s).dump(), "fwd_s + bwd_s must be greater than 0",
            "give the stage its measured or estimated compute time");
+  if (!r.failed() && s->bwd_weight_s > s->bwd_s)
+    r.fail("bwd_weight_s", Json(s->bwd_weight_s).dump(), "must not exceed bwd_s (" + Json(s->bwd_s).dump() + ")",
+           "give the part of bwd_s that the weight gradients take, or leave it out");
   if (!r.failed() && s->comm_latency_s > s->comm_s)
     r.fail("comm_latency_s", Json(s->comm_latency_s).dump(),
            "must not exceed comm_s (" + Json(s->comm_s).dump() + ")",
@@ -225,6 +229,7 @@ Json plan_to_json(const Plan& p) {
     if (s.launch_count > 0) sj["launch_count"] = s.launch_count;
     sj["fwd_s"] = s.fwd_s;
     sj["bwd_s"] = s.bwd_s;
+    if (s.bwd_weight_s > 0) sj["bwd_weight_s"] = s.bwd_weight_s;
     sj["comm_s"] = s.comm_s;
     sj["comm_latency_s"] = s.comm_latency_s;
     sj["crosses_nodes"] = s.crosses_nodes;

@@ -49,6 +49,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp, pl.recompute, s.zero);
     s.fwd_s = f.fwd_s;
     s.bwd_s = f.bwd_s;
+    s.bwd_weight_s = f.bwd_weight_s;
     s.allreduce_s = f.allreduce_s;
     s.optimizer_s = f.optimizer_s;
     s.memory_static_bytes = f.static_bytes;

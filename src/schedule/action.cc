@@ -12,7 +12,8 @@ namespace {
 
 constexpr ActionKind kAllKinds[] = {ActionKind::kF,     ActionKind::kB,     ActionKind::kSendF,
                                     ActionKind::kRecvF, ActionKind::kSendB, ActionKind::kRecvB,
-                                    ActionKind::kReduceGrad, ActionKind::kStep};
+                                    ActionKind::kReduceGrad, ActionKind::kStep, ActionKind::kI,
+                                    ActionKind::kW};
 
 bool has_microbatch(ActionKind kind) {
   return kind != ActionKind::kReduceGrad && kind != ActionKind::kStep;
@@ -37,7 +38,7 @@ bool read_number(const std::string& text, size_t* pos, int* out) {
 Status bad_token(const std::string& text, const std::string& why) {
   return invalid_argument("bad action \"" + text + "\": " + why +
                           " (expected <stage><kind>[<microbatch>], e.g. 2F5, 3RECV_F5, "
-                          "2REDUCE_GRAD; kinds F, B, SEND_F, RECV_F, SEND_B, RECV_B, "
+                          "2REDUCE_GRAD; kinds F, B, I, W, SEND_F, RECV_F, SEND_B, RECV_B, "
                           "REDUCE_GRAD, STEP)");
 }
 
@@ -68,6 +69,8 @@ const char* action_kind_name(ActionKind kind) {
     case ActionKind::kRecvB: return "RECV_B";
     case ActionKind::kReduceGrad: return "REDUCE_GRAD";
     case ActionKind::kStep: return "STEP";
+    case ActionKind::kI: return "I";
+    case ActionKind::kW: return "W";
   }
   return "?";
 }

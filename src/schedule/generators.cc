@@ -79,7 +79,7 @@ Schedule generate_1f1b(int num_stages, int microbatches) {
 }
 
 std::vector<int> launch_counts_for(const plan::Plan& plan, plan::ScheduleKind kind) {
-  if (kind != plan::ScheduleKind::kHarp1F1B)
+  if (!plan::uses_delta_rule(kind))
     return plan::standard_launch_counts(plan.num_stages(), plan.microbatches, kind);
   bool all_set = !plan.stages.empty();
   for (const plan::Stage& s : plan.stages) all_set = all_set && s.launch_count > 0;

@@ -95,14 +95,15 @@ std::string format_compute_grid(const Schedule& schedule) {
         if (f_end[r - 1][m] < 0) continue;
         start = std::max(start, f_end[r - 1][m]);
       }
-      if (a.kind == ActionKind::kB) {
+      if (a.is_input_backward()) {
         if (f_end[r][m] < 0) continue;
         if (r < S - 1) {
           if (b_end[r + 1][m] < 0) continue;
           start = std::max(start, b_end[r + 1][m]);
         }
       }
-      (a.kind == ActionKind::kF ? f_end : b_end)[r][m] = start + 1;
+      if (a.kind == ActionKind::kW && b_end[r][m] < 0) continue;  // after its own I
+      if (a.kind != ActionKind::kW) (a.kind == ActionKind::kF ? f_end : b_end)[r][m] = start + 1;
       free_at[r] = start + 1;
       if (static_cast<int>(rows.size()) <= start)
         rows.resize(start + 1, std::vector<std::string>(S));

@@ -20,7 +20,7 @@ Status check_compute_input(const Schedule& compute) {
     for (const Action& a : compute.actions[r]) {
       const std::string where = "lowering: rank " + std::to_string(r) + " action " + to_string(a);
       if (!a.is_compute())
-        return invalid_argument(where + ": the input must hold only F and B actions");
+        return invalid_argument(where + ": the input must hold only F, B, I and W actions");
       if (a.stage != r)
         return invalid_argument(where + ": its stage must equal the rank (" + std::to_string(r) +
                                 ")");
@@ -47,13 +47,15 @@ StatusOr<Schedule> lower(const Schedule& compute) {
   std::vector<std::vector<char>> recv_f(S, std::vector<char>(M, 0));
   std::vector<std::vector<char>> recv_b(S, std::vector<char>(M, 0));
   std::vector<std::vector<char>> f_placed(S, std::vector<char>(M, 0));
+  std::vector<std::vector<char>> i_placed(S, std::vector<char>(M, 0));
   std::vector<size_t> next(S, 0);
 
   auto ready = [&](int r, const Action& a) {
     const int m = a.microbatch;
     if (a.kind == ActionKind::kF) return r == 0 || recv_f[r][m];
-    // The own-forward condition only fails for a B listed before its F, which can
-    // never make progress and is reported as stuck below.
+    // The own-rank conditions only fail for a B or I listed before its F, or a W before
+    // its I, which can never make progress and are reported as stuck below.
+    if (a.kind == ActionKind::kW) return static_cast<bool>(i_placed[r][m]);
     return f_placed[r][m] && (r == S - 1 || recv_b[r][m]);
   };
 
@@ -66,6 +68,7 @@ StatusOr<Schedule> lower(const Schedule& compute) {
       if (!ready(r, a)) continue;
       out.actions[r].push_back(a);
       const int m = a.microbatch;
+      if (a.kind == ActionKind::kI) i_placed[r][m] = 1;
       if (a.kind == ActionKind::kF) {
         f_placed[r][m] = 1;
         if (r < S - 1) {
@@ -73,6 +76,8 @@ StatusOr<Schedule> lower(const Schedule& compute) {
           out.actions[r + 1].push_back({r + 1, ActionKind::kRecvF, m});
           recv_f[r + 1][m] = 1;
         }
+      } else if (a.kind == ActionKind::kW) {
+        // Weight gradients stay on the stage: nothing to send.
       } else if (r > 0) {
         out.actions[r].push_back({r, ActionKind::kSendB, m});
         out.actions[r - 1].push_back({r - 1, ActionKind::kRecvB, m});
@@ -88,14 +93,17 @@ StatusOr<Schedule> lower(const Schedule& compute) {
         if (next[r] == compute.actions[r].size()) continue;
         const Action& a = compute.actions[r][next[r]];
         std::string why;
-        if (a.kind == ActionKind::kB && !f_placed[r][a.microbatch])
+        if (a.is_input_backward() && !f_placed[r][a.microbatch])
           why = "its forward " + to_string({r, ActionKind::kF, a.microbatch}) +
+                " is not before it on this rank";
+        else if (a.kind == ActionKind::kW)
+          why = "its input gradient " + to_string({r, ActionKind::kI, a.microbatch}) +
                 " is not before it on this rank";
         else if (a.kind == ActionKind::kF)
           why = "needs " + to_string({r - 1, ActionKind::kF, a.microbatch}) + " from rank " +
                 std::to_string(r - 1);
         else
-          why = "needs " + to_string({r + 1, ActionKind::kB, a.microbatch}) + " from rank " +
+          why = "needs the backward of microbatch " + std::to_string(a.microbatch) + " from rank " +
                 std::to_string(r + 1);
         stuck += (stuck.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
                  " at " + to_string(a) + " (" + why + ")";

@@ -13,7 +13,6 @@ namespace harp::schedule {
 namespace {
 
 constexpr int kGridWindow = 12;  // executed steps shown above the stuck one
-constexpr int kNumKinds = static_cast<int>(ActionKind::kStep) + 1;
 
 std::string at(int rank, size_t index, const Action& a) {
   return to_string(a) + " (rank " + std::to_string(rank) + " position " + std::to_string(index) +
@@ -69,7 +68,7 @@ class Validator {
     partner_.assign(S_, {});
     for (int r = 0; r < S_; ++r) {
       RankIndex& ix = index_[r];
-      ix.pos.assign(kNumKinds, std::vector<long>(M, -1));
+      ix.pos.assign(kNumActionKinds, std::vector<long>(M, -1));
       const auto& list = s_.actions[r];
       partner_[r].assign(list.size(), Partner{});
       for (size_t i = 0; i < list.size(); ++i) {
@@ -99,8 +98,9 @@ class Validator {
       for (int m = 0; m < M; ++m) {
         if (std::string e = check_order(r, m); !e.empty()) return e;
       }
-      const long last_b = *std::max_element(ix.pos[int(ActionKind::kB)].begin(),
-                                            ix.pos[int(ActionKind::kB)].end());
+      long last_b = -1;  // the last backward work: a B or a W
+      for (ActionKind k : {ActionKind::kB, ActionKind::kW})
+        last_b = std::max(last_b, *std::max_element(ix.pos[int(k)].begin(), ix.pos[int(k)].end()));
       const std::string rank = "rank " + std::to_string(r);
       if (ix.reduce_grad < 0) return rank + " has no REDUCE_GRAD after its last backward";
       if (ix.reduce_grad < last_b)
@@ -116,21 +116,28 @@ class Validator {
 
   long pos(int r, ActionKind k, int m) const { return index_[r].pos[static_cast<int>(k)][m]; }
 
-  // Every action a rank needs for microbatch m exists and comes in a usable order.
+  // Every action a rank needs for microbatch m exists and comes in a usable order. The
+  // backward is one B, or an I (input gradient) and a later W (weight gradients).
   std::string check_order(int r, int m) const {
     struct Rule {
       bool applies;
       ActionKind first, then;
       const char* why;
     };
-    const Rule rules[] = {
-        {true, ActionKind::kF, ActionKind::kB, "a backward needs its forward"},
-        {r > 0, ActionKind::kRecvF, ActionKind::kF, "the forward needs its input"},
-        {r > 0, ActionKind::kB, ActionKind::kSendB, "only a finished backward is sent"},
-        {r < S_ - 1, ActionKind::kF, ActionKind::kSendF, "only a finished forward is sent"},
-        {r < S_ - 1, ActionKind::kRecvB, ActionKind::kB, "the backward needs its gradient"},
-    };
     const std::string rank = "rank " + std::to_string(r);
+    const bool split = pos(r, ActionKind::kI, m) >= 0 || pos(r, ActionKind::kW, m) >= 0;
+    if (split && pos(r, ActionKind::kB, m) >= 0)
+      return rank + " runs both " + to_string({r, ActionKind::kB, m}) + " and a split backward (I/W) of microbatch " +
+             std::to_string(m) + "; run one B or one I and one W";
+    const ActionKind bwd = split ? ActionKind::kI : ActionKind::kB;
+    const Rule rules[] = {
+        {true, ActionKind::kF, bwd, "a backward needs its forward"},
+        {split, ActionKind::kI, ActionKind::kW, "a weight gradient needs its input gradient"},
+        {r > 0, ActionKind::kRecvF, ActionKind::kF, "the forward needs its input"},
+        {r > 0, bwd, ActionKind::kSendB, "only a finished backward is sent"},
+        {r < S_ - 1, ActionKind::kF, ActionKind::kSendF, "only a finished forward is sent"},
+        {r < S_ - 1, ActionKind::kRecvB, bwd, "the backward needs its gradient"},
+    };
     for (const Rule& rule : rules) {
       if (!rule.applies) continue;
       for (ActionKind k : {rule.first, rule.then})
@@ -187,7 +194,7 @@ class Validator {
   // The receive whose data compute action a on rank r consumes, or -1 if none.
   long input_recv(int r, const Action& a) const {
     if (a.kind == ActionKind::kF) return r > 0 ? pos(r, ActionKind::kRecvF, a.microbatch) : -1;
-    if (a.kind == ActionKind::kB)
+    if (a.is_input_backward())
       return r < S_ - 1 ? pos(r, ActionKind::kRecvB, a.microbatch) : -1;
     return -1;
   }
@@ -251,7 +258,7 @@ class Validator {
         const Action& a = s_.actions[r][pc_[r]++];
         row[r] = to_string(a);
         if (a.kind == ActionKind::kF) ++inflight[r];
-        if (a.kind == ActionKind::kB) --inflight[r];
+        if (a.is_input_backward()) --inflight[r];
         result.peak_inflight[r] = std::max(result.peak_inflight[r], inflight[r]);
       }
       recent.push_back(std::move(row));
@@ -305,12 +312,12 @@ ValidationResult validate_compute(const Schedule& compute) {
   ValidationResult result;
   result.peak_inflight.assign(S, 0);
   for (int r = 0; r < S; ++r) {
-    std::vector<long> f_at(M, -1), b_at(M, -1);
+    std::vector<long> f_at(M, -1), b_at(M, -1), i_at(M, -1), w_at(M, -1);
     int inflight = 0;
     const auto& list = compute.actions[r];
     for (size_t i = 0; i < list.size(); ++i) {
       const Action& a = list[i];
-      if (!a.is_compute()) return failure(at(r, i, a) + " is not F or B in a compute schedule", S);
+      if (!a.is_compute()) return failure(at(r, i, a) + " is not F, B, I or W in a compute schedule", S);
       if (a.stage != r)
         return failure(at(r, i, a) + " has stage " + std::to_string(a.stage) +
                            "; it must equal the rank",
@@ -318,19 +325,35 @@ ValidationResult validate_compute(const Schedule& compute) {
       if (a.microbatch < 0 || a.microbatch >= M)
         return failure(at(r, i, a) + " names a microbatch outside [0, " + std::to_string(M) + ")",
                        S);
-      std::vector<long>& seen = a.kind == ActionKind::kF ? f_at : b_at;
+      std::vector<long>& seen = a.kind == ActionKind::kF   ? f_at
+                                : a.kind == ActionKind::kB ? b_at
+                                : a.kind == ActionKind::kI ? i_at
+                                                           : w_at;
       if (seen[a.microbatch] >= 0) return failure(at(r, i, a) + " appears twice", S);
       seen[a.microbatch] = static_cast<long>(i);
-      if (a.kind == ActionKind::kB && f_at[a.microbatch] < 0)
+      if (a.is_input_backward() && f_at[a.microbatch] < 0)
         return failure(at(r, i, a) + " comes before its forward on rank " + std::to_string(r), S);
+      if (a.kind == ActionKind::kW && i_at[a.microbatch] < 0)
+        return failure(at(r, i, a) + " comes before its input gradient " +
+                           to_string({r, ActionKind::kI, a.microbatch}) + " on rank " + std::to_string(r),
+                       S);
+      if (a.kind == ActionKind::kW) continue;
       inflight += a.kind == ActionKind::kF ? 1 : -1;
       result.peak_inflight[r] = std::max(result.peak_inflight[r], inflight);
     }
     for (int m = 0; m < M; ++m) {
-      if (f_at[m] < 0 || b_at[m] < 0)
-        return failure("rank " + std::to_string(r) + " never runs " +
-                           to_string({r, f_at[m] < 0 ? ActionKind::kF : ActionKind::kB, m}),
+      const bool split = i_at[m] >= 0 || w_at[m] >= 0;
+      if (split && b_at[m] >= 0)
+        return failure("rank " + std::to_string(r) + " runs both " + to_string({r, ActionKind::kB, m}) +
+                           " and a split backward of microbatch " + std::to_string(m),
                        S);
+      const ActionKind missing = f_at[m] < 0                ? ActionKind::kF
+                                 : !split && b_at[m] < 0    ? ActionKind::kB
+                                 : split && i_at[m] < 0     ? ActionKind::kI
+                                 : split && w_at[m] < 0     ? ActionKind::kW
+                                                            : ActionKind::kStep;
+      if (missing != ActionKind::kStep)
+        return failure("rank " + std::to_string(r) + " never runs " + to_string({r, missing, m}), S);
     }
   }
   // Unit-time pipeline (grid.h's clock): proves the per-rank orders agree with each
@@ -344,11 +367,13 @@ ValidationResult validate_compute(const Schedule& compute) {
       if (next[r] == compute.actions[r].size()) continue;
       const Action& a = compute.actions[r][next[r]];
       const int m = a.microbatch;
-      const int dep = a.kind == ActionKind::kF ? (r > 0 ? f_end[r - 1][m] : 0)
-                                               : (r < S - 1 ? b_end[r + 1][m] : 0);
+      // A W waits for nothing on other ranks (its I is earlier on this one).
+      const int dep = a.kind == ActionKind::kF   ? (r > 0 ? f_end[r - 1][m] : 0)
+                      : a.kind == ActionKind::kW ? 0
+                                                 : (r < S - 1 ? b_end[r + 1][m] : 0);
       if (dep < 0) continue;
       free_at[r] = std::max(free_at[r], dep) + 1;
-      (a.kind == ActionKind::kF ? f_end : b_end)[r][m] = free_at[r];
+      if (a.kind != ActionKind::kW) (a.kind == ActionKind::kF ? f_end : b_end)[r][m] = free_at[r];
       result.steps = std::max(result.steps, free_at[r]);
       ++next[r];
       progress = true;
@@ -359,7 +384,7 @@ ValidationResult validate_compute(const Schedule& compute) {
     if (next[r] == compute.actions[r].size()) continue;
     const Action& a = compute.actions[r][next[r]];
     const Action input = a.kind == ActionKind::kF ? Action{r - 1, ActionKind::kF, a.microbatch}
-                                                  : Action{r + 1, ActionKind::kB, a.microbatch};
+                                                  : Action{r + 1, a.kind, a.microbatch};
     stuck += (stuck.empty() ? "" : "; ") + std::string("rank ") + std::to_string(r) +
              " waits at " + to_string(a) + " for " + to_string(input);
   }

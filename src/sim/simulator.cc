@@ -62,16 +62,17 @@ class EventQueue {
 
 struct StageNanos {
   Nanos fwd = 0, bwd = 0, comm = 0, latency = 0, allreduce = 0, optimizer = 0;
+  Nanos wgrad = 0;  // of bwd, a split backward's W (its I takes bwd - wgrad)
 };
 
 // Bits of the per-(rank, microbatch) "seen" mask used by the setup checks; the last two
 // are kept once per rank.
-enum SeenBit : std::uint8_t {
+enum SeenBit : std::uint16_t {
   kSeenF = 1, kSeenB = 2, kSeenSendF = 4, kSeenRecvF = 8, kSeenSendB = 16, kSeenRecvB = 32,
-  kSeenReduceGrad = 64, kSeenStep = 128
+  kSeenReduceGrad = 64, kSeenStep = 128, kSeenI = 256, kSeenW = 512
 };
 
-std::uint8_t seen_bit(ActionKind k) {
+std::uint16_t seen_bit(ActionKind k) {
   switch (k) {
     case ActionKind::kF: return kSeenF;
     case ActionKind::kB: return kSeenB;
@@ -81,6 +82,8 @@ std::uint8_t seen_bit(ActionKind k) {
     case ActionKind::kRecvB: return kSeenRecvB;
     case ActionKind::kReduceGrad: return kSeenReduceGrad;
     case ActionKind::kStep: return kSeenStep;
+    case ActionKind::kI: return kSeenI;
+    case ActionKind::kW: return kSeenW;
   }
   return 0;
 }
@@ -99,8 +102,12 @@ Status convert_stage(const plan::Stage& s, int i, StageNanos* out) {
   if (s.comm_latency_s > s.comm_s)
     return invalid_argument("plan stages[" + std::to_string(i) + "].comm_latency_s exceeds comm_s;"
                             " comm_s is latency plus bytes / bandwidth, make it the total");
+  if (!std::isfinite(s.bwd_weight_s) || s.bwd_weight_s < 0 || s.bwd_weight_s > s.bwd_s)
+    return invalid_argument("plan stages[" + std::to_string(i) + "].bwd_weight_s = " + std::to_string(s.bwd_weight_s) +
+                            ": the weight-gradient part of bwd_s must lie in [0, bwd_s]");
   *out = {s_to_ns(s.fwd_s),       s_to_ns(s.bwd_s),         s_to_ns(s.comm_s),
-          s_to_ns(s.comm_latency_s), s_to_ns(s.allreduce_s), s_to_ns(s.optimizer_s)};
+          s_to_ns(s.comm_latency_s), s_to_ns(s.allreduce_s), s_to_ns(s.optimizer_s),
+          s_to_ns(s.bwd_weight_s)};
   return Status::ok_status();
 }
 
@@ -110,10 +117,10 @@ Status convert_stage(const plan::Stage& s, int i, StageNanos* out) {
 // actions are not errors here: a list that stops early simply ends early.
 Status check_lists(const schedule::Schedule& s) {
   const int S = s.num_stages, M = s.num_microbatches;
-  std::vector<std::uint8_t> seen(static_cast<std::size_t>(M));
+  std::vector<std::uint16_t> seen(static_cast<std::size_t>(M));
   for (int r = 0; r < S; ++r) {
     std::fill(seen.begin(), seen.end(), 0);
-    std::uint8_t seen_once = 0;
+    std::uint16_t seen_once = 0;
     const auto& list = s.actions[r];
     for (std::size_t k = 0; k < list.size(); ++k) {
       const Action& a = list[k];
@@ -122,7 +129,7 @@ Status check_lists(const schedule::Schedule& s) {
                                 " (" + schedule::to_string(a) + "): " + why);
       };
       if (a.stage != r) return fail("belongs to another stage; one rank runs one stage here");
-      const std::uint8_t bit = seen_bit(a.kind);
+      const std::uint16_t bit = seen_bit(a.kind);
       if (!a.is_compute() && !a.is_send() && !a.is_recv()) {  // REDUCE_GRAD, STEP
         if (seen_once & bit) return fail("appears twice on this rank");
         seen_once |= bit;
@@ -134,17 +141,22 @@ Status check_lists(const schedule::Schedule& s) {
         return fail("the last stage has no next stage");
       if ((a.kind == ActionKind::kSendB || a.kind == ActionKind::kRecvF) && r == 0)
         return fail("the first stage has no previous stage");
-      std::uint8_t& m = seen[a.microbatch];
+      std::uint16_t& m = seen[a.microbatch];
       if (m & bit) return fail("appears twice on this rank");
-      std::uint8_t need = 0;
+      if ((a.kind == ActionKind::kB && (m & (kSeenI | kSeenW))) ||
+          ((a.kind == ActionKind::kI || a.kind == ActionKind::kW) && (m & kSeenB)))
+        return fail("a microbatch's backward is one B or one I and one W, not both");
+      std::uint16_t need = 0;
       if (a.kind == ActionKind::kF && r > 0) need = kSeenRecvF;
-      if (a.kind == ActionKind::kB) need = r < S - 1 ? kSeenF | kSeenRecvB : kSeenF;
+      if (a.is_input_backward()) need = r < S - 1 ? kSeenF | kSeenRecvB : kSeenF;
+      if (a.kind == ActionKind::kW) need = kSeenI;
       if (a.kind == ActionKind::kSendF) need = kSeenF;
-      if (a.kind == ActionKind::kSendB) need = kSeenB;
-      const std::uint8_t missing = need & ~m;
+      if (a.kind == ActionKind::kSendB) need = (m & kSeenI) ? kSeenI : kSeenB;
+      const std::uint16_t missing = need & ~m;
       if (missing) {
         const ActionKind first = (missing & kSeenF)       ? ActionKind::kF
                                  : (missing & kSeenB)     ? ActionKind::kB
+                                 : (missing & kSeenI)     ? ActionKind::kI
                                  : (missing & kSeenRecvF) ? ActionKind::kRecvF
                                                           : ActionKind::kRecvB;
         return fail("comes before " + schedule::to_string({r, first, a.microbatch}) +
@@ -187,7 +199,7 @@ class Simulation {
   enum class Wait : std::uint8_t { kNone, kActivation, kGradient, kStep };
   struct RankState {
     std::size_t pc = 0;
-    int inflight = 0;
+    int inflight = 0, held = 0;  // F done − B/I done; F done − B/W done
     Wait wait = Wait::kNone;
     int wait_microbatch = -1;
   };
@@ -267,7 +279,13 @@ void Simulation::advance(int rank, Nanos now) {
         ++st.pc;
         continue;
       }
+      case ActionKind::kW:  // waits for nothing: its I ran earlier on this rank
+        duration = t.wgrad;
+        --st.held;
+        stats.compute_ns += duration;
+        break;
       case ActionKind::kF:
+      case ActionKind::kI:
       case ActionKind::kB: {
         const bool fwd = a.kind == ActionKind::kF;
         if (fwd ? rank > 0 : rank < S_ - 1) {
@@ -279,9 +297,11 @@ void Simulation::advance(int rank, Nanos now) {
           }
           start = std::max(now, arrive);
         }
-        duration = fwd ? t.fwd : t.bwd;
+        duration = fwd ? t.fwd : a.kind == ActionKind::kI ? t.bwd - t.wgrad : t.bwd;
         st.inflight += fwd ? 1 : -1;
+        st.held += fwd ? 1 : a.kind == ActionKind::kB ? -1 : 0;
         stats.peak_inflight = std::max(stats.peak_inflight, st.inflight);
+        stats.peak_held = std::max(stats.peak_held, st.held);
         stats.compute_ns += duration;
         break;
       }

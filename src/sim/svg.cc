@@ -16,6 +16,8 @@ constexpr double kWidth = 1400, kLeft = 150, kRight = 30, kTop = 64;
 constexpr double kRowH = 24, kLinkH = 12;
 constexpr const char* kFwdColor = "#4c78a8";
 constexpr const char* kBwdColor = "#59a14f";
+constexpr const char* kInputGradColor = "#8cd17d";   // a split backward's I
+constexpr const char* kWeightGradColor = "#76b7b2";  // and its W
 constexpr const char* kReduceColor = "#8c8c8c";
 constexpr const char* kStepColor = "#bdbdbd";
 constexpr const char* kXferFwdColor = "#f58518";
@@ -185,6 +187,12 @@ std::string Picture::draw(const std::string& title) {
       case schedule::ActionKind::kB:
         box(&out, "B", kBwdColor, sp.start_ns, sp.end_ns, y, kRowH, tip, mb);
         break;
+      case schedule::ActionKind::kI:
+        box(&out, "I", kInputGradColor, sp.start_ns, sp.end_ns, y, kRowH, tip, mb);
+        break;
+      case schedule::ActionKind::kW:
+        box(&out, "W", kWeightGradColor, sp.start_ns, sp.end_ns, y, kRowH, tip, mb);
+        break;
       case schedule::ActionKind::kReduceGrad:
         box(&out, "R", kReduceColor, sp.start_ns, sp.end_ns, y, kRowH, tip, "");
         break;
@@ -213,13 +221,17 @@ std::string Picture::draw(const std::string& title) {
   }
 
   time_axis(&out, axis_y, iter_ms, px_per_ns_ * 1e6);
-  legend(&out, axis_y + 36,
-         {{kFwdColor, "forward"},
-          {kBwdColor, "backward"},
-          {kReduceColor, "grad all-reduce"},
-          {kStepColor, "optimizer step"},
-          {kXferFwdColor, "activation transfer (link row, top)"},
-          {kXferBwdColor, "gradient transfer (link row, bottom)"}});
+  std::vector<std::pair<const char*, const char*>> entries = {
+      {kFwdColor, "forward"},
+      {kBwdColor, "backward"},
+      {kReduceColor, "grad all-reduce"},
+      {kStepColor, "optimizer step"},
+      {kXferFwdColor, "activation transfer (link row, top)"},
+      {kXferBwdColor, "gradient transfer (link row, bottom)"}};
+  if (std::any_of(result_.spans.begin(), result_.spans.end(),
+                  [](const Span& sp) { return sp.action.kind == schedule::ActionKind::kW; }))
+    entries.insert(entries.begin() + 2, {{kInputGradColor, "I: input"}, {kWeightGradColor, "W: weights"}});
+  legend(&out, axis_y + 36, entries);
   out += "</svg>\n";
   return out;
 }
@@ -282,6 +294,8 @@ std::string svg_timelines(const std::vector<std::pair<std::string, schedule::Tim
       switch (e.action.kind) {
         case schedule::ActionKind::kF: color = kFwdColor; break;
         case schedule::ActionKind::kB: color = kBwdColor; break;
+        case schedule::ActionKind::kI: color = kInputGradColor; break;
+        case schedule::ActionKind::kW: color = kWeightGradColor; break;
         case schedule::ActionKind::kReduceGrad: color = kReduceColor; break;
         case schedule::ActionKind::kStep: color = kStepColor; break;
         case schedule::ActionKind::kRecvF:
@@ -303,13 +317,17 @@ std::string svg_timelines(const std::vector<std::pair<std::string, schedule::Tim
     }
   }
   time_axis(&out, axis_y, span_us / 1e3, px_per_us * 1e3);
-  legend(&out, axis_y + 36,
-         {{kFwdColor, "forward"},
-          {kBwdColor, "backward"},
-          {kReduceColor, "grad all-reduce"},
-          {kStepColor, "optimizer step"},
-          {kXferFwdColor, "waiting for an activation"},
-          {kXferBwdColor, "waiting for a gradient"}});
+  std::vector<std::pair<const char*, const char*>> entries = {{kFwdColor, "forward"},
+                                                               {kBwdColor, "backward"},
+                                                               {kReduceColor, "grad all-reduce"},
+                                                               {kStepColor, "optimizer step"},
+                                                               {kXferFwdColor, "waiting for an activation"},
+                                                               {kXferBwdColor, "waiting for a gradient"}};
+  bool split = false;
+  for (const auto& [heading, t] : panels)
+    for (const auto& e : t.events) split = split || e.action.kind == schedule::ActionKind::kW;
+  if (split) entries.insert(entries.begin() + 2, {{kInputGradColor, "I: input"}, {kWeightGradColor, "W: weights"}});
+  legend(&out, axis_y + 36, entries);
   out += "</svg>\n";
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include "harp/runtime/nn/linear.h"
 #include "harp/runtime/nn/precision.h"
+#include "harp/runtime/nn/weight_grad.h"
 
 namespace harp::runtime {
 namespace {
@@ -101,6 +102,70 @@ TEST(Linear, Float64IsTorchs) {
   const torch::Tensor x = torch::randn({3, 8}, gen, torch::kFloat64), w = torch::randn({4, 8}, gen, torch::kFloat64);
   EXPECT_FALSE(linear_uses_onednn(x, w));
   EXPECT_TRUE(torch::equal(runtime::linear(x, w), torch::linear(x, w)));
+}
+
+// A split backward (weight_grad.h): under DeferWeightGrads the backward leaves the weight's
+// gradient out and queues its product; the input and bias gradients come at once; running
+// the queue adds the product, and every gradient then equals libtorch's. Float32 (oneDNN's
+// path where built), float64 and bf16 autocast (libtorch's products), with and without bias.
+TEST(Linear, DeferredWeightGradientsAreTorchsOnceRun) {
+  for (const auto dtype : {torch::kFloat32, torch::kFloat64, torch::kBFloat16}) {
+    for (const bool bias : {true, false}) {
+      SCOPED_TRACE(std::string(c10::toString(dtype)) + (bias ? " bias" : " no bias"));
+      auto gen = at::detail::createCPUGenerator(5);
+      const auto param = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+      const torch::Tensor x0 = torch::randn({2, 3, 8}, gen, param), w0 = torch::randn({4, 8}, gen, param),
+                          b0 = torch::randn({4}, gen, param), dy = torch::randn({2, 3, 4}, gen, param);
+      auto leaves = [&] {
+        return std::array<torch::Tensor, 3>{x0.clone().requires_grad_(true), w0.clone().requires_grad_(true),
+                                            b0.clone().requires_grad_(true)};
+      };
+      auto run = [&](const std::array<torch::Tensor, 3>& t, WeightGradQueue* queue) {
+        AutocastGuard autocast(dtype == torch::kBFloat16);
+        DeferWeightGrads defer(queue);
+        return runtime::linear(t[0], t[1], bias ? t[2] : torch::Tensor());
+      };
+      const auto want = leaves();
+      const torch::Tensor y_want = run(want, nullptr);
+      y_want.backward(dy.to(y_want.scalar_type()));
+      WeightGradQueue queue;
+      const auto got = leaves();
+      const torch::Tensor y_got = run(got, &queue);
+      ASSERT_EQ(y_got.scalar_type(), y_want.scalar_type());
+      const double tol = dtype == torch::kBFloat16 ? 3e-2 : dtype == torch::kFloat32 ? 1e-5 : 1e-12;
+      EXPECT_TRUE(torch::allclose(y_got.to(param), y_want.to(param), tol, tol));
+      y_got.backward(dy.to(y_got.scalar_type()));
+      EXPECT_FALSE(got[1].grad().defined()) << "the weight's gradient waits for W";
+      EXPECT_EQ(queue.size(), 1u);
+      EXPECT_GT(queue.held_bytes(), 0);
+      EXPECT_TRUE(torch::allclose(got[0].grad(), want[0].grad(), tol, tol));
+      if (bias) {
+        EXPECT_TRUE(torch::allclose(got[2].grad(), want[2].grad(), tol, tol));
+      }
+      EXPECT_EQ(queue.run(), 1u);
+      EXPECT_EQ(queue.size(), 0u);
+      ASSERT_TRUE(got[1].grad().defined());
+      EXPECT_EQ(got[1].grad().scalar_type(), param);
+      EXPECT_TRUE(torch::allclose(got[1].grad(), want[1].grad(), tol, tol))
+          << (got[1].grad() - want[1].grad()).abs().max().item<double>();
+    }
+  }
+}
+
+// A weight that is not a leaf (derived from a parameter) is not deferred: its gradient
+// flows through the graph as without the guard.
+TEST(Linear, DerivedWeightsAreNotDeferred) {
+  const torch::Tensor x = torch::ones({2, 8}), p = torch::ones({4, 8}).requires_grad_(true);
+  WeightGradQueue queue;
+  torch::Tensor y;
+  {
+    DeferWeightGrads defer(&queue);
+    y = runtime::linear(x, p * 2);
+  }
+  y.sum().backward();
+  EXPECT_EQ(queue.size(), 0u);
+  ASSERT_TRUE(p.grad().defined());
+  EXPECT_TRUE(torch::allclose(p.grad(), torch::full({4, 8}, 4.0)));
 }
 
 }  // namespace

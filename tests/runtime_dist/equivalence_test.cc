@@ -119,6 +119,22 @@ TEST(Equivalence, TensorParallel) {
   check({"llama k4 tp 2 | 1 dp 1 | 2", 4, {8}, {1, 2}, 4, 2, ScheduleKind::kGpipe, {}, f32, "llama", {2, 1}});
 }
 
+// Split backwards (zero-bubble schedules, schedule/zero_bubble.h): a stage's I runs its
+// graph with the linear layers' weight products queued, its W runs them later
+// (nn/weight_grad.h); the run is one process's. Three stages with dp on one and tp on
+// another, in float64 (libtorch's products) and float32 (oneDNN's where the build has it).
+TEST(Equivalence, SplitBackwardSchedules) {
+  const auto f64 = torch::kFloat64, f32 = torch::kFloat32;
+  for (ScheduleKind kind : {ScheduleKind::kZbH1, ScheduleKind::kZbH2, ScheduleKind::kHarpZb}) {
+    const std::string name = plan::schedule_kind_name(kind);
+    check({name + " dp 1 | 2 | 1", 1, {1, 3}, {1, 2, 1}, 5, 2, kind, {4, 2, 1}, f64});
+    check({name + " k4 tp 2 | 1 | 1, dp 1 | 2 | 1", 4, {2, 8}, {1, 2, 1}, 4, 2, kind, {3, 2, 1}, f64, "gpt",
+           {2, 1, 1}, 63});
+  }
+  check({"harp-zb float32 tp", 4, {2, 8}, {1, 2, 1}, 4, 2, ScheduleKind::kHarpZb, {3, 2, 1}, f32, "gpt", {2, 1, 1}, 63});
+  check({"zb-h1 llama float64", 2, {1, 4}, {1, 1, 1}, 4, 1, ScheduleKind::kZbH1, {}, f64, "llama"});
+}
+
 // Recomputation under tensor parallelism reruns the forward's all-reduces in the same
 // order on every tp rank: gradients and parameters bit-identical to no recomputation.
 TEST(Equivalence, TensorParallelRecomputationIsBitIdentical) {

@@ -184,6 +184,7 @@ plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts
     if (!tp.empty()) s.tp = tp[i];
     s.fwd_s = 1;
     s.bwd_s = 2;
+    s.bwd_weight_s = 0.8;  // what a split backward's W takes of it (zero-bubble kinds)
     s.crosses_nodes = true;
     if (!launch_counts.empty()) s.launch_count = launch_counts[i];
     p.stages.push_back(s);

@@ -38,6 +38,11 @@ struct LayerBytes {
   Bytes input_bytes = 0;
   Bytes attention_score_bytes = 0;
   double attention_flop_fraction = 0;
+  // Of the layer's backward, the share that is weight-gradient products (what a split
+  // backward's W runs; schedule/zero_bubble.h): the linear layers' dW, as many FLOPs as
+  // their forward, over the backward's 2x the forward. 0 for layers without products
+  // (the token embedding, whose gradient the input-gradient pass computes).
+  double weight_grad_fraction = 0;
 };
 
 struct LayerTime {

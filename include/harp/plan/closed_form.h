@@ -29,7 +29,9 @@ inline int launch_delta(bool crosses_nodes, Seconds comm_s, Seconds period_s, bo
   return comm_s < period_s / 10 ? 1 : comm_s < period_s / 2 ? 2 : 3;
 }
 
-// The launch count of standard 1F1B: min(S - i, B); of GPipe: B.
+// The launch counts of the kinds with fixed counts: 1F1B and ZB-H1 min(S - i, B); ZB-H2
+// min(2 (S - i) - 1, B) (twice 1F1B's in-flight microbatches, less the one the last
+// stage never holds); GPipe B. (The δ-rule kinds take 1F1B's here.)
 std::vector<int> standard_launch_counts(int num_stages, int microbatches, ScheduleKind kind);
 
 }  // namespace harp::plan

@@ -17,13 +17,26 @@
 
 namespace harp::plan {
 
-enum class ScheduleKind { kGpipe, k1F1B, kHarp1F1B };
+// The zero-bubble kinds split each backward into I (input gradient) and W (weight
+// gradients) (docs/schedule_format.md): ZB-H1 and ZB-H2 after Qi et al. (ICLR'24) on
+// 1F1B's and twice 1F1B's in-flight microbatches, harp-zb on HARP's launch counts with
+// the W actions placed into the gaps the plan's times leave.
+enum class ScheduleKind { kGpipe, k1F1B, kHarp1F1B, kZbH1, kZbH2, kHarpZb };
 
-const char* schedule_kind_name(ScheduleKind kind);  // "gpipe", "1f1b", "harp-1f1b"
-// Every schedule's name, for readers and flags' checks: gpipe, 1f1b, harp-1f1b.
+// "gpipe", "1f1b", "harp-1f1b", "zb-h1", "zb-h2", "harp-zb"
+const char* schedule_kind_name(ScheduleKind kind);
+// Every schedule's name, for readers and flags' checks, in the order above.
 const std::vector<std::string>& schedule_kind_names();
 // Parses a schedule name; false if unknown.
 bool parse_schedule_kind(const std::string& name, ScheduleKind* out);
+// Whether the kind runs split backwards (I and W); whether its launch counts come from
+// HARP's δ rule (harp-1f1b, harp-zb).
+inline bool splits_backward(ScheduleKind kind) {
+  return kind == ScheduleKind::kZbH1 || kind == ScheduleKind::kZbH2 || kind == ScheduleKind::kHarpZb;
+}
+inline bool uses_delta_rule(ScheduleKind kind) {
+  return kind == ScheduleKind::kHarp1F1B || kind == ScheduleKind::kHarpZb;
+}
 
 // Who made a plan (docs/planner.md): the exact search with HARP's 1F1B, the Alpa-style
 // search that believes every device is the slowest type, or Megatron's uniform split.
@@ -49,6 +62,9 @@ struct Stage {
   int zero = 0;
   int launch_count = 0;                   // N_i; 0 = derive from the schedule kind
   Seconds fwd_s = 0, bwd_s = 0;           // per microbatch on this stage's mesh
+  // Of bwd_s, the weight gradients (a split backward's W; the rest is its I); 0 when
+  // unknown, and then a zero-bubble schedule has nothing to move.
+  Seconds bwd_weight_s = 0;
   Seconds comm_s = 0;                     // one-way transfer to the next stage (0 for the last)
   Seconds comm_latency_s = 0;             // latency part of comm_s (link stays free meanwhile)
   // The link to the next stage leaves the node (another node or another subcluster):

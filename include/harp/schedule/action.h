@@ -2,6 +2,9 @@
 // One rank per pipeline stage here; the dp replicas of a stage run the same list.
 // Text form (PyTorch pipelining's): `2F5`, `2B5`, `2SEND_F5`, `3RECV_F5`, `2SEND_B5`,
 // `1RECV_B5`, `2REDUCE_GRAD`, `2STEP`: stage, kind, microbatch (none for the last two).
+// A split backward (zero-bubble schedules) runs `2I5`, the input gradient, which the
+// previous stage waits for and which is sent like a B, then later `2W5`, the weight
+// gradients, which nobody waits for; a stage runs either B or I and W per microbatch.
 #pragma once
 
 #include <string>
@@ -11,14 +14,20 @@
 
 namespace harp::schedule {
 
-enum class ActionKind { kF, kB, kSendF, kRecvF, kSendB, kRecvB, kReduceGrad, kStep };
+// kI and kW come last so that older code indexing by kind up to kStep stays valid.
+enum class ActionKind { kF, kB, kSendF, kRecvF, kSendB, kRecvB, kReduceGrad, kStep, kI, kW };
+inline constexpr int kNumActionKinds = static_cast<int>(ActionKind::kW) + 1;
 
 struct Action {
   int stage = 0;
   ActionKind kind = ActionKind::kF;
   int microbatch = -1;  // -1 for kReduceGrad and kStep
 
-  bool is_compute() const { return kind == ActionKind::kF || kind == ActionKind::kB; }
+  bool is_compute() const {
+    return kind == ActionKind::kF || kind == ActionKind::kB || kind == ActionKind::kI || kind == ActionKind::kW;
+  }
+  // B or I: the backward that needs the next stage's gradient and sends one upstream.
+  bool is_input_backward() const { return kind == ActionKind::kB || kind == ActionKind::kI; }
   bool is_send() const { return kind == ActionKind::kSendF || kind == ActionKind::kSendB; }
   bool is_recv() const { return kind == ActionKind::kRecvF || kind == ActionKind::kRecvB; }
   bool operator==(const Action& o) const {

@@ -23,11 +23,13 @@ StatusOr<Schedule> generate_with_launch_counts(int num_stages, int microbatches,
 Schedule generate_gpipe(int num_stages, int microbatches);
 Schedule generate_1f1b(int num_stages, int microbatches);
 
-// Launch counts the plan's schedule uses: GPipe B; 1F1B min(S-i, B); HARP 1F1B the
-// stages' launch_count fields when all are set, else the δ rule with the plan's P.
+// Launch counts the plan's schedule uses: GPipe B; 1F1B and ZB-H1 min(S-i, B); ZB-H2
+// min(2(S-i)-1, B); harp-1f1b and harp-zb the stages' launch_count fields when all are
+// set, else the δ rule with the plan's P.
 std::vector<int> launch_counts_for(const plan::Plan& plan, plan::ScheduleKind kind);
 
-// Generates the compute-only schedule of `plan` under `kind`.
+// Generates the compute-only schedule of `plan` under `kind` (the F/B kinds; the
+// split-backward kinds come from zero_bubble.h through lower_plan.h).
 StatusOr<Schedule> generate_for_plan(const plan::Plan& plan, plan::ScheduleKind kind);
 
 }  // namespace harp::schedule

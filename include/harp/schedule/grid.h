@@ -18,7 +18,7 @@ std::string format_grid(const std::vector<std::vector<std::string>>& rows_by_ste
 
 // The per-rank grid of a schedule with actions aligned on a common clock: compute
 // actions are placed on the earliest step where their dependencies are done, as in a
-// unit-time pipeline (each F and B takes one step). Communication actions are omitted.
+// unit-time pipeline (each F, B, I and W takes one step). Communication actions are omitted.
 std::string format_compute_grid(const Schedule& schedule);
 
 }  // namespace harp::schedule

@@ -1,7 +1,8 @@
 // Discrete-event simulator of a lowered schedule (DESIGN.md, Simulator).
 //
 // Integer nanoseconds, deterministic (events at the same time run in insertion order).
-// Each rank executes its action list in order. F and B take the stage's fwd_s / bwd_s;
+// Each rank executes its action list in order. F and B take the stage's fwd_s / bwd_s,
+// a split backward's I bwd_s − bwd_weight_s and its W bwd_weight_s;
 // a compute waits until its input has arrived. RECV is a post and takes no time. SEND
 // is asynchronous: the transfer queues on its link direction (one direction per stage
 // boundary and direction, links are full duplex), occupies it for comm_s − latency and
@@ -39,7 +40,8 @@ struct RankStats {
   Nanos busy_ns = 0;         // F + B + REDUCE_GRAD + STEP time
   Nanos compute_ns = 0;      // F + B only
   Nanos finish_ns = 0;       // end of the rank's last action
-  int peak_inflight = 0;     // max F done − B done
+  int peak_inflight = 0;     // max F done − B (or I) done
+  int peak_held = 0;         // max F done − B (or W) done: what a split backward still holds
   Bytes peak_memory_bytes = 0;  // static + peak_inflight × activation_bytes
 };
 

@@ -69,6 +69,8 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
                                        zero_ ? zero_->owned() : std::vector<AdamW::Range>());
   HARP_CHECK(lowered.check.ok) << lowered.require_drains().message();
   actions_ = lowered.lowered.actions[layout_.stage];
+  split_backward_ = std::any_of(actions_.begin(), actions_.end(),
+                                [](const schedule::Action& a) { return a.kind == schedule::ActionKind::kW; });
   stash_.resize(plan.microbatches);
   if (layout_.stage > 0) upstream_launches_ = lowered.launch_counts[layout_.stage - 1];
 }
@@ -163,6 +165,7 @@ void Executor::forward(int step, int mb) {
   if (has_tail(layers_)) s.targets = tokens.slice(1, 1, model_.gpt.seq_len + 1);
   torch::Tensor y;
   AutocastGuard autocast(config_.dtype, config_.device);
+  DeferWeightGrads defer(split_backward_ ? s.wgrad.get() : nullptr);  // the linear layers' dW wait for W
   if (units_.empty() || !torch::GradMode::is_enabled()) {
     y = run_layers(0, static_cast<int>(layers_.size()), x, s.targets);
   } else {
@@ -204,6 +207,8 @@ void Executor::backward(int mb) {
   torch::Tensor dy;
   if (!has_tail(layers_)) dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
   begin_compute();
+  // A split backward's I: a recomputed unit's layers queue their weight products too.
+  DeferWeightGrads defer(split_backward_ ? s.wgrad.get() : nullptr);
   // The gradient pass from `out` (the stage's output, or a unit's): the loss scaled to
   // the global batch at the tail (then by the loss scale, exactly: a power of two), else
   // the gradient received (or the next unit's).
@@ -235,6 +240,14 @@ void Executor::backward(int mb) {
     s.unit_outputs.clear();
   }
   s.output = torch::Tensor();
+  const double secs = finish_compute();
+  compute_s_ += secs;
+  backward_s_ += secs;
+}
+
+void Executor::weight_pass(int mb) {
+  begin_compute();
+  stash_[mb].wgrad->run();
   const double secs = finish_compute();
   compute_s_ += secs;
   backward_s_ += secs;
@@ -282,6 +295,7 @@ StepResult Executor::run_step(int step, bool trace) {
   tracing_ = trace;
   trace_.clear();
   optimizer_->zero_grad();
+  for (Stash& s : stash_) s.wgrad->clear();  // left over only by a step that failed
   if (trace) comm_.barrier(where(layout_, step) + " before a traced step");
   const auto begin = step_begin_ = std::chrono::steady_clock::now();
   for (auto* v : {&sent_s_[0], &sent_s_[1], &arrived_s_[0], &arrived_s_[1]}) v->assign(stash_.size(), -1.0);
@@ -307,7 +321,9 @@ StepResult Executor::run_step(int step, bool trace) {
         forward(step, a.microbatch);
         post_ahead(step, ++forwards_done);
         break;
-      case schedule::ActionKind::kB: backward(a.microbatch); break;
+      case schedule::ActionKind::kB:
+      case schedule::ActionKind::kI: backward(a.microbatch); break;
+      case schedule::ActionKind::kW: weight_pass(a.microbatch); break;
       case schedule::ActionKind::kSendF: send(a.microbatch, true); break;
       case schedule::ActionKind::kSendB: send(a.microbatch, false); break;
       case schedule::ActionKind::kReduceGrad: reduce_grads(step); break;

@@ -76,7 +76,7 @@ TEST(Lowering, BackwardBeforeItsForwardIsReported) {
 TEST(Lowering, RejectsNonComputeInput) {
   StatusOr<Schedule> s = lower(lower(generate_1f1b(2, 2)).value());
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("only F and B"), std::string::npos);
+  EXPECT_NE(s.status().message().find("only F, B, I and W"), std::string::npos);
 
   Schedule wrong_stage = parse("rank 0: 0F0 0B0\nrank 1: 0F0 0B0\n");
   EXPECT_FALSE(lower(wrong_stage).ok());

@@ -174,7 +174,7 @@ TEST(ValidateCompute, Errors) {
   EXPECT_TRUE(contains(validate_compute(parse("rank 0: 0F0 0F1 0B1\n")).error,
                        "never runs 0B0"));
   EXPECT_TRUE(contains(validate_compute(parse("rank 0: 0F0 0SEND_F0 0B0\n")).error,
-                       "not F or B"));
+                       "not F, B, I or W"));
   ValidationResult cycle =
       validate_compute(parse("rank 0: 0F0 0B0 0F1 0B1\nrank 1: 1F1 1F0 1B0 1B1\n"));
   EXPECT_FALSE(cycle.ok);

@@ -36,6 +36,7 @@
 #include "harp/runtime/exec/optimizer.h"
 #include "harp/runtime/exec/zero.h"
 #include "harp/runtime/nn/precision.h"
+#include "harp/runtime/nn/weight_grad.h"
 #include "harp/schedule/action.h"
 #include "harp/schedule/lower_plan.h"
 #include "harp/schedule/timeline.h"
@@ -153,6 +154,8 @@ class Executor {
     std::vector<Part> recv_f, recv_b;
     // Full recomputation: each unit's input, and the output of the units kept whole.
     std::vector<torch::Tensor> unit_inputs, unit_outputs;
+    // A split backward's weight products, queued by its I for its W (nn/weight_grad.h).
+    std::unique_ptr<WeightGradQueue> wgrad = std::make_unique<WeightGradQueue>();
   };
   // Full recomputation's units: layers_[begin, end), rerun in the backward or kept.
   struct Unit {
@@ -165,7 +168,10 @@ class Executor {
   void forward(int step, int mb);
   // Layers [begin, end) of this rank on `x` (the tail takes `targets`).
   torch::Tensor run_layers(int begin, int end, torch::Tensor x, const torch::Tensor& targets);
+  // B, or a split backward's I (the weight products queued for weight_pass).
   void backward(int mb);
+  // A split backward's W: the weight products backward(mb) queued.
+  void weight_pass(int mb);
   void send(int mb, bool forward_direction);
   void post_recv(int mb, bool forward_direction, int step);
   // Posts the receives that may be needed before this rank's next forward (see .cc);
@@ -206,6 +212,7 @@ class Executor {
   std::unique_ptr<ZeroShards> zero_;  // null unless this stage shards its optimizer state
   std::unique_ptr<AdamW> optimizer_;
   std::vector<schedule::Action> actions_;
+  bool split_backward_ = false;  // the list runs I and W (a zero-bubble schedule)
   std::vector<Stash> stash_;
   std::vector<std::pair<torch::Tensor, Transfer>> sends_;
   double loss_sum_ = 0, compute_s_ = 0, forward_s_ = 0, backward_s_ = 0;
