@@ -102,7 +102,7 @@ void add_simulate_command(CLI::App& root, Context& ctx) {
   auto* cmd = root.add_subcommand("simulate", "Simulate a plan's pipeline schedule");
   auto o = std::make_shared<Opts>();
   cmd->add_option("--plan", o->plan_file, "Plan file (JSON)")->required();
-  cmd->add_option("--schedule", o->schedule, "Override the plan's schedule: gpipe, 1f1b, harp-1f1b")
+  cmd->add_option("--schedule", o->schedule, "Override the plan's schedule: gpipe, 1f1b, harp-1f1b, zb-h1, zb-h2, harp-zb")
       ->check(CLI::IsMember(plan::schedule_kind_names()));
   cmd->add_option("--trace", o->trace_file, "Write a Chrome/Perfetto trace here");
   cmd->add_option("--svg", o->svg_file, "Write an SVG timeline here");

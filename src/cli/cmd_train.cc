@@ -93,7 +93,7 @@ int run_train(const Opts& o, Context& ctx) {
   if (!p.ok()) return ctx.fail("train", p.status());
   r.planned_schedule = p->schedule;
   if (!o.schedule.empty() && !plan::parse_schedule_kind(o.schedule, &p->schedule)) {
-    ctx.err << "harp train: --schedule " << o.schedule.substr(0, 40) << ": unknown; use gpipe, 1f1b or harp-1f1b\n";
+    ctx.err << "harp train: --schedule " << o.schedule.substr(0, 40) << ": unknown; use gpipe, 1f1b, harp-1f1b, zb-h1, zb-h2 or harp-zb\n";
     return ctx.rc = kExitUsage;
   }
   StatusOr<model::ModelSpec> m = plan_model(*p, o.plan_file, o.model, o.granularity);
@@ -130,7 +130,7 @@ void add_train_command(CLI::App& root, Context& ctx) {
   auto o = std::make_shared<Opts>();
   cmd->add_option("--plan", o->plan_file, "Plan file (JSON) from harp plan")->required();
   cmd->add_option("--model", o->model, "Model preset or file (default: the plan's model)");
-  cmd->add_option("--schedule", o->schedule, "Run the plan under another schedule: gpipe, 1f1b, harp-1f1b");
+  cmd->add_option("--schedule", o->schedule, "Run the plan under another schedule: gpipe, 1f1b, harp-1f1b, zb-h1, zb-h2, harp-zb");
   cmd->add_option("--granularity", o->granularity, "Sub-layers per block (default: from the plan)")
       ->check(whole(1, 4));
   cmd->add_option("--job", o->job_file, "Job file whose training: section is the base configuration");

@@ -115,6 +115,7 @@ StatusOr<CostTable> parse_cost_table(const Json& node, const std::string& file) 
     b.attention_flop_fraction = lr.non_negative("attention_flop_fraction", 0.0);
     // Optional, for split backwards (layer_costs.h); absent: the W pass is taken as empty.
     b.weight_grad_fraction = lr.non_negative("weight_grad_fraction", 0.0);
+    b.weight_grad_bytes = read_quantity(lr, "weight_grad_bytes", quantity::kBytes, 0.0);
     HARP_RETURN_IF_ERROR(lr.finish());
     if (b.attention_score_bytes > b.activation_bytes)
       return field_error(file, "layers[" + std::to_string(i) + "].attention_score_bytes",

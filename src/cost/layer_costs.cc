@@ -30,6 +30,7 @@ std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model, double act
     b.input_bytes = a * l.input_bytes;
     b.attention_score_bytes = a * l.attention_score_bytes;
     b.attention_flop_fraction = l.fwd_flops > 0 ? l.attention_flops / l.fwd_flops : 0.0;
+    b.weight_grad_bytes = a * l.weight_grad_bytes;
     if (l.kind != model::LayerKind::kHead && l.param_count > 0 && l.fwd_flops > 0)
       b.weight_grad_fraction = std::max(0.0, (l.fwd_flops - l.attention_flops) / (2.0 * l.fwd_flops));
     out.push_back(std::move(b));

@@ -179,8 +179,13 @@ RangeView StageCosts::view(int sub, int dp, int tp, int zero) const {
 StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Recompute recompute, int zero) const {
   StageFigures f = view(sub, dp, tp, zero).at(first, last, recompute);
   const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
-  for (int l = first; l < last; ++l) f.bwd_weight_s += layers_[l].weight_grad_fraction * (p->bwd[l + 1] - p->bwd[l]);
+  Bytes wgrad = 0;
+  for (int l = first; l < last; ++l) {
+    f.bwd_weight_s += layers_[l].weight_grad_fraction * (p->bwd[l + 1] - p->bwd[l]);
+    wgrad += layers_[l].weight_grad_bytes;
+  }
   f.bwd_weight_s = std::min(f.bwd_weight_s, f.bwd_s);
+  f.weight_grad_bytes = activation_memory_bytes(wgrad, microbatch_size_ / dp, tp);
   return f;
 }
 

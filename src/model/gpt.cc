@@ -59,22 +59,24 @@ std::vector<Part> parts_for(int k) {
 }
 
 // Per-token figures of one piece (output is what crosses a cut after it, per token).
+// Per token: forward FLOPs, parameters, activation bytes kept, output bytes, and the
+// bytes a split backward's W keeps (the linear layers' inputs and output gradients).
 struct PieceCost {
-  double flops, params, act_bytes, out_bytes;
+  double flops, params, act_bytes, out_bytes, wgrad_bytes;
 };
 PieceCost llama_piece_cost(int piece, const GptConfig& c) {
   const double h = c.hidden, a = c.heads, s = c.seq_len, f = c.ffn_hidden;
   const double kv = c.kv_heads * (h / a);  // width of k (and of v)
   switch (piece) {
     case kAttnIn:  // RMSNorm 1 + q, k, v projections; the residual travels with them
-      return {2 * h * (h + 2 * kv), h + h * (h + 2 * kv), 4 * h, 2 * (2 * h + 2 * kv)};
+      return {2 * h * (h + 2 * kv), h + h * (h + 2 * kv), 4 * h, 2 * (2 * h + 2 * kv), 2 * (2 * h + 2 * kv)};
     case kAttnOut:  // rotary, attention (memory-efficient: q, k, v and the fp32 log-sum-exp
                     // are kept, no s x s scores), output projection, residual add
-      return {4 * s * h + 2 * h * h, h * h, 2 * (h + 2 * kv) + 2 * h + 4 * a, 2 * h};
+      return {4 * s * h + 2 * h * h, h * h, 2 * (h + 2 * kv) + 2 * h + 4 * a, 2 * h, 2 * (2 * h)};
     case kMlpIn:  // RMSNorm 2 + gate and up projections + SiLU(gate) x up
-      return {4 * h * f, h + 2 * h * f, 4 * h + 6 * f, 2 * (f + h)};
+      return {4 * h * f, h + 2 * h * f, 4 * h + 6 * f, 2 * (f + h), 2 * (h + 2 * f)};
     default:  // down projection + residual add
-      return {2 * f * h, f * h, 2 * f, 2 * h};
+      return {2 * f * h, f * h, 2 * f, 2 * h, 2 * (f + h)};
   }
 }
 
@@ -83,14 +85,14 @@ PieceCost piece_cost(int piece, const GptConfig& c) {
   const double h = c.hidden, a = c.heads, s = c.seq_len, f = c.ffn_hidden;
   switch (piece) {
     case kAttnIn:  // LayerNorm 1 + QKV projection; the residual travels with q, k, v
-      return {6 * h * h, 2 * h + 3 * h * h + 3 * h, 4 * h, 2 * (3 * h + h)};
+      return {6 * h * h, 2 * h + 3 * h * h + 3 * h, 4 * h, 2 * (3 * h + h), 2 * (h + 3 * h)};
     case kAttnOut:  // scores, softmax, weighted sum, output projection, residual add: q, k,
                     // v, the probabilities and the projection's input (no dropout)
-      return {4 * s * h + 2 * h * h, h * h + h, 8 * h + 2 * a * s, 2 * h};
+      return {4 * s * h + 2 * h * h, h * h + h, 8 * h + 2 * a * s, 2 * h, 2 * (2 * h)};
     case kMlpIn:  // LayerNorm 2 + FC1 + GELU; the residual travels with the hidden state
-      return {2 * h * f, 2 * h + h * f + f, 4 * h + 2 * f, 2 * (f + h)};
+      return {2 * h * f, 2 * h + h * f + f, 4 * h + 2 * f, 2 * (f + h), 2 * (h + f)};
     default:  // FC2 + residual add: FC2's input (no dropout mask)
-      return {2 * f * h, f * h + h, 2 * f, 2 * h};
+      return {2 * f * h, f * h + h, 2 * f, 2 * h, 2 * (f + h)};
   }
 }
 
@@ -233,6 +235,7 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
         }
         l.param_count += static_cast<std::int64_t>(pc.params);
         l.activation_bytes += pc.act_bytes * s;
+        l.weight_grad_bytes += pc.wgrad_bytes * s;
         l.output_bytes = pc.out_bytes * s;
         l.output_shape = {c.seq_len, static_cast<std::int64_t>(pc.out_bytes / 2)};
       }
@@ -250,6 +253,7 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
   tail.activation_bytes = (4 * h + 4 * V) * s;  // LN and head inputs, fp32 logits for the loss
   tail.output_bytes = 4;                          // the loss
   tail.input_bytes = 2 * s * h;
+  tail.weight_grad_bytes = 2 * (h + V) * s;  // the LM head's input and the logits' gradient
   tail.mem_traffic_bytes = 2 * s * h + 4 * V * s;
   m.layers.push_back(tail);
 

@@ -47,6 +47,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   }
   s->memory_static_bytes = read_quantity(r, "memory_static_bytes", quantity::kBytes, 0.0);
   s->activation_bytes = read_quantity(r, "activation_bytes", quantity::kBytes, 0.0);
+  s->weight_grad_bytes = read_quantity(r, "weight_grad_bytes", quantity::kBytes, 0.0);
   s->memory_bytes = read_quantity(r, "memory_bytes", quantity::kBytes, 0.0);
   s->comm_bytes = read_quantity(r, "comm_bytes", quantity::kBytes, 0.0);
   s->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
@@ -238,6 +239,7 @@ Json plan_to_json(const Plan& p) {
     sj["comm_bytes"] = s.comm_bytes;
     sj["memory_static_bytes"] = s.memory_static_bytes;
     sj["activation_bytes"] = s.activation_bytes;
+    if (s.weight_grad_bytes > 0) sj["weight_grad_bytes"] = s.weight_grad_bytes;
     sj["memory_bytes"] = s.memory_bytes;
     if (s.emulated_slowdown != 1.0) sj["emulated_slowdown"] = s.emulated_slowdown;
     if (!s.device.empty()) sj["device"] = s.device;

@@ -50,6 +50,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     s.fwd_s = f.fwd_s;
     s.bwd_s = f.bwd_s;
     s.bwd_weight_s = f.bwd_weight_s;
+    s.weight_grad_bytes = f.weight_grad_bytes;
     s.allreduce_s = f.allreduce_s;
     s.optimizer_s = f.optimizer_s;
     s.memory_static_bytes = f.static_bytes;

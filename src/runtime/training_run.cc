@@ -14,6 +14,7 @@
 #include "harp/runtime/nn/trainable.h"
 #include "harp/runtime/trainer.h"
 #include "harp/schedule/generators.h"
+#include "harp/schedule/lower_plan.h"
 #include "harp/sim/run_report.h"
 
 namespace harp::runtime {
@@ -136,9 +137,11 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
                         {"devices", p.stages[i].dp * p.stages[i].tp}, {"mfu", u.stages[i]}});
     j["stage_mfu"] = stages;
   }
-  // Tensor memory per stage: the plan's figure for the launch counts this run used
-  // beside the measured one (the counting allocator; first replica of each stage).
+  // Tensor memory per stage: the plan's figure for the schedule this run used (what each
+  // stage's list holds at most: schedule::peak_held_bytes) beside the measured one (the
+  // counting allocator; first replica of each stage).
   const std::vector<int> counts = schedule::launch_counts_for(p, p.schedule);
+  const auto lowered = schedule::lower_plan(p);
   Json memory = Json::array();
   for (int i = 0; i < p.num_stages() && i < static_cast<int>(summary.peak_bytes.size()); ++i) {
     const plan::Stage& st = p.stages[i];
@@ -146,7 +149,12 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
                       {"launch_count", counts[i]},
                       {"predicted_static_bytes", st.memory_static_bytes},
                       {"predicted_activation_bytes", st.activation_bytes},
-                      {"predicted_bytes", st.memory_static_bytes + counts[i] * st.activation_bytes},
+                      {"predicted_weight_grad_bytes", st.weight_grad_bytes},
+                      {"predicted_bytes",
+                       st.memory_static_bytes +
+                           (lowered.ok() ? schedule::peak_held_bytes(lowered->lowered.actions[i], st.activation_bytes,
+                                                                     st.weight_grad_bytes)
+                                         : counts[i] * st.activation_bytes)},
                       {"measured_base_bytes", summary.base_bytes[i]},
                       {"measured_state_bytes", summary.state_bytes[i]},
                       {"measured_peak_bytes", summary.peak_bytes[i]}});

@@ -248,6 +248,19 @@ StatusOr<double> compute_makespan(const Schedule& compute, const SplitTimes& tim
   return makespan;
 }
 
+double peak_held_bytes(const std::vector<Action>& list, double activation, double pending_w) {
+  int inflight = 0, pending = 0;
+  double peak = 0;
+  for (const Action& a : list) {
+    if (a.kind == ActionKind::kF) ++inflight;
+    if (a.is_input_backward()) --inflight;
+    if (a.kind == ActionKind::kI) ++pending;
+    if (a.kind == ActionKind::kW) --pending;
+    peak = std::max(peak, inflight * activation + pending * pending_w);
+  }
+  return peak;
+}
+
 StatusOr<ZeroBubbleResult> generate_best_zero_bubble(int num_stages, int microbatches,
                                                      const std::vector<int>& launch_counts,
                                                      const SplitTimes& times) {

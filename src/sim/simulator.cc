@@ -5,6 +5,8 @@
 // queue instead), compute/communication interference, dp replicas, jitter.
 #include "harp/sim/simulator.h"
 
+#include "harp/schedule/zero_bubble.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -451,7 +453,8 @@ StatusOr<SimResult> simulate(const plan::Plan& plan, const schedule::Schedule& l
   for (int i = 0; i < S; ++i) {
     RankStats& rs = result.ranks[i];
     rs.peak_memory_bytes = plan.stages[i].memory_static_bytes +
-                           rs.peak_inflight * plan.stages[i].activation_bytes;
+                           schedule::peak_held_bytes(lowered.actions[i], plan.stages[i].activation_bytes,
+                                                     plan.stages[i].weight_grad_bytes);
   }
   return result;
 }

@@ -43,6 +43,9 @@ struct LayerBytes {
   // their forward, over the backward's 2x the forward. 0 for layers without products
   // (the token embedding, whose gradient the input-gradient pass computes).
   double weight_grad_fraction = 0;
+  // Per sample: what a pending W keeps (model::Layer::weight_grad_bytes, scaled as
+  // activation_bytes).
+  Bytes weight_grad_bytes = 0;
 };
 
 struct LayerTime {

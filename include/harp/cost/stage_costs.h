@@ -27,9 +27,11 @@ namespace harp::cost {
 struct StageFigures {
   // bwd_s includes the forward the backward repeats under recomputation.
   Seconds fwd_s = 0, bwd_s = 0;
-  // Of bwd_s, the weight-gradient products (a split backward's W): filled by
-  // StageCosts::stage (a sum over the range's layers), 0 from RangeView::at.
+  // Of bwd_s, the weight-gradient products (a split backward's W), and per device what
+  // a pending W keeps per microbatch: filled by StageCosts::stage (sums over the range's
+  // layers), 0 from RangeView::at.
   Seconds bwd_weight_s = 0;
+  Bytes weight_grad_bytes = 0;
   Seconds allreduce_s = 0, optimizer_s = 0;
   Bytes static_bytes = 0;      // per device: training state + workspace (+ recomputation's working set)
   Bytes activation_bytes = 0;  // per device per in-flight microbatch

@@ -67,6 +67,9 @@ struct Layer {
   Bytes input_bytes = 0;
   Bytes attention_score_bytes = 0;
   Flops attention_flops = 0;
+  // What a split backward keeps from its I to its W per sample (schedule/zero_bubble.h):
+  // the linear layers' inputs and output gradients, 2-byte elements as activation_bytes.
+  Bytes weight_grad_bytes = 0;
 };
 
 struct ModelSpec {

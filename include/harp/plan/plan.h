@@ -74,6 +74,9 @@ struct Stage {
   Seconds optimizer_s = 0;                // optimizer step
   Bytes memory_static_bytes = 0;          // params, grads, optimizer state, workspace per device
   Bytes activation_bytes = 0;             // kept per in-flight microbatch per device
+  // Kept per microbatch per device from a split backward's I to its W (the linear
+  // layers' inputs and output gradients); 0 when unknown.
+  Bytes weight_grad_bytes = 0;
   Bytes memory_bytes = 0;                 // static + launch_count x activation (planner's figure)
   Bytes comm_bytes = 0;                   // bytes crossing to the next stage per microbatch
   // Emulation only (cluster devices' emulated_slowdown): the runtime, when asked to

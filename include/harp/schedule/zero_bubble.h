@@ -72,6 +72,11 @@ std::vector<int> zero_bubble_lags(const std::vector<int>& launch_counts);
 // action once its input has arrived); InvalidArgument if it cannot drain.
 StatusOr<double> compute_makespan(const Schedule& compute, const SplitTimes& times);
 
+// What a rank holds at most under its list (lowered or compute-only), in bytes: each
+// forward whose backward (B, or I) has not run holds `activation`, each I whose W has not
+// run holds `pending_w`. Under B-only lists: the peak in-flight count x `activation`.
+double peak_held_bytes(const std::vector<Action>& list, double activation, double pending_w);
+
 // harp-zb: the best of the four candidates above (ties: the first in the order given).
 StatusOr<ZeroBubbleResult> generate_best_zero_bubble(int num_stages, int microbatches,
                                                      const std::vector<int>& launch_counts,

@@ -42,7 +42,9 @@ struct RankStats {
   Nanos finish_ns = 0;       // end of the rank's last action
   int peak_inflight = 0;     // max F done − B (or I) done
   int peak_held = 0;         // max F done − B (or W) done: what a split backward still holds
-  Bytes peak_memory_bytes = 0;  // static + peak_inflight × activation_bytes
+  // static + the most held at once: forwards awaiting their B or I x activation_bytes,
+  // Is awaiting their W x weight_grad_bytes (schedule::peak_held_bytes).
+  Bytes peak_memory_bytes = 0;
 };
 
 struct SimResult {
