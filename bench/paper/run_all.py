@@ -20,8 +20,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 from bench_util import DEFAULT_HARP, ROOT, write_csv  # noqa: E402
 
 # Figure scripts in the order of docs/evaluation.md; scalability has no measured part.
-SCRIPTS = ["end_to_end", "bandwidth", "granularity", "joint", "scalability", "memory", "zero"]
-MEASURED = {"end_to_end", "bandwidth", "granularity", "joint", "memory", "zero"}
+SCRIPTS = ["end_to_end", "bandwidth", "granularity", "joint", "scalability", "memory", "zero", "zero_bubble"]
+MEASURED = {"end_to_end", "bandwidth", "granularity", "joint", "memory", "zero", "zero_bubble"}
 
 
 def main():

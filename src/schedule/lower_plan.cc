@@ -46,14 +46,13 @@ StatusOr<LoweredPlan> lower_with_launch_counts(int num_stages, int microbatches,
 
 StatusOr<LoweredPlan> lower_plan(const plan::Plan& input, plan::ScheduleKind kind) {
   // Only harp-zb places its W actions by the plan's times; ZB-H1/H2 are the paper's.
-  const SplitTimes times = plan_split_times(input);
-  const SplitTimes* own = kind == plan::ScheduleKind::kHarpZb ? &times : nullptr;
-  if (kind == input.schedule)
-    return lower_with_launch_counts(input.num_stages(), input.microbatches, launch_counts_for(input, kind), kind,
-                                    own);
   plan::Plan p = input;
-  for (auto& s : p.stages) s.launch_count = 0;
-  return lower_with_launch_counts(p.num_stages(), p.microbatches, launch_counts_for(p, kind), kind, own);
+  if (kind != input.schedule)
+    for (auto& s : p.stages) s.launch_count = 0;
+  const std::vector<int> counts = launch_counts_for(p, kind);
+  const SplitTimes times = plan_split_times(p, counts);
+  const SplitTimes* own = kind == plan::ScheduleKind::kHarpZb ? &times : nullptr;
+  return lower_with_launch_counts(p.num_stages(), p.microbatches, counts, kind, own);
 }
 
 }  // namespace harp::schedule

@@ -17,8 +17,13 @@ constexpr double kNever = std::numeric_limits<double>::infinity();
 
 Status check_times(int S, const SplitTimes& t) {
   const std::pair<const char*, const std::vector<double>*> fields[] = {
-      {"f", &t.f}, {"i", &t.i}, {"w", &t.w}, {"link", &t.link}};
+      {"f", &t.f},         {"i", &t.i},
+      {"w", &t.w},         {"link", &t.link},
+      {"activation", &t.activation}, {"pending_w", &t.pending_w},
+      {"hold_limit", &t.hold_limit}};
   for (const auto& [name, v] : fields) {
+    const bool memory = v == &t.activation || v == &t.pending_w || v == &t.hold_limit;
+    if (memory && t.hold_limit.empty() && v->empty()) continue;  // counts
     if (static_cast<int>(v->size()) != S)
       return invalid_argument(std::string("zero-bubble times: ") + name + " has " + std::to_string(v->size()) +
                               " values for " + std::to_string(S) + " stages; give one per stage");
@@ -33,7 +38,7 @@ Status check_times(int S, const SplitTimes& t) {
 class ListScheduler {
  public:
   ListScheduler(int S, int M, const std::vector<int>& n, const SplitTimes& t, WPolicy policy)
-      : S_(S), M_(M), n_(n), cap_(zero_bubble_caps(n)), t_(t), policy_(policy), st_(S), f_end_(S, std::vector<double>(M, kUnknown)),
+      : S_(S), M_(M), n_(n), t_(t), policy_(policy), st_(S), f_end_(S, std::vector<double>(M, kUnknown)),
         i_end_(f_end_) {
     out_.compute.num_stages = S;
     out_.compute.num_microbatches = M;
@@ -78,10 +83,15 @@ class ListScheduler {
     const double e = i_end_[r + 1][s.i];
     return e < 0 ? kUnknown : e + t_.link[r];
   }
-  // Rule 2's bounds: forwards awaiting their I, and forwards whose W has not run.
+  // Rule 2's bounds: forwards awaiting their I, and what the stage would hold.
   bool memory_allows_f(int r) const {
     const State& s = st_[r];
-    return s.f - s.i < n_[r] && s.f - s.w < cap_[r];
+    return s.f - s.i < n_[r] && fits(r, s.f - s.i + 1, s.i - s.w);
+  }
+  bool fits(int r, int awaiting_i, int pending_w) const {
+    if (t_.hold_limit.empty()) return awaiting_i + pending_w <= n_.front();
+    const double held = awaiting_i * t_.activation[r] + pending_w * t_.pending_w[r];
+    return held <= t_.hold_limit[r] * (1 + 1e-12);
   }
   // The earliest time the stage can start something; kNever while it waits on an input
   // nobody has produced yet.
@@ -117,7 +127,7 @@ class ListScheduler {
       double next = kNever;
       if (ir > now) next = std::min(next, ir);
       if (fr > now) next = std::min(next, fr);
-      const bool forced = s.f < M_ && s.f - s.i < n_[r] && s.f - s.w >= cap_[r];  // only a W frees the F
+      const bool forced = s.f < M_ && s.f - s.i < n_[r] && !memory_allows_f(r);  // only a W frees the F
       if (policy_ != WPolicy::kFillFitting || forced || next == kNever || now + t_.w[r] <= next)
         return run_action(r, ActionKind::kW, s.w++, now, t_.w[r]);
       s.free = next;  // wait for that arrival
@@ -128,7 +138,6 @@ class ListScheduler {
 
   const int S_, M_;
   const std::vector<int>& n_;
-  const std::vector<int> cap_;
   const SplitTimes& t_;
   const WPolicy policy_;
   std::vector<State> st_;
@@ -144,19 +153,42 @@ std::vector<int> zero_bubble_caps(const std::vector<int>& launch_counts) {
 
 SplitTimes unit_split_times(int num_stages) {
   const std::vector<double> ones(std::max(num_stages, 0), 1.0), zeros(std::max(num_stages, 0), 0.0);
-  return {ones, ones, ones, zeros};
+  return {ones, ones, ones, zeros, {}, {}, {}};
 }
 
-SplitTimes plan_split_times(const plan::Plan& plan) {
+SplitTimes plan_split_times(const plan::Plan& plan, const std::vector<int>& launch_counts) {
   SplitTimes t;
-  for (const plan::Stage& s : plan.stages) {
+  double peak = 0;
+  bool bytes = !plan.stages.empty() && launch_counts.size() == plan.stages.size();
+  for (size_t k = 0; k < plan.stages.size(); ++k) {
+    const plan::Stage& s = plan.stages[k];
     const double w = std::min(s.bwd_weight_s, s.bwd_s);
     t.f.push_back(s.fwd_s);
     t.i.push_back(s.bwd_s - w);
     t.w.push_back(w);
     t.link.push_back(s.comm_s);
+    bytes = bytes && s.activation_bytes > 0;
+    if (bytes) peak = std::max(peak, s.memory_static_bytes + launch_counts[k] * s.activation_bytes);
+  }
+  if (!bytes) return t;
+  for (size_t k = 0; k < plan.stages.size(); ++k) {
+    const plan::Stage& s = plan.stages[k];
+    t.activation.push_back(s.activation_bytes);
+    t.pending_w.push_back(s.weight_grad_bytes);
+    t.hold_limit.push_back(std::max(peak - s.memory_static_bytes, launch_counts[k] * s.activation_bytes));
   }
   return t;
+}
+
+std::vector<int> memory_lags(const std::vector<int>& launch_counts, const SplitTimes& times, int microbatches) {
+  if (times.hold_limit.empty()) return zero_bubble_lags(launch_counts);
+  std::vector<int> lags(launch_counts.size());
+  for (size_t r = 0; r < lags.size(); ++r) {
+    const double room = times.hold_limit[r] * (1 + 1e-12) - launch_counts[r] * times.activation[r];
+    const double fit = times.pending_w[r] > 0 ? std::floor(std::max(room, 0.0) / times.pending_w[r]) : microbatches;
+    lags[r] = static_cast<int>(std::min<double>(fit, microbatches));
+  }
+  return lags;
 }
 
 StatusOr<ZeroBubbleResult> generate_zero_bubble(int num_stages, int microbatches,
@@ -270,7 +302,7 @@ StatusOr<ZeroBubbleResult> generate_best_zero_bubble(int num_stages, int microba
     candidates.push_back(std::move(r));
   }
   for (const std::vector<int>& lags :
-       {zero_bubble_lags(launch_counts), std::vector<int>(static_cast<size_t>(num_stages), 0)}) {
+       {memory_lags(launch_counts, times, microbatches), std::vector<int>(static_cast<size_t>(num_stages), 0)}) {
     ZeroBubbleResult r;
     HARP_ASSIGN_OR_RETURN(r.compute, generate_fixed_lag(num_stages, microbatches, launch_counts, lags));
     HARP_ASSIGN_OR_RETURN(r.makespan, compute_makespan(r.compute, times));

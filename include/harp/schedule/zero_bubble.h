@@ -1,11 +1,13 @@
 // Zero-bubble schedules: compute-only lists with split backwards (I, then W later).
 //
 // Every stage runs its forwards and input gradients in 1F1B's order under its launch
-// count N_i (N_i − 1 warm-up forwards), and may hold up to C_i = N_0 microbatches, the
-// pipeline's largest launch count (forwards whose W has not run: a pending W keeps its
-// layers' inputs and output gradients, counted as a whole microbatch). So no stage holds
-// more than the first stage holds under 1F1B (the paper's "same peak memory as 1F1B"),
-// and stage i may postpone up to C_i − N_i of its Ws into later gaps.
+// count N_i (N_i − 1 warm-up forwards), and may hold up to C_i microbatches. For ZB-H1
+// and ZB-H2 C_i = N_0, the pipeline's largest launch count, counting a pending W (its
+// layers' inputs and output gradients) as a whole microbatch: no stage holds more
+// microbatches than the first stage holds under 1F1B (the paper's "same peak memory as
+// 1F1B"), and stage i may postpone up to C_i − N_i of its Ws into later gaps. harp-zb
+// counts bytes instead (plan_split_times): a pending W what it keeps, and C_i what keeps
+// the stage under the pipeline's harp-1f1b peak.
 //
 // Two constructions:
 // - the fixed lag (the paper's ZB-H1 and ZB-H2, Qi et al., ICLR'24): after the warm-up,
@@ -34,16 +36,25 @@
 
 namespace harp::schedule {
 
-// Per-stage seconds (any one unit) the generator places actions by.
+// Per-stage seconds (any one unit) the generator places actions by, and what it may hold.
 struct SplitTimes {
   std::vector<double> f, i, w;  // per stage: forward, input gradient, weight gradients
   std::vector<double> link;     // per stage: stage s -> s + 1 one way (the last is unused)
+  // Memory per stage, in one unit: what a forward awaiting its I holds, what an I awaiting
+  // its W holds, and the most the stage may hold at once (C_i). Empty: counts, 1, 1 and
+  // N_0 (zero_bubble_caps).
+  std::vector<double> activation, pending_w, hold_limit;
 };
 
 // F = I = W = 1, free links: the equal-stage setting of ZB-H1 and ZB-H2.
 SplitTimes unit_split_times(int num_stages);
-// The plan's times: fwd_s, bwd_s − bwd_weight_s, bwd_weight_s, comm_s.
-SplitTimes plan_split_times(const plan::Plan& plan);
+// The plan's times: fwd_s, bwd_s − bwd_weight_s, bwd_weight_s, comm_s; and its memory in
+// bytes: activation_bytes, weight_grad_bytes, and as the limit what keeps every stage at
+// or under the most any stage holds under `launch_counts` with whole backwards (static +
+// N_j x activation, the largest over j, less the stage's static; at least its own N_i x
+// activation): harp-zb never raises the pipeline's peak memory. Plans without activation
+// bytes (hand-written) get counts.
+SplitTimes plan_split_times(const plan::Plan& plan, const std::vector<int>& launch_counts);
 
 enum class WPolicy { kFillGaps, kFillFitting };
 
@@ -54,6 +65,8 @@ struct ZeroBubbleResult {
 
 // The microbatches each stage may hold (C_i above): N_0 everywhere.
 std::vector<int> zero_bubble_caps(const std::vector<int>& launch_counts);
+// The lags that fill each stage's memory limit in `times` (counts: C_i − N_i), in [0, M].
+std::vector<int> memory_lags(const std::vector<int>& launch_counts, const SplitTimes& times, int microbatches);
 
 // The list scheduler. REQUIRES: launch counts as generate_with_launch_counts demands
 // them; times sized num_stages, finite and >= 0. InvalidArgument otherwise.

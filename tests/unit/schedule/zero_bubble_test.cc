@@ -31,7 +31,7 @@ TEST(ZeroBubble, SplitActionsRoundTripAsText) {
 }
 
 SplitTimes equal_times(int S, double f, double i, double w) {
-  return {std::vector<double>(S, f), std::vector<double>(S, i), std::vector<double>(S, w), std::vector<double>(S, 0)};
+  return {std::vector<double>(S, f), std::vector<double>(S, i), std::vector<double>(S, w), std::vector<double>(S, 0), {}, {}, {}};
 }
 
 // The paper's closed form on equal stages (Qi et al., §3): ZB-H1's bubble is
