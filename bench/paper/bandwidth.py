@@ -32,17 +32,10 @@ SIM_SETUPS = [("8V100+2x2A100", "gpt-2.6b", 2), ("8V100+2A100+2A100'", "gpt-6.7b
 def measured(a):
     out = os.path.join(a.out, "bandwidth_measured")
     data = tb.corpus(a.harp, out)
-    pools = [("pool-a", "cpu-a", 1), ("pool-b", "cpu-b", 1), ("pool-c", "cpu-c", 1)]
-    base_cluster = tb.write(os.path.join(out, "cluster_base.yaml"),
-                            tb.cluster_yaml("sweep", pools, [("pool-a", "pool-b", 0.1), ("pool-b", "pool-c", 0.1)]))
-    base_job = tb.write(os.path.join(out, "job_base.yaml"), tb.job_yaml(base_cluster, "gpt-testbed", 16, 1, a.steps))
-    prof = tb.profile(a.harp, base_job, os.path.join(out, "profile.json"))
+    prof = pl.sweep_base(a, out)
     rows = []
     for bw in [float(b) for b in a.bandwidths.split(",")]:
-        tag = ("%g" % bw).replace(".", "p")
-        cl = tb.write(os.path.join(out, "cluster_%s.yaml" % tag),
-                      tb.cluster_yaml("sweep-%s" % tag, pools, [("pool-a", "pool-b", 0.1), ("pool-b", "pool-c", bw)]))
-        job = tb.write(os.path.join(out, "job_%s.yaml" % tag), tb.job_yaml(cl, "gpt-testbed", 16, 1, a.steps))
+        tag, cl, job = pl.sweep_setup(a, out, bw)
         plan_file = os.path.join(out, "plan_%s.json" % tag)
         p = tb.plan(a.harp, job, prof, "harp", plan_file)
         got = pl.train_rounds(a, data, [(sched, job, cl, plan_file, os.path.join(out, "run_%s_%s" % (tag, sched)), sched)

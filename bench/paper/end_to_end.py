@@ -90,6 +90,29 @@ def measured(a):
     return rows
 
 
+# The paper's two heterogeneous cluster shapes with the two models it plans on each.
+PAPER_CASES = [("8V100+2x2A100", "gpt-2.6b", 2), ("8V100+2x2A100", "gpt-6.7b", 3),
+               ("8V100+2A100+2A100'", "gpt-2.6b", 2), ("8V100+2A100+2A100'", "gpt-6.7b", 3)]
+
+
+def paper_cases(a, d, variant=None):
+    """The simulated settings of the later figures: PAPER_CASES with analytic costs (and,
+    with `variant` = (label, extra plan flags), each again with those flags), then the two
+    models with Sailor's measured profiles. [(cluster, model, costs label, job, extra
+    plan flags)]."""
+    cases = []
+    for cluster, model, k in PAPER_CASES:
+        _, job = pl.write_setup(d, cluster, model, k)
+        cases.append((cluster, model, "analytic", job, []))
+        if variant:
+            cases.append((cluster, model, variant[0], job, list(variant[1])))
+    job, prof = sailor_setup(a, d)
+    cases.append(("8V100(16GB)+2x2A100", "gpt-neo-2.7b", "Sailor profiles", job, ["--profile", prof]))
+    job, prof = sailor_llama_setup(a, d)
+    cases.append(("8V100+2x2A100", "llama-3-8b", "Sailor profiles", job, ["--profile", prof]))
+    return cases
+
+
 def sailor_setup(a, d):
     """GPT-Neo-2.7B (32 blocks, hidden 2560, seq 2048) on 8 V100-16GB + 2x2 A100-40GB, costs
     imported from Sailor's measured profiles: (job, profile)."""

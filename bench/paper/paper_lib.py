@@ -162,3 +162,28 @@ def fmt_range(values):
     if not values:
         return "-"
     return "%.2f-%.2fx" % (min(values), max(values)) if len(values) > 1 else "%.2fx" % values[0]
+
+
+SWEEP_POOLS = [("pool-a", "cpu-a", 1), ("pool-b", "cpu-b", 1), ("pool-c", "cpu-c", 1)]
+
+
+def sweep_base(a, out):
+    """The demo's three-pool testbed cluster (0.1 Gbit/s links), its job (16 microbatches
+    of 1) and one profile of it, made first: (profile file)."""
+    base_cluster = tb.write(os.path.join(out, "cluster_base.yaml"),
+                            tb.cluster_yaml("sweep", SWEEP_POOLS, [("pool-a", "pool-b", 0.1), ("pool-b", "pool-c", 0.1)]))
+    base_job = tb.write(os.path.join(out, "job_base.yaml"), tb.job_yaml(base_cluster, "gpt-testbed", 16, 1, a.steps))
+    return tb.profile(a.harp, base_job, os.path.join(out, "profile.json"))
+
+
+def sweep_setup(a, out, bw, cost=""):
+    """The sweep's cluster at `bw` Gbit/s between pool-b and pool-c and its job (`cost`:
+    entries added to the job's cost section): (tag, cluster file, job file)."""
+    tag = ("%g" % bw).replace(".", "p")
+    cl = tb.write(os.path.join(out, "cluster_%s.yaml" % tag),
+                  tb.cluster_yaml("sweep-%s" % tag, SWEEP_POOLS, [("pool-a", "pool-b", 0.1), ("pool-b", "pool-c", bw)]))
+    text = tb.job_yaml(cl, "gpt-testbed", 16, 1, a.steps)
+    if cost:
+        text = text.replace("cost: {", "cost: {" + cost + ", ")
+    return tag, cl, tb.write(os.path.join(out, "job_%s.yaml" % tag), text)
+

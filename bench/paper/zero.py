@@ -21,8 +21,6 @@ import end_to_end as e2e
 import paper_lib as pl
 from paper_lib import tb
 
-PAPER = [("8V100+2x2A100", "gpt-2.6b", 2), ("8V100+2x2A100", "gpt-6.7b", 3),
-         ("8V100+2A100+2A100'", "gpt-2.6b", 2), ("8V100+2A100+2A100'", "gpt-6.7b", 3)]
 POLICIES = (("none", ["--zero", "0", "--recompute", "auto"]), ("auto", ["--zero", "auto", "--recompute", "auto"]))
 
 
@@ -36,14 +34,7 @@ def shape(p):
 
 def simulated(a):
     d = os.path.join(a.out, "zero_simulated")
-    cases = []
-    for cluster, model, k in PAPER:
-        _, job = pl.write_setup(d, cluster, model, k)
-        cases.append((cluster, model, "analytic", job, []))
-    job, prof = e2e.sailor_setup(a, d)
-    cases.append(("8V100(16GB)+2x2A100", "gpt-neo-2.7b", "Sailor profiles", job, ["--profile", prof]))
-    job, prof = e2e.sailor_llama_setup(a, d)
-    cases.append(("8V100+2x2A100", "llama-3-8b", "Sailor profiles", job, ["--profile", prof]))
+    cases = e2e.paper_cases(a, d)
     rows = []
     for cluster, model, costs, job, extra in cases:
         base = job[:-len(".job.yaml")]

@@ -25,9 +25,6 @@ import paper_lib as pl
 from paper_lib import tb
 
 SCHEDULES = ("harp-zb", "harp-1f1b", "1f1b", "zb-h1", "zb-h2")
-PAPER = [("8V100+2x2A100", "gpt-2.6b", 2), ("8V100+2x2A100", "gpt-6.7b", 3),
-         ("8V100+2A100+2A100'", "gpt-2.6b", 2), ("8V100+2A100+2A100'", "gpt-6.7b", 3)]
-POOLS = [("pool-a", "cpu-a", 1), ("pool-b", "cpu-b", 1), ("pool-c", "cpu-c", 1)]
 
 
 def simulate_all(harp, plan_file):
@@ -42,18 +39,11 @@ def simulate_all(harp, plan_file):
 def measured(a):
     out = os.path.join(a.out, "zero_bubble_measured")
     data = tb.corpus(a.harp, out)
-    base_cluster = tb.write(os.path.join(out, "cluster_base.yaml"),
-                            tb.cluster_yaml("zb", POOLS, [("pool-a", "pool-b", 0.1), ("pool-b", "pool-c", 0.1)]))
-    base_job = tb.write(os.path.join(out, "job_base.yaml"), tb.job_yaml(base_cluster, "gpt-testbed", 16, 1, a.steps))
-    prof = tb.profile(a.harp, base_job, os.path.join(out, "profile.json"))
+    prof = pl.sweep_base(a, out)
     rows = []
     for bw in [float(b) for b in a.bandwidths.split(",")]:
-        tag = ("%g" % bw).replace(".", "p")
-        cl = tb.write(os.path.join(out, "cluster_%s.yaml" % tag),
-                      tb.cluster_yaml("zb-%s" % tag, POOLS, [("pool-a", "pool-b", 0.1), ("pool-b", "pool-c", bw)]))
         # The CPU allocates no kernel workspace: the memory model's figure is its tensors'.
-        job = tb.write(os.path.join(out, "job_%s.yaml" % tag),
-                       tb.job_yaml(cl, "gpt-testbed", 16, 1, a.steps).replace("cost: {", "cost: {workspace_bytes: 0, "))
+        tag, cl, job = pl.sweep_setup(a, out, bw, cost="workspace_bytes: 0")
         plan_file = os.path.join(out, "plan_%s.json" % tag)
         p = tb.plan(a.harp, job, prof, "harp", plan_file)
         got = pl.train_rounds(a, data, [(s, job, cl, plan_file, os.path.join(out, "run_%s_%s" % (tag, s)), s)
@@ -95,17 +85,9 @@ def measured(a):
 
 def simulated(a):
     d = os.path.join(a.out, "zero_bubble_simulated")
-    cases = []
-    for cluster, model, k in PAPER:
-        _, job = pl.write_setup(d, cluster, model, k)
-        cases.append((cluster, model, "analytic", job, []))
-        # Fewer, larger microbatches (the same global batch): the bubble is larger; they
-        # fit only with recomputation.
-        cases.append((cluster, model, "analytic; B=16", job, ["--microbatches", "16", "--recompute", "auto"]))
-    job, prof = e2e.sailor_setup(a, d)
-    cases.append(("8V100(16GB)+2x2A100", "gpt-neo-2.7b", "Sailor profiles", job, ["--profile", prof]))
-    job, prof = e2e.sailor_llama_setup(a, d)
-    cases.append(("8V100+2x2A100", "llama-3-8b", "Sailor profiles", job, ["--profile", prof]))
+    # Besides each analytic case, fewer, larger microbatches (the same global batch): the
+    # bubble is larger; they fit only with recomputation.
+    cases = e2e.paper_cases(a, d, ("analytic; B=16", ["--microbatches", "16", "--recompute", "auto"]))
     rows = []
     for cluster, model, costs, job, extra in cases:
         plan_file = job[:-len(".job.yaml")] + (".zb_plan_b16.json" if "--microbatches" in extra else ".zb_plan.json")

@@ -135,6 +135,37 @@ TEST(Equivalence, SplitBackwardSchedules) {
   check({"zb-h1 llama float64", 2, {1, 4}, {1, 1, 1}, 4, 1, ScheduleKind::kZbH1, {}, f64, "llama"});
 }
 
+// A split backward keeps recomputation (a recomputed unit's layers queue their products
+// during the I), ZeRO (the reductions follow the last W) and bf16 working: float64 against
+// one process; bf16 against the same plan under harp-1f1b (they differ in the order of
+// float32 sums only).
+TEST(Equivalence, SplitBackwardWithRecomputationZeroAndBf16) {
+  torch::set_num_threads(1);
+  const model::ModelSpec m = tiny(1);
+  auto data = runtime::synthetic_tokens(7, 1 << 14, m.gpt.vocab);
+  const int steps = 3;
+  auto split_plan = [&](ScheduleKind kind) {
+    plan::Plan p = make_plan(m, {1, 3}, {1, 2, 1}, 4, 2, kind, {4, 2, 1});
+    p.stages[1].zero = 1;
+    return p;
+  };
+  runtime::ExecConfig cfg = equivalence_config(torch::kFloat64);
+  const ReferenceRun want = train_reference(m, *data, cfg.seed, steps, 4, 2, cfg.optim, torch::kFloat64);
+  for (Recompute mode : {Recompute::kSelective, Recompute::kFull}) {
+    SCOPED_TRACE(recompute_name(mode));
+    cfg.recompute = mode;
+    const RankRun got = run_plan_threads(m, split_plan(ScheduleKind::kHarpZb), *data, steps, cfg);
+    ASSERT_EQ(got.losses.size(), want.losses.size());
+    for (int s = 0; s < steps; ++s) EXPECT_NEAR(got.losses[s], want.losses[s], 1e-10 * want.losses[s]) << "step " << s;
+    expect_close(got.params, want.params, 1e-10, 1e-10, "parameter");
+  }
+  const runtime::ExecConfig bf16 = equivalence_config(torch::kBFloat16);
+  const RankRun split = run_plan_threads(m, split_plan(ScheduleKind::kHarpZb), *data, steps, bf16);
+  const RankRun whole = run_plan_threads(m, split_plan(ScheduleKind::kHarp1F1B), *data, steps, bf16);
+  ASSERT_EQ(split.losses.size(), whole.losses.size());
+  for (int s = 0; s < steps; ++s) EXPECT_NEAR(split.losses[s], whole.losses[s], 1e-3 * whole.losses[s]) << "step " << s;
+}
+
 // Recomputation under tensor parallelism reruns the forward's all-reduces in the same
 // order on every tp rank: gradients and parameters bit-identical to no recomputation.
 TEST(Equivalence, TensorParallelRecomputationIsBitIdentical) {
