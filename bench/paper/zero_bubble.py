@@ -11,7 +11,8 @@ measured   the demo's emulated three-pool cluster (devices 1.5x, 3x and 4.5x slo
            every stage's measured peak memory beside the memory model.
 simulated  the paper's cluster shapes and models (analytic costs) and the two models with
            Sailor's measured GPU profiles: HARP's plan simulated under each schedule, the
-           speedup over harp-1f1b and 1f1b, and the largest stage's peak memory.
+           speedup over harp-1f1b and 1f1b, the largest stage's peak memory, and what
+           `harp plan --schedule auto` keeps (the fastest whose stages fit their devices).
 
 Writes OUT/zero_bubble_measured.{csv,svg} and OUT/zero_bubble_simulated.{csv,svg}.
 
@@ -102,11 +103,18 @@ def simulated(a):
         row["over_1f1b"] = row["1f1b_s"] / row["harp-zb_s"]
         row["over_zb_h1"] = row["zb-h1_s"] / row["harp-zb_s"]
         row["memory_over_harp_1f1b"] = row["harp-zb_peak_gib"] / row["harp-1f1b_peak_gib"]
+        # The planner's own choice: the fastest schedule whose stages fit their devices.
+        auto = json.loads(pl.run([a.harp, "plan", "--job", job, "--schedule", "auto", "--json"] + extra))
+        chosen = [o for o in auto["schedule_options"] if o["schedule"] == auto["schedule"]][0]
+        row["auto_schedule"], row["auto_s"] = auto["schedule"], chosen["simulated_s"]
+        row["fits"] = " ".join(o["schedule"] for o in auto["schedule_options"] if o["fits"])
         rows.append(row)
         print("simulated %-22s %-13s %-15s harp-zb %.3f s: %.3fx over harp-1f1b, %.3fx over 1f1b, %.3fx over zb-h1; "
               "zb-h2 %.3fx; peak memory %.2fx harp-1f1b's" % (
                   cluster, model, costs, row["harp-zb_s"], row["over_harp_1f1b"], row["over_1f1b"],
                   row["over_zb_h1"], row["harp-1f1b_s"] / row["zb-h2_s"], row["memory_over_harp_1f1b"]), flush=True)
+        print("          --schedule auto: %s %.3f s (fitting: %s)" % (row["auto_schedule"], row["auto_s"], row["fits"]),
+              flush=True)
     pl.write_csv(os.path.join(a.out, "zero_bubble_simulated.csv"), rows)
     tb.bar_chart(os.path.join(a.out, "zero_bubble_simulated.svg"),
                  "Split backwards on HARP's plans: speedup over harp-1f1b (simulated at paper scale)",

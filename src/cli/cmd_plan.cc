@@ -35,6 +35,7 @@ struct Opts {
               *search_schedule_flag = nullptr;
   std::string recompute;  // none | selective | full | auto; "" = the job's
   std::string zero;       // 0 | 1 | 2 | auto; "" = the job's
+  std::string schedule;   // a schedule kind or auto; "" = the strategy's own
   bool compare = false;
   std::string output;
   bool json = false;
@@ -80,6 +81,7 @@ planner::PlanRequest request_of(const Opts& o, Context& ctx) {
   if (o.search_schedule_flag->count() > 0) r.schedule_in_search = o.search_schedule != "1f1b";
   if (!o.recompute.empty()) r.recompute = o.recompute;
   if (!o.zero.empty()) r.zero = o.zero;
+  if (!o.schedule.empty()) r.schedule = o.schedule;
   r.compare = o.compare;
   r.profile_file = o.profile_file;
   r.calibrate_file = o.calibrate_file;
@@ -208,6 +210,13 @@ void add_plan_command(CLI::App& root, Context& ctx) {
                   "replicas), 2 (and the gradients between steps), or auto (the search picks 0 or 1 per stage, "
                   "time against memory). Default: the job's planner.zero, else 0")
       ->check(CLI::IsMember({"0", "1", "2", "auto"}));
+  std::vector<std::string> schedules = plan::schedule_kind_names();
+  schedules.push_back("auto");
+  cmd->add_option("--schedule", o->schedule,
+                  "The plan's schedule: gpipe, 1f1b, harp-1f1b, zb-h1, zb-h2, harp-zb, or auto (the searched plan "
+                  "simulated under 1f1b, harp-1f1b, zb-h1, zb-h2 and harp-zb; the fastest whose stages fit their "
+                  "devices' memory). Default: harp-1f1b (the harp strategy)")
+      ->check(CLI::IsMember(schedules));
   cmd->add_option("--output", o->output, "Write the plan JSON here");
   cmd->add_flag("--json", o->json, "Print JSON instead of tables");
   cmd->callback([o, &ctx] { ctx.rc = run_plan(*o, ctx); });

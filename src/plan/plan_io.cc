@@ -49,6 +49,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->activation_bytes = read_quantity(r, "activation_bytes", quantity::kBytes, 0.0);
   s->weight_grad_bytes = read_quantity(r, "weight_grad_bytes", quantity::kBytes, 0.0);
   s->memory_bytes = read_quantity(r, "memory_bytes", quantity::kBytes, 0.0);
+  s->usable_memory_bytes = read_quantity(r, "usable_memory_bytes", quantity::kBytes, 0.0);
   s->comm_bytes = read_quantity(r, "comm_bytes", quantity::kBytes, 0.0);
   s->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
   s->peak_tflops = read_quantity(r, "peak_tflops", quantity::kPeakTflops, 0.0);
@@ -241,6 +242,7 @@ Json plan_to_json(const Plan& p) {
     sj["activation_bytes"] = s.activation_bytes;
     if (s.weight_grad_bytes > 0) sj["weight_grad_bytes"] = s.weight_grad_bytes;
     sj["memory_bytes"] = s.memory_bytes;
+    if (s.usable_memory_bytes > 0) sj["usable_memory_bytes"] = s.usable_memory_bytes;
     if (s.emulated_slowdown != 1.0) sj["emulated_slowdown"] = s.emulated_slowdown;
     if (!s.device.empty()) sj["device"] = s.device;
     if (s.peak_tflops > 0) sj["peak_tflops"] = s.peak_tflops;

@@ -51,6 +51,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     s.bwd_s = f.bwd_s;
     s.bwd_weight_s = f.bwd_weight_s;
     s.weight_grad_bytes = f.weight_grad_bytes;
+    s.usable_memory_bytes = costs.usable_memory_bytes(pl.subcluster);
     s.allreduce_s = f.allreduce_s;
     s.optimizer_s = f.optimizer_s;
     s.memory_static_bytes = f.static_bytes;

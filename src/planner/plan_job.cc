@@ -32,7 +32,31 @@ SearchOptions search_options(const PlanRequest& r, const job::PlannerConfig& job
 }
 
 bool faster(const StrategyResult& a, const StrategyResult& b) {
+  if (a.judged_s > 0 && b.judged_s > 0 && a.feasible && b.feasible) return a.judged_s < b.judged_s;
   return a.feasible && (!b.feasible || a.plan.predicted.iteration_s < b.plan.predicted.iteration_s);
+}
+
+// --schedule: weighs the requested kinds on a harp plan and keeps the fastest that fits
+// (schedule_choice.h); none fitting makes the result infeasible.
+void choose_schedule(const PlanRequest& r, const PlanningProblem& problem, StrategyResult* result) {
+  if (!r.schedule || !result->feasible || result->strategy != Strategy::kHarp) return;
+  std::vector<plan::ScheduleKind> kinds;
+  plan::ScheduleKind kind;
+  if (*r.schedule == "auto")
+    kinds = auto_schedule_kinds();
+  else if (plan::parse_schedule_kind(*r.schedule, &kind))
+    kinds = {kind};
+  HARP_CHECK(!kinds.empty()) << "schedule " << *r.schedule;  // the CLI checked the name
+  result->schedules = weigh_schedules(result->plan, problem.costs, kinds);
+  const std::optional<ScheduleOption> best = fastest_fitting(result->schedules);
+  if (!best) {
+    result->feasible = false;
+    result->reason = "no schedule fits the searched plan's devices: " + describe_options(result->schedules) +
+                     "; allow another schedule (--schedule auto), use more devices or recomputation";
+    return;
+  }
+  adopt_schedule(&result->plan, *best);
+  result->judged_s = best->simulated_s;
 }
 
 // Keeps the faster of `best` and the new candidate; ties keep the earlier one.
@@ -141,6 +165,7 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) 
           problem_from_model(job.cluster, m, config, db ? &*db : nullptr, b, mbs, max_tp,
                              calibration ? &*calibration : nullptr);
       StrategyResult r = run_strategy(problem, strategy, search);
+      choose_schedule(request, problem, &r);
       const std::string label = sweep ? label_of(k, b, mbs) : "";
       if (sweep && request.on_candidate) request.on_candidate(label, r);
       keep_best(best, std::move(problem), std::move(r), label);
@@ -171,6 +196,7 @@ StatusOr<PlanOutcome> plan_tables(const cluster::Cluster& cluster,
     const int b = microbatches > 0 ? microbatches : global_batch / mbs;
     HARP_ASSIGN_OR_RETURN(PlanningProblem problem, problem_from_table(cluster, tables[i], b, files[i]));
     StrategyResult r = run_strategy(problem, strategy, search);
+    choose_schedule(request, problem, &r);
     const std::string label = sweep ? files[i] + ": B = " + std::to_string(b) + " x " + std::to_string(mbs) : "";
     if (sweep && request.on_candidate) request.on_candidate(label, r);
     keep_best(best, std::move(problem), std::move(r), label);

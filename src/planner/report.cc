@@ -76,6 +76,9 @@ void write_plan_report(const PlanOutcome& c, std::ostream& out) {
       << " microbatches of " << p.microbatch_size << "\n\n";
   write_stages(p, c.problem.costs, out);
   write_stats(r, out);
+  if (!r.schedules.empty())
+    out << "schedule " << plan::schedule_kind_name(p.schedule) << ": the fastest that fits, simulated: "
+        << describe_options(r.schedules) << "\n";
 }
 
 Json plan_report_json(const PlanOutcome& c) {
@@ -85,6 +88,13 @@ Json plan_report_json(const PlanOutcome& c) {
   j["search"]["caps_evaluated"] = r.stats.caps_evaluated;
   j["search"]["dp_runs"] = r.stats.dp_runs;
   j["search"]["dp_states"] = r.stats.states_visited;
+  if (!r.schedules.empty()) {
+    Json options = Json::array();
+    for (const ScheduleOption& o : r.schedules)
+      options.push_back({{"schedule", plan::schedule_kind_name(o.kind)}, {"fits", o.fits},
+                         {"simulated_s", o.simulated_s}, {"peak_bytes", o.peak_bytes}, {"why", o.why}});
+    j["schedule_options"] = options;
+  }
   return j;
 }
 

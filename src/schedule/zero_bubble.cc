@@ -175,7 +175,9 @@ SplitTimes plan_split_times(const plan::Plan& plan, const std::vector<int>& laun
     const plan::Stage& s = plan.stages[k];
     t.activation.push_back(s.activation_bytes);
     t.pending_w.push_back(s.weight_grad_bytes);
-    t.hold_limit.push_back(std::max(peak - s.memory_static_bytes, launch_counts[k] * s.activation_bytes));
+    double limit = peak - s.memory_static_bytes;
+    if (s.usable_memory_bytes > 0) limit = std::min(limit, s.usable_memory_bytes - s.memory_static_bytes);
+    t.hold_limit.push_back(std::max(limit, launch_counts[k] * s.activation_bytes));
   }
   return t;
 }

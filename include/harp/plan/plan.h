@@ -78,6 +78,9 @@ struct Stage {
   // layers' inputs and output gradients); 0 when unknown.
   Bytes weight_grad_bytes = 0;
   Bytes memory_bytes = 0;                 // static + launch_count x activation (planner's figure)
+  // What one of the stage's devices may hold (the cluster's memory less the reserve); 0
+  // when unknown. harp-zb keeps every stage under it (schedule/zero_bubble.h).
+  Bytes usable_memory_bytes = 0;
   Bytes comm_bytes = 0;                   // bytes crossing to the next stage per microbatch
   // Emulation only (cluster devices' emulated_slowdown): the runtime, when asked to
   // emulate, keeps this stage's compute waiting (factor - 1) x its measured time.

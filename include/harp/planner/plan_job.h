@@ -36,6 +36,9 @@ struct PlanRequest {
   // ZeRO: 0, 1 or 2 on every stage with dp > 1, or auto (per stage, by the search);
   // unset: the job's planner.zero.
   std::optional<std::string> zero;
+  // The schedule (schedule_choice.h): a kind name, or auto (the fastest that fits, by
+  // simulation); unset: the strategy's own (harp: harp-1f1b). Applies to the harp strategy.
+  std::optional<std::string> schedule;
   bool compare = false;              // also run every strategy on the winning candidate
   std::string profile_file;          // overrides the job's cost.profile
   // A run's OUT/measured_plan.json: the cost source is scaled per device type so that

@@ -13,6 +13,7 @@
 #include "harp/profile/profile_db.h"
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
+#include "harp/planner/schedule_choice.h"
 #include "harp/cost/cost_table.h"
 #include "harp/planner/harp_search.h"
 #include "harp/cost/stage_costs.h"
@@ -57,6 +58,11 @@ struct StrategyResult {
   plan::Plan plan;      // when feasible
   SearchStats stats;    // for the searching strategies
   std::string reason;   // when infeasible: what is short and what would help
+  // With a schedule choice (plan_job.h, PlanRequest::schedule): the simulated iteration
+  // under the chosen schedule, by which sweep candidates are then compared (0: by the
+  // closed form), and every schedule weighed (schedule_choice.h).
+  Seconds judged_s = 0;
+  std::vector<ScheduleOption> schedules;
 };
 
 // Runs one strategy. `options.schedule` is set from the strategy (harp: HARP's 1F1B;

@@ -52,7 +52,8 @@ SplitTimes unit_split_times(int num_stages);
 // bytes: activation_bytes, weight_grad_bytes, and as the limit what keeps every stage at
 // or under the most any stage holds under `launch_counts` with whole backwards (static +
 // N_j x activation, the largest over j, less the stage's static; at least its own N_i x
-// activation): harp-zb never raises the pipeline's peak memory. Plans without activation
+// activation), and under the stage's usable_memory_bytes when the plan gives it: harp-zb
+// never raises the pipeline's peak memory nor outgrows a device. Plans without activation
 // bytes (hand-written) get counts.
 SplitTimes plan_split_times(const plan::Plan& plan, const std::vector<int>& launch_counts);
 

@@ -299,6 +299,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp plan --search-schedule",
       "harp plan --recompute",
       "harp plan --zero",
+      "harp plan --schedule",
       "harp plan --output",
       "harp plan --json",
       "harp launch --nproc",

@@ -6,6 +6,7 @@
 
 #include "harp/plan/closed_form.h"
 #include "harp/schedule/lower_plan.h"
+#include "harp/sim/svg.h"
 #include "sim_test_util.h"
 
 namespace harp::sim::testing {
@@ -40,6 +41,10 @@ TEST(ZeroBubbleSim, ZbH1BubbleIsThePapersOnEqualStages) {
       EXPECT_EQ(r.ranks[0].peak_held, S);
       EXPECT_EQ(r.ranks[S - 1].peak_held, S) << "the last stage holds the first stage's count";
       EXPECT_EQ(r.ranks[S - 1].peak_inflight, 1);
+      // The timeline draws I and W in their own colours, with their legend.
+      const std::string svg = svg_timeline(r, p, "zb-h1");
+      for (const char* s : {"I: input", "W: weights", "class=\"I\"", "class=\"W\""})
+        EXPECT_NE(svg.find(s), std::string::npos) << s;
     }
   }
 }

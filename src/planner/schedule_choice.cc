@@ -1,0 +1,87 @@
+// The schedule chosen per plan by simulation under the memory limit (schedule_choice.h).
+#include "harp/planner/schedule_choice.h"
+
+#include <algorithm>
+
+#include "harp/common/format.h"
+#include "harp/schedule/generators.h"
+#include "harp/schedule/lower_plan.h"
+#include "harp/schedule/zero_bubble.h"
+#include "harp/sim/simulator.h"
+
+namespace harp::planner {
+
+const std::vector<plan::ScheduleKind>& auto_schedule_kinds() {
+  static const std::vector<plan::ScheduleKind> kinds = {plan::ScheduleKind::k1F1B, plan::ScheduleKind::kHarp1F1B,
+                                                        plan::ScheduleKind::kZbH1, plan::ScheduleKind::kZbH2,
+                                                        plan::ScheduleKind::kHarpZb};
+  return kinds;
+}
+
+std::vector<ScheduleOption> weigh_schedules(const plan::Plan& plan, const cost::StageCosts& costs,
+                                            const std::vector<plan::ScheduleKind>& kinds) {
+  std::vector<ScheduleOption> out;
+  for (plan::ScheduleKind kind : kinds) {
+    ScheduleOption o;
+    o.kind = kind;
+    // The δ-rule kinds run the plan's own launch counts (the search's).
+    plan::Plan p = plan;
+    p.schedule = plan::uses_delta_rule(kind) ? kind : plan.schedule;
+    auto lowered = schedule::lower_plan(p, kind);
+    if (!lowered.ok() || !lowered->check.ok) {
+      o.why = lowered.ok() ? "does not drain" : lowered.status().message();
+      out.push_back(o);
+      continue;
+    }
+    sim::SimOptions so;
+    so.record_spans = false;
+    auto sim = sim::simulate(p, lowered->lowered, so);
+    if (!sim.ok()) {
+      o.why = sim.status().message();
+      out.push_back(o);
+      continue;
+    }
+    o.simulated_s = sim->iteration_s();
+    o.fits = true;
+    for (int i = 0; i < p.num_stages(); ++i) {
+      const Bytes peak = sim->ranks[i].peak_memory_bytes;
+      o.peak_bytes = std::max(o.peak_bytes, peak);
+      const int sub = p.stages[i].subcluster;
+      if (sub < 0 || !o.fits) continue;
+      const Bytes usable = costs.usable_memory_bytes(sub);
+      if (peak > usable) {
+        o.fits = false;
+        o.why = "stage " + std::to_string(i) + " needs " + fmt_bytes(peak) + " of " + fmt_bytes(usable);
+      }
+    }
+    out.push_back(o);
+  }
+  return out;
+}
+
+std::optional<ScheduleOption> fastest_fitting(const std::vector<ScheduleOption>& options) {
+  std::optional<ScheduleOption> best;
+  for (const ScheduleOption& o : options)
+    if (o.fits && (!best || o.simulated_s < best->simulated_s)) best = o;
+  return best;
+}
+
+void adopt_schedule(plan::Plan* plan, const ScheduleOption& option) {
+  plan::Plan p = *plan;
+  p.schedule = plan::uses_delta_rule(option.kind) ? option.kind : plan->schedule;
+  const std::vector<int> counts = schedule::launch_counts_for(p, option.kind);
+  plan->schedule = option.kind;
+  for (size_t i = 0; i < plan->stages.size(); ++i) plan->stages[i].launch_count = counts[i];
+}
+
+std::string describe_options(const std::vector<ScheduleOption>& options) {
+  std::string out;
+  for (const ScheduleOption& o : options) {
+    out += out.empty() ? "" : ", ";
+    out += plan::schedule_kind_name(o.kind);
+    out += o.fits ? " " + fmt_time(o.simulated_s) : " (" + o.why + ")";
+  }
+  return out;
+}
+
+}  // namespace harp::planner

@@ -1,0 +1,107 @@
+// The schedule chosen per plan (planner/schedule_choice.h, `harp plan --schedule`): auto
+// keeps the fastest schedule whose every stage fits its devices, checked against an
+// independent pass over the same plan (each schedule lowered and simulated here, each
+// stage's simulated peak against its device's usable memory); a fixed schedule that does
+// not fit makes the plan infeasible; and the memory limit decides where it binds.
+#include <gtest/gtest.h>
+
+#include "harp/job/job.h"
+#include "harp/planner/plan_job.h"
+#include "harp/schedule/lower_plan.h"
+#include "harp/sim/simulator.h"
+
+namespace harp::planner {
+namespace {
+
+job::Job paper_job(const std::string& name) {
+  StatusOr<job::Job> j = job::load_job(std::string(HARP_SOURCE_DIR) + "/examples/jobs/" + name);
+  EXPECT_TRUE(j.ok()) << j.status().to_string();
+  return std::move(j).value();
+}
+
+struct Expected {
+  bool any = false;
+  plan::ScheduleKind kind = plan::ScheduleKind::kHarp1F1B;
+  Seconds simulated_s = 0;
+};
+
+// The oracle: every auto kind on the harp-1f1b plan, lowered and simulated here.
+Expected fastest_fitting_by_hand(const plan::Plan& plan, const cost::StageCosts& costs) {
+  Expected e;
+  for (plan::ScheduleKind kind : auto_schedule_kinds()) {
+    plan::Plan p = plan;
+    if (plan::uses_delta_rule(kind)) p.schedule = kind;  // the search's own launch counts
+    auto low = schedule::lower_plan(p, kind);
+    if (!low.ok() || !low->check.ok) continue;
+    auto sim = sim::simulate(p, low->lowered);
+    if (!sim.ok()) continue;
+    bool fits = true;
+    for (int i = 0; i < p.num_stages(); ++i)
+      fits = fits && sim->ranks[i].peak_memory_bytes <= costs.usable_memory_bytes(p.stages[i].subcluster);
+    if (fits && (!e.any || sim->iteration_s() < e.simulated_s)) e = {true, kind, sim->iteration_s()};
+  }
+  return e;
+}
+
+Seconds sim_time(const plan::Plan& plan) {
+  auto low = schedule::lower_plan(plan);
+  EXPECT_TRUE(low.ok() && low->check.ok);
+  auto sim = sim::simulate(plan, low->lowered);
+  EXPECT_TRUE(sim.ok());
+  return sim->iteration_s();
+}
+
+TEST(ScheduleChoice, AutoKeepsTheFastestScheduleThatFits) {
+  for (const char* name : {"paper_gpt2.6b.yaml", "paper_gpt6.7b.yaml"}) {
+    for (double gib : {16.0, 32.0, 80.0}) {
+      SCOPED_TRACE(std::string(name) + ", V100s of " + std::to_string(gib) + " GiB");
+      job::Job job = paper_job(name);
+      for (auto& [name, d] : job.cluster.devices)
+        if (name.rfind("V100", 0) == 0) d.memory_gib = gib;
+      PlanRequest own;
+      own.microbatches = 16;  // fewer, larger microbatches: a larger bubble
+      own.recompute = "auto";
+      StatusOr<PlanOutcome> base = plan_job(job, own);
+      ASSERT_TRUE(base.ok()) << base.status().to_string();
+      if (!base->result.feasible) continue;
+      PlanRequest automatic = own;
+      automatic.schedule = "auto";
+      StatusOr<PlanOutcome> got = plan_job(job, automatic);
+      ASSERT_TRUE(got.ok());
+      const Expected want = fastest_fitting_by_hand(base->result.plan, base->problem.costs);
+      ASSERT_TRUE(want.any) << "harp-1f1b's own plan fits";
+      ASSERT_TRUE(got->result.feasible) << got->result.reason;
+      EXPECT_EQ(got->result.plan.schedule, want.kind) << describe_options(got->result.schedules);
+      EXPECT_NEAR(got->result.judged_s, want.simulated_s, 1e-9 * want.simulated_s);
+      EXPECT_EQ(got->result.schedules.size(), auto_schedule_kinds().size());
+      // Never slower than the plan under its own schedule.
+      EXPECT_LE(got->result.judged_s, sim_time(base->result.plan));
+    }
+  }
+}
+
+// GPT-2.6B on the paper's cluster (64 microbatches): the paper's ZB-H2 holds twice 1F1B's
+// microbatches on every stage, more than the A100s' 40 GB; harp-zb stays under every
+// device. A fixed schedule that does not fit is infeasible, with every stage's shortfall.
+TEST(ScheduleChoice, AScheduleThatDoesNotFitIsRefused) {
+  const job::Job job = paper_job("paper_gpt2.6b.yaml");
+  PlanRequest r;
+  r.schedule = "zb-h2";
+  StatusOr<PlanOutcome> zb_h2 = plan_job(job, r);
+  ASSERT_TRUE(zb_h2.ok());
+  EXPECT_FALSE(zb_h2->result.feasible);
+  EXPECT_NE(zb_h2->result.reason.find("zb-h2 (stage"), std::string::npos) << zb_h2->result.reason;
+  r.schedule = "harp-zb";
+  StatusOr<PlanOutcome> harp_zb = plan_job(job, r);
+  ASSERT_TRUE(harp_zb.ok() && harp_zb->result.feasible) << harp_zb->result.reason;
+  EXPECT_EQ(harp_zb->result.plan.schedule, plan::ScheduleKind::kHarpZb);
+  r.schedule.reset();
+  StatusOr<PlanOutcome> own = plan_job(job, r);
+  ASSERT_TRUE(own.ok() && own->result.feasible);
+  EXPECT_EQ(own->result.plan.schedule, plan::ScheduleKind::kHarp1F1B) << "unchanged without --schedule";
+  EXPECT_TRUE(own->result.schedules.empty());
+  EXPECT_LE(harp_zb->result.judged_s, sim_time(own->result.plan));
+}
+
+}  // namespace
+}  // namespace harp::planner
