@@ -58,6 +58,7 @@ std::optional<LayerTime> ProfiledCosts::time(const cluster::Cluster& cluster, in
     LayerTime t;
     t.fwd_s = e->fwd_s;
     t.bwd_s = e->bwd_s;
+    t.bwd_weight_s = e->bwd_weight_s;
     t.source = CostSource::kProfile;
     return t;
   }

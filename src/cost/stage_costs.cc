@@ -39,7 +39,7 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
       for (int tp = 1; tp <= max_tp; tp *= 2) {
         auto key = std::make_tuple(cost_key(s.cluster_.subclusters[sub], config), samples, tp);
         if (s.prefixes_.count(key)) continue;
-        std::vector<Seconds> f(L), b(L), rs(L), rf(L);
+        std::vector<Seconds> f(L), b(L), w(L), rs(L), rf(L);
         Prefix p;
         p.profiled.assign(L + 1, 0);
         bool complete = true;
@@ -53,6 +53,8 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
           t->bwd_s *= drift;
           f[i] = t->fwd_s;
           b[i] = t->bwd_s;
+          w[i] = std::min(t->bwd_s, t->bwd_weight_s >= 0 ? t->bwd_weight_s * drift
+                                                           : s.layers_[i].weight_grad_fraction * t->bwd_s);
           rs[i] = t->fwd_s * s.layers_[i].attention_flop_fraction;
           rf[i] = s.layers_[i].block >= 0 ? t->fwd_s : 0.0;
           const bool profiled = t->source == CostSource::kProfile;
@@ -62,6 +64,7 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
         if (!complete) continue;
         p.fwd = prefix_of(f);
         p.bwd = prefix_of(b);
+        p.wgt = prefix_of(w);
         p.rec_selective = prefix_of(rs);
         p.rec_full = prefix_of(rf);
         s.prefixes_[key] = std::move(p);
@@ -180,11 +183,8 @@ StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Rec
   StageFigures f = view(sub, dp, tp, zero).at(first, last, recompute);
   const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
   Bytes wgrad = 0;
-  for (int l = first; l < last; ++l) {
-    f.bwd_weight_s += layers_[l].weight_grad_fraction * (p->bwd[l + 1] - p->bwd[l]);
-    wgrad += layers_[l].weight_grad_bytes;
-  }
-  f.bwd_weight_s = std::min(f.bwd_weight_s, f.bwd_s);
+  for (int l = first; l < last; ++l) wgrad += layers_[l].weight_grad_bytes;
+  f.bwd_weight_s = std::min(p->wgt[last] - p->wgt[first], f.bwd_s);
   f.weight_grad_bytes = activation_memory_bytes(wgrad, microbatch_size_ / dp, tp);
   return f;
 }

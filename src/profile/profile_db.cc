@@ -115,6 +115,10 @@ StatusOr<ProfileDb> parse_profile_db(const Json& node, const std::string& file) 
     e.layer = er.string("layer", "");
     e.fwd_s = read_quantity(er, "fwd_s", quantity::kSeconds);
     e.bwd_s = read_quantity(er, "bwd_s", quantity::kSeconds);
+    e.bwd_weight_s = er.get("bwd_weight_s") ? read_quantity(er, "bwd_weight_s", quantity::kSeconds) : -1.0;
+    if (!er.failed() && e.bwd_weight_s > e.bwd_s)
+      er.fail("bwd_weight_s", Json(e.bwd_weight_s).dump(), "must not exceed bwd_s (" + Json(e.bwd_s).dump() + ")",
+              "give the part of bwd_s the weight gradients take, or leave it out");
     e.activation_bytes = read_quantity(er, "activation_bytes", quantity::kBytes, 0.0);
     e.output_bytes = read_quantity(er, "output_bytes", quantity::kBytes, 0.0);
     e.param_bytes = read_quantity(er, "param_bytes", quantity::kBytes, 0.0);
@@ -166,6 +170,8 @@ Json profile_db_to_json(const ProfileDb& db) {
                        {"workspace_bytes", e.workspace_bytes},
                        {"peak_bytes", e.peak_bytes},
                        {"source", e.source}});
+  for (size_t k = 0; k < db.entries().size(); ++k)
+    if (db.entries()[k].bwd_weight_s >= 0) entries[k]["bwd_weight_s"] = db.entries()[k].bwd_weight_s;
   return {{"version", 1}, {"devices", devices}, {"entries", entries}};
 }
 

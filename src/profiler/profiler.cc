@@ -21,6 +21,7 @@
 #include "harp/runtime/comm/rendezvous.h"
 #include "harp/runtime/exec/emulation.h"
 #include "harp/runtime/nn/gpt.h"
+#include "harp/runtime/nn/weight_grad.h"
 #include "harp/runtime/exec/memory.h"
 #include "harp/runtime/exec/device.h"
 
@@ -109,7 +110,8 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
 
   Measurement m;
   for (const auto& [name, p] : runtime::named_parameters(layers)) m.param_bytes += tensor_bytes(p);
-  std::vector<double> fwd, bwd;
+  std::vector<double> fwd, bwd, wgt;
+  runtime::WeightGradQueue queue;  // the layers' weight products, timed apart
   const auto start = Clock::now();
   for (int run = 0;; ++run) {
     const bool timed = run >= options.warmup;
@@ -124,6 +126,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     torch::Tensor y = input;
     {
       runtime::AutocastGuard autocast(dtype, device);  // as the executor's forward
+      runtime::DeferWeightGrads defer(&queue);         // as a split backward's
       for (auto& layer : layers)
         y = layer->layer().kind == model::LayerKind::kTail ? layer->forward(y, targets) : layer->forward(y);
     }
@@ -145,12 +148,19 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
       torch::autograd::backward({y}, {dy});
     done();
     runtime::finish_emulated_compute(c0, options.emulated_slowdown);
-    const double b = seconds_since(t0);
+    const double i = seconds_since(t0);
+    c0 = runtime::start_compute();
+    t0 = c0.wall;
+    queue.run();
+    done();
+    runtime::finish_emulated_compute(c0, options.emulated_slowdown);
+    const double w = seconds_since(t0), b = i + w;
     if (count_bytes) m.peak_bytes = runtime::peak_tensor_bytes() - base;
     y = torch::Tensor();
     if (!timed) continue;
     fwd.push_back(f);
     bwd.push_back(b);
+    wgt.push_back(w);
     const int n = static_cast<int>(fwd.size());
     if (n >= options.max_repeats || (n >= 3 && seconds_since(start) > options.max_seconds)) break;
     if (n >= options.min_repeats) {
@@ -161,6 +171,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
   }
   m.fwd = summarize(fwd);
   m.bwd = summarize(bwd);
+  m.wgt = summarize(wgt);
   return m;
 }
 
@@ -264,6 +275,7 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
       e.layer = model.layers[i].name;
       e.fwd_s = m.fwd.median_s;
       e.bwd_s = m.bwd.median_s;
+      e.bwd_weight_s = std::min(m.wgt.median_s, m.bwd.median_s);
       e.fwd_spread = m.fwd.spread;
       e.bwd_spread = m.bwd.spread;
       e.repeats = m.fwd.repeats;

@@ -96,6 +96,27 @@ TEST(Profiler, ProfileModelMeasuresOneLayerPerSignature) {
   EXPECT_EQ(d->dtype, "float32");
   EXPECT_EQ(d->threads, 1);
   EXPECT_GT(d->optimizer_s_per_param_byte, 0);
+  // The weight gradients are timed apart (a split backward's W): part of every backward,
+  // most of none; the token embedding has no products to queue.
+  for (const auto& e : dedup.db.entries()) {
+    SCOPED_TRACE(e.layer);
+    EXPECT_GE(e.bwd_weight_s, 0);
+    EXPECT_LE(e.bwd_weight_s, e.bwd_s);
+    if (e.layer.find("block") != std::string::npos) {
+      EXPECT_GT(e.bwd_weight_s, 0.05 * e.bwd_s);
+      EXPECT_LT(e.bwd_weight_s, 0.9 * e.bwd_s);
+    }
+  }
+  // And survives the file.
+  const std::string file = std::string(HARP_BINARY_DIR) + "/profiler_test_wgt.json";
+  ASSERT_TRUE(profile::save_profile_db(dedup.db, file).ok());
+  auto back = profile::load_profile_db(file);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  for (const auto& e : dedup.db.entries()) {
+    auto got = back->find(e.key);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_DOUBLE_EQ(got->bwd_weight_s, e.bwd_weight_s);
+  }
 }
 
 TEST(ProfileCommand, RecordsEachDeviceTypeAndTheEmulatedOnesAsTheRuntimeRunsThem) {

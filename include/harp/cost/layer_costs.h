@@ -50,6 +50,9 @@ struct LayerBytes {
 
 struct LayerTime {
   Seconds fwd_s = 0, bwd_s = 0;
+  // Of bwd_s, the weight gradients when measured (a profile); < 0: the layer's
+  // weight_grad_fraction of bwd_s.
+  Seconds bwd_weight_s = -1;
   CostSource source = CostSource::kAnalytic;
 };
 

@@ -27,9 +27,10 @@ namespace harp::cost {
 struct StageFigures {
   // bwd_s includes the forward the backward repeats under recomputation.
   Seconds fwd_s = 0, bwd_s = 0;
-  // Of bwd_s, the weight-gradient products (a split backward's W), and per device what
-  // a pending W keeps per microbatch: filled by StageCosts::stage (sums over the range's
-  // layers), 0 from RangeView::at.
+  // Of bwd_s, the weight-gradient products (a split backward's W: measured where the
+  // profile timed it apart, else each layer's weight_grad_fraction of its backward), and
+  // per device what a pending W keeps per microbatch: filled by StageCosts::stage, 0 from
+  // RangeView::at.
   Seconds bwd_weight_s = 0;
   Bytes weight_grad_bytes = 0;
   Seconds allreduce_s = 0, optimizer_s = 0;
@@ -165,6 +166,7 @@ class StageCosts {
   friend class RangeView;
   struct Prefix {
     std::vector<Seconds> fwd, bwd;  // size L + 1
+    std::vector<Seconds> wgt;       // of bwd, the weight gradients (a split backward's W)
     // The forward repeated by selective and by full recomputation, size L + 1.
     std::vector<Seconds> rec_selective, rec_full;
     std::vector<int> profiled;      // size L + 1: layers whose time came from a profile DB

@@ -34,6 +34,9 @@ struct ProfileEntry {
   ProfileKey key;
   std::string layer;        // a readable name of one layer with this signature
   Seconds fwd_s = 0, bwd_s = 0;
+  // Of bwd_s, the weight-gradient products timed apart (a split backward's W, measured
+  // with the products queued: runtime/nn/weight_grad.h); < 0: not measured.
+  Seconds bwd_weight_s = -1;
   // Per microbatch (not per sample), as measured for key.microbatch_size samples.
   Bytes activation_bytes = 0, output_bytes = 0, param_bytes = 0, workspace_bytes = 0;
   Bytes peak_bytes = 0;     // peak above the inputs during forward + backward; 0: unknown

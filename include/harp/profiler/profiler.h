@@ -61,6 +61,9 @@ struct Timing {
 // One layer range [first, last) for `samples` samples, as the runtime runs it.
 struct Measurement {
   Timing fwd, bwd;
+  // Of bwd, the weight-gradient products, timed apart: the backward runs with the linear
+  // layers' products queued (runtime/nn/weight_grad.h), then the queue; bwd is both.
+  Timing wgt;
   double param_bytes = 0;       // of the layers, in the measured dtype
   double output_bytes = 0;      // the tensor leaving the range (the loss: 0)
   double activation_bytes = 0;  // alive after forward: kept for backward, output included
