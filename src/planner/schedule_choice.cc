@@ -10,6 +10,17 @@
 #include "harp/sim/simulator.h"
 
 namespace harp::planner {
+namespace {
+
+// `plan` as run under `kind`: the δ-rule kinds keep the plan's own launch counts (the
+// search's), which lower_plan uses only when the kind is the plan's schedule.
+plan::Plan under(const plan::Plan& plan, plan::ScheduleKind kind) {
+  plan::Plan p = plan;
+  if (plan::uses_delta_rule(kind)) p.schedule = kind;
+  return p;
+}
+
+}  // namespace
 
 const std::vector<plan::ScheduleKind>& auto_schedule_kinds() {
   static const std::vector<plan::ScheduleKind> kinds = {plan::ScheduleKind::k1F1B, plan::ScheduleKind::kHarp1F1B,
@@ -24,9 +35,7 @@ std::vector<ScheduleOption> weigh_schedules(const plan::Plan& plan, const cost::
   for (plan::ScheduleKind kind : kinds) {
     ScheduleOption o;
     o.kind = kind;
-    // The δ-rule kinds run the plan's own launch counts (the search's).
-    plan::Plan p = plan;
-    p.schedule = plan::uses_delta_rule(kind) ? kind : plan.schedule;
+    const plan::Plan p = under(plan, kind);
     auto lowered = schedule::lower_plan(p, kind);
     if (!lowered.ok() || !lowered->check.ok) {
       o.why = lowered.ok() ? "does not drain" : lowered.status().message();
@@ -67,9 +76,7 @@ std::optional<ScheduleOption> fastest_fitting(const std::vector<ScheduleOption>&
 }
 
 void adopt_schedule(plan::Plan* plan, const ScheduleOption& option) {
-  plan::Plan p = *plan;
-  p.schedule = plan::uses_delta_rule(option.kind) ? option.kind : plan->schedule;
-  const std::vector<int> counts = schedule::launch_counts_for(p, option.kind);
+  const std::vector<int> counts = schedule::launch_counts_for(under(*plan, option.kind), option.kind);
   plan->schedule = option.kind;
   for (size_t i = 0; i < plan->stages.size(); ++i) plan->stages[i].launch_count = counts[i];
 }
