@@ -304,7 +304,10 @@ bool Replanner::replan_and_decide(int attempt, Json record, const RunProgress& p
   const double restart_s = p.first_step_unix >= 0 ? p.first_step_unix - launched_unix : 0.0;
   const double gain = left > 0 ? 1 - (left * estimated_new + restart_s) / (left * measured_old) : 0.0;
   const bool same = same_layout(current_, outcome->plan);
-  const bool adopt = !same && left > 0 && gain >= o_.replan_min_gain;
+  // A plan the model predicts no faster on the same costs is never worth a restart, even
+  // when a burst of load makes the running plan's measured step look slow.
+  const bool faster = new_pred < old_pred;
+  const bool adopt = !same && left > 0 && faster && gain >= o_.replan_min_gain;
   const std::string candidate = elastic_dir_ + "/candidate_" + std::to_string(candidates_++) + ".json";
   if (Status s = plan::save_plan(outcome->plan, candidate); !s.ok()) {
     err_ << kWho << s.message() << "; keeping the running plan\n";
@@ -330,8 +333,9 @@ bool Replanner::replan_and_decide(int attempt, Json record, const RunProgress& p
        << " on these costs"
        << "); over the " << left << " steps left after step " << stop_at
        << ", counting a restart of " << fmt("%.1f s", restart_s) << ": " << fmt("%+.1f%%", 100 * gain)
-       << (adopt ? "; adopting it at the checkpoint of step " + std::to_string(stop_at)
-                 : "; keeping the running plan (--replan-min-gain " + fmt("%.2f", o_.replan_min_gain) + ")")
+       << (adopt    ? "; adopting it at the checkpoint of step " + std::to_string(stop_at)
+           : !faster ? std::string("; keeping the running plan (the new one is predicted no faster on these costs)")
+                     : "; keeping the running plan (--replan-min-gain " + fmt("%.2f", o_.replan_min_gain) + ")")
        << "\n";
   if (!adopt) {
     append_record(record);

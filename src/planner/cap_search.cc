@@ -34,6 +34,7 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   build.microbatches = problem.B;
   build.schedule = problem.harp ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
   auto keep = [&](std::vector<Placement> pl, double t, double period) {
+    if (problem.candidates > 0) result.candidates.emplace_back(t, pl);
     if (t < best) {
       best = t;
       result.feasible = true;

@@ -20,6 +20,8 @@ struct CapSearchResult {
   Seconds iteration_s = 0, period_s = 0;
   long long caps_total = 0, caps_evaluated = 0, states_visited = 0, front_entries = 0;
   long long dp_runs = 0;  // DP runs, the tight runs of evaluate() and the probes included
+  // problem.candidates > 0: every distinct plan that fits met on the way, with its T.
+  std::vector<std::pair<Seconds, std::vector<Placement>>> candidates;
 };
 
 // `progress` (may be empty) is called after each full DP run with its cap and states.

@@ -26,6 +26,7 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
   p.B = options.microbatches;
   p.allow_idle = options.allow_idle_devices;
   p.harp = options.schedule == plan::ScheduleKind::kHarp1F1B;
+  p.candidates = options.candidates;
   p.recompute = options.recompute.empty() ? std::vector<Recompute>{Recompute::kNone} : options.recompute;
   const int mbs = costs.microbatch_size();
   for (int pos = 0; pos < p.C; ++pos) {

@@ -36,6 +36,7 @@ struct DpProblem {
   std::vector<int> order;  // position -> subcluster index
   int C = 0, L = 0, B = 1, max_devices = 0;
   bool allow_idle = false, harp = true;
+  int candidates = 0;  // SearchOptions::candidates
   std::vector<Recompute> recompute;            // the modes a stage may use (SearchOptions)
   std::vector<int> devices, devices_per_node;  // per position
   std::vector<Bytes> usable;                   // per position

@@ -117,6 +117,34 @@ std::string too_few_layers(const StageCosts& costs, const SearchOptions& options
          "microbatch_size";
 }
 
+// The plans the orders' searches met, the answer first, then by closed-form T (ties: the
+// earlier search, the earlier met), each once, `limit` at most. found[first_standard..]
+// searched under standard 1F1B's counts: their plans get HARP's counts cut to the memory.
+std::vector<plan::Plan> distinct_candidates(const StageCosts& costs, const std::vector<CapSearchResult>& found,
+                                            size_t first_standard, const SearchResult& answer,
+                                            const BuildOptions& build, int limit) {
+  struct Met {
+    Seconds t;
+    const std::vector<Placement>* placements;
+    bool standard;
+  };
+  std::vector<Met> met;
+  for (size_t i = 0; i < found.size(); ++i)
+    for (const auto& [t, pl] : found[i].candidates) met.push_back({t, &pl, i >= first_standard});
+  std::stable_sort(met.begin(), met.end(), [](const Met& a, const Met& b) { return a.t < b.t; });
+  std::vector<plan::Plan> out = {answer.plan};
+  std::vector<const std::vector<Placement>*> seen = {&answer.placements};
+  for (const Met& m : met) {
+    if (static_cast<int>(out.size()) >= limit) break;
+    if (std::any_of(seen.begin(), seen.end(), [&](const auto* s) { return *s == *m.placements; })) continue;
+    seen.push_back(m.placements);
+    plan::Plan p = build_plan(costs, *m.placements, build);
+    if (m.standard) cap_launch_counts_to_memory(costs, p);
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
 }  // namespace
 
 Status check_order_search(const cluster::Cluster& cluster, bool fixed_order) {
@@ -159,6 +187,15 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
     DpProblem problem = make_dp_problem(costs, order, options);
     if (problem.valid) problems.push_back(std::move(problem));
   }
+  // Candidates of a harp search also come from the same search under standard 1F1B's
+  // counts: plans that fit only with fewer microbatches in flight (then run by 1f1b or
+  // zb-h1, or by HARP's counts cut to the memory). Those problems follow the harp ones.
+  const size_t harp_problems = problems.size();
+  if (options.candidates > 0 && options.schedule == plan::ScheduleKind::kHarp1F1B) {
+    SearchOptions standard = options;
+    standard.schedule = plan::ScheduleKind::k1F1B;
+    for (size_t i = 0; i < harp_problems; ++i) problems.push_back(make_dp_problem(costs, problems[i].order, standard));
+  }
   std::vector<CapSearchResult> found(problems.size());
   const int cores =
       options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
@@ -175,7 +212,8 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   worker();
   for (auto& t : pool) t.join();
   Seconds best_t = std::numeric_limits<double>::infinity();
-  for (const CapSearchResult& r : found) {
+  for (size_t i = 0; i < harp_problems; ++i) {
+    const CapSearchResult& r = found[i];
     ++result.stats.orders_tried;
     result.stats.caps_total += r.caps_total;
     result.stats.caps_evaluated += r.caps_evaluated;
@@ -197,6 +235,8 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
     b.schedule = options.schedule;
     result.plan = build_plan(costs, result.placements, b);
     for (const auto& s : result.plan.stages) result.launch_counts.push_back(s.launch_count);
+    if (options.candidates > 0)
+      result.candidates = distinct_candidates(costs, found, harp_problems, result, b, options.candidates);
   } else {
     result.infeasible_reason = explain_infeasible(costs, options);
   }

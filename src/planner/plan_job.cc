@@ -28,6 +28,7 @@ SearchOptions search_options(const PlanRequest& r, const job::PlannerConfig& job
   s.fixed_order = r.fixed_order.value_or(job.fixed_order);
   s.schedule_in_search = r.schedule_in_search.value_or(job.schedule_in_search);
   s.progress = r.progress;
+  if (r.schedule) s.candidates = kScheduleCandidates;
   return s;
 }
 
@@ -36,8 +37,9 @@ bool faster(const StrategyResult& a, const StrategyResult& b) {
   return a.feasible && (!b.feasible || a.plan.predicted.iteration_s < b.plan.predicted.iteration_s);
 }
 
-// --schedule: weighs the requested kinds on a harp plan and keeps the fastest that fits
-// (schedule_choice.h); none fitting makes the result infeasible.
+// --schedule: weighs the requested kinds on the harp search's plans (its answer and the
+// other plans it met) and keeps the fastest pair that fits (schedule_choice.h); none
+// fitting makes the result infeasible.
 void choose_schedule(const PlanRequest& r, const PlanningProblem& problem, StrategyResult* result) {
   if (!r.schedule || !result->feasible || result->strategy != Strategy::kHarp) return;
   std::vector<plan::ScheduleKind> kinds;
@@ -47,7 +49,11 @@ void choose_schedule(const PlanRequest& r, const PlanningProblem& problem, Strat
   else if (plan::parse_schedule_kind(*r.schedule, &kind))
     kinds = {kind};
   HARP_CHECK(!kinds.empty()) << "schedule " << *r.schedule;  // the CLI checked the name
-  result->schedules = weigh_schedules(result->plan, problem.costs, kinds);
+  std::vector<plan::Plan> plans = {result->plan};
+  plans.insert(plans.end(), result->candidates.begin(), result->candidates.end());
+  PairChoice pair = fastest_pair(plans, problem.costs, kinds);
+  result->schedules = std::move(pair.options);
+  result->candidates.clear();
   const std::optional<ScheduleOption> best = fastest_fitting(result->schedules);
   if (!best) {
     result->feasible = false;
@@ -55,6 +61,8 @@ void choose_schedule(const PlanRequest& r, const PlanningProblem& problem, Strat
                      "; allow another schedule (--schedule auto), use more devices or recomputation";
     return;
   }
+  if (pair.plan > 0) result->plan = std::move(plans[pair.plan]);
+  result->plans_weighed = pair.weighed;
   adopt_schedule(&result->plan, *best);
   result->judged_s = best->simulated_s;
 }

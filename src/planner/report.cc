@@ -77,8 +77,9 @@ void write_plan_report(const PlanOutcome& c, std::ostream& out) {
   write_stages(p, c.problem.costs, out);
   write_stats(r, out);
   if (!r.schedules.empty())
-    out << "schedule " << plan::schedule_kind_name(p.schedule) << ": the fastest that fits, simulated: "
-        << describe_options(r.schedules) << "\n";
+    out << "schedule " << plan::schedule_kind_name(p.schedule) << ": the fastest pair that fits of "
+        << r.plans_weighed << " searched plan" << (r.plans_weighed == 1 ? "" : "s")
+        << " under each schedule, simulated; this plan's: " << describe_options(r.schedules) << "\n";
 }
 
 Json plan_report_json(const PlanOutcome& c) {
@@ -94,6 +95,7 @@ Json plan_report_json(const PlanOutcome& c) {
       options.push_back({{"schedule", plan::schedule_kind_name(o.kind)}, {"fits", o.fits},
                          {"simulated_s", o.simulated_s}, {"peak_bytes", o.peak_bytes}, {"why", o.why}});
     j["schedule_options"] = options;
+    j["search"]["plans_weighed"] = r.plans_weighed;
   }
   return j;
 }

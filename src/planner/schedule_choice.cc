@@ -75,6 +75,25 @@ std::optional<ScheduleOption> fastest_fitting(const std::vector<ScheduleOption>&
   return best;
 }
 
+PairChoice fastest_pair(const std::vector<plan::Plan>& plans, const cost::StageCosts& costs,
+                        const std::vector<plan::ScheduleKind>& kinds) {
+  PairChoice choice;
+  Seconds best = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    std::vector<ScheduleOption> options = weigh_schedules(plans[i], costs, kinds);
+    ++choice.weighed;
+    const std::optional<ScheduleOption> o = fastest_fitting(options);
+    if (o && (choice.plan < 0 || o->simulated_s < best)) {
+      best = o->simulated_s;
+      choice.plan = static_cast<int>(i);
+      choice.options = std::move(options);
+    } else if (i == 0 && choice.plan < 0) {
+      choice.options = std::move(options);
+    }
+  }
+  return choice;
+}
+
 void adopt_schedule(plan::Plan* plan, const ScheduleOption& option) {
   const std::vector<int> counts = schedule::launch_counts_for(under(*plan, option.kind), option.kind);
   plan->schedule = option.kind;

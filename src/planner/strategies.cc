@@ -122,6 +122,16 @@ StatusOr<PlanningProblem> problem_from_table(const cluster::Cluster& cluster, co
   return p;
 }
 
+namespace {
+
+std::vector<plan::Plan*> all_plans(StrategyResult& r) {
+  std::vector<plan::Plan*> out = {&r.plan};
+  for (plan::Plan& c : r.candidates) out.push_back(&c);
+  return out;
+}
+
+}  // namespace
+
 StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
                             const SearchOptions& options) {
   StrategyResult r;
@@ -174,14 +184,20 @@ StrategyResult run_strategy(const PlanningProblem& problem, Strategy strategy,
       if (rebuild) cap_launch_counts_to_memory(problem.costs, r.plan);
     } else {
       r.plan = std::move(found->plan);
+      if (!found->candidates.empty())
+        r.candidates.assign(std::make_move_iterator(found->candidates.begin() + 1),
+                            std::make_move_iterator(found->candidates.end()));
     }
     r.plan.search_wall_s = found->stats.wall_s;
+    for (plan::Plan& c : r.candidates) c.search_wall_s = found->stats.wall_s;
   }
-  r.plan.strategy = plan::strategy_name(strategy);
-  r.plan.model_name = problem.model_name;
-  r.plan.model_fingerprint = problem.model_fingerprint;
-  r.plan.granularity = problem.granularity;
-  r.plan.model_config = problem.model_config;
+  for (plan::Plan* p : all_plans(r)) {
+    p->strategy = plan::strategy_name(strategy);
+    p->model_name = problem.model_name;
+    p->model_fingerprint = problem.model_fingerprint;
+    p->granularity = problem.granularity;
+    p->model_config = problem.model_config;
+  }
   Status memory = check_memory(problem.costs, r.plan);
   if (!memory.ok()) {
     r.reason = memory.message();

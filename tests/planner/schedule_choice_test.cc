@@ -71,10 +71,26 @@ TEST(ScheduleChoice, AutoKeepsTheFastestScheduleThatFits) {
       const Expected want = fastest_fitting_by_hand(base->result.plan, base->problem.costs);
       ASSERT_TRUE(want.any) << "harp-1f1b's own plan fits";
       ASSERT_TRUE(got->result.feasible) << got->result.reason;
-      EXPECT_EQ(got->result.plan.schedule, want.kind) << describe_options(got->result.schedules);
-      EXPECT_NEAR(got->result.judged_s, want.simulated_s, 1e-9 * want.simulated_s);
       EXPECT_EQ(got->result.schedules.size(), auto_schedule_kinds().size());
-      // Never slower than the plan under its own schedule.
+      EXPECT_GE(got->result.plans_weighed, 1);
+      // The pair chosen is the searched plan's best, or another searched plan's that is faster.
+      EXPECT_LE(got->result.judged_s, want.simulated_s * (1 + 1e-12)) << describe_options(got->result.schedules);
+      if (got->result.judged_s == want.simulated_s) {
+        EXPECT_EQ(got->result.plan.schedule, want.kind) << describe_options(got->result.schedules);
+      } else {
+        std::printf("%s, %.0f GiB: another searched plan under %s, %.2f s, beats the closed form's best plan "
+                    "under %s, %.2f s\n", name, gib, plan::schedule_kind_name(got->result.plan.schedule),
+                    got->result.judged_s, plan::schedule_kind_name(want.kind), want.simulated_s);
+      }
+      // The chosen pair, run here as chosen: the time it was judged by, every stage fitting.
+      const plan::Plan& chosen = got->result.plan;
+      auto low = schedule::lower_plan(chosen);
+      ASSERT_TRUE(low.ok() && low->check.ok);
+      auto sim = sim::simulate(chosen, low->lowered);
+      ASSERT_TRUE(sim.ok());
+      EXPECT_NEAR(sim->iteration_s(), got->result.judged_s, 1e-9 * want.simulated_s);
+      for (int i = 0; i < chosen.num_stages(); ++i)
+        EXPECT_LE(sim->ranks[i].peak_memory_bytes, got->problem.costs.usable_memory_bytes(chosen.stages[i].subcluster));
       EXPECT_LE(got->result.judged_s, sim_time(base->result.plan));
     }
   }

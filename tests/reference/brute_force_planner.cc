@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <numeric>
 
+#include "harp/schedule/lower_plan.h"
+#include "harp/sim/simulator.h"
+
 namespace harp::planner::reference {
 namespace {
 
@@ -21,8 +24,10 @@ bool same_placement(const Placement& a, const Placement& b) {
 class Enumerator {
  public:
   Enumerator(const StageCosts& costs, const SearchOptions& options,
-             const std::vector<Placement>* probe)
-      : costs_(costs), options_(options), cluster_(costs.cluster()), probe_(probe) {}
+             const std::vector<Placement>* probe, const std::vector<plan::ScheduleKind>* kinds = nullptr)
+      : costs_(costs), options_(options), cluster_(costs.cluster()), probe_(probe), kinds_(kinds) {}
+
+  const JointResult& joint() const { return joint_; }
 
   BruteForceResult run() {
     const int C = static_cast<int>(cluster_.subclusters.size());
@@ -117,6 +122,7 @@ class Enumerator {
       result_.probe_enumerated = true;
       result_.probe_fits = fits;
     }
+    if (kinds_ != nullptr) score_schedules(plan);
     if (!fits) return;
     ++result_.plans_memory_feasible;
     if (t < result_.iteration_s) {
@@ -127,10 +133,39 @@ class Enumerator {
     }
   }
 
+  // Every kind on `plan`, simulated; each stage's peak against its devices' memory.
+  void score_schedules(const plan::Plan& plan) {
+    for (plan::ScheduleKind kind : *kinds_) {
+      plan::Plan p = plan;
+      if (plan::uses_delta_rule(kind)) p.schedule = kind;  // the plan's own launch counts
+      auto low = schedule::lower_plan(p, kind);
+      if (!low.ok() || !low->check.ok) continue;
+      sim::SimOptions so;
+      so.record_spans = false;
+      auto sim = sim::simulate(p, low->lowered, so);
+      if (!sim.ok()) continue;
+      ++joint_.pairs_simulated;
+      bool fits = true;
+      for (int i = 0; i < p.num_stages(); ++i)
+        fits = fits && sim->ranks[i].peak_memory_bytes <= costs_.usable_memory_bytes(p.stages[i].subcluster);
+      if (!fits) continue;
+      const Seconds t = sim->iteration_s();
+      joint_.times.push_back(t);
+      if (t < joint_.simulated_s) {
+        joint_.feasible = true;
+        joint_.simulated_s = t;
+        joint_.kind = kind;
+        joint_.placements = pipeline_;
+      }
+    }
+  }
+
   const StageCosts& costs_;
   const SearchOptions& options_;
   const cluster::Cluster& cluster_;
   const std::vector<Placement>* probe_;
+  const std::vector<plan::ScheduleKind>* kinds_;
+  JointResult joint_;
   std::vector<int> order_;            // position -> subcluster index
   std::vector<Placement> pipeline_;   // stages placed so far, head first
   BruteForceResult result_;
@@ -174,6 +209,15 @@ std::vector<MeshShape> meshes_at(const StageCosts& costs, const SearchOptions& o
 BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options,
                                     const std::vector<Placement>* probe) {
   return Enumerator(costs, options, probe).run();
+}
+
+JointResult brute_force_schedules(const StageCosts& costs, const SearchOptions& options,
+                                  const std::vector<plan::ScheduleKind>& kinds) {
+  Enumerator e(costs, options, nullptr, &kinds);
+  e.run();
+  JointResult out = e.joint();
+  std::sort(out.times.begin(), out.times.end());
+  return out;
 }
 
 }  // namespace harp::planner::reference

@@ -39,6 +39,24 @@ struct BruteForceResult {
 BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options,
                                     const std::vector<Placement>* probe = nullptr);
 
+// The joint oracle of `harp plan --schedule`: every plan of the same search space (each
+// built with `options.schedule`'s launch counts, as the search builds them), run under
+// every kind of `kinds` (the δ-rule kinds on those counts), each pair lowered and
+// simulated here; a pair counts when it drains and every stage's simulated peak fits its
+// devices' usable memory. The simulator judges, as the planner's schedule choice does,
+// but over every plan, not only the one the closed form picked.
+struct JointResult {
+  bool feasible = false;
+  Seconds simulated_s = std::numeric_limits<double>::infinity();  // the best pair's
+  plan::ScheduleKind kind = plan::ScheduleKind::kHarp1F1B;
+  std::vector<Placement> placements;
+  // Every fitting pair's simulated time, ascending: a pair the planner picks must be one.
+  std::vector<Seconds> times;
+  long long pairs_simulated = 0;
+};
+JointResult brute_force_schedules(const StageCosts& costs, const SearchOptions& options,
+                                  const std::vector<plan::ScheduleKind>& kinds);
+
 // Every mesh a stage may use on subcluster `sub` when it starts at device `offset`
 // (index inside the subcluster) and may take at most `free_devices` devices.
 // Exposed for tests of the enumeration itself.

@@ -48,6 +48,10 @@ struct SearchOptions {
   // The ZeRO levels a stage with dp > 1 may use (runtime/exec/zero.h): {0}: none; one
   // level: every such stage; several: the search picks per stage (a mesh per level).
   std::vector<int> zero = {0};
+  // Also return up to this many distinct plans the search met on its way (each period's
+  // best that fits), fastest closed form first: the plans `--schedule` weighs, since a
+  // split schedule may make another period's best the fastest (schedule_choice.h).
+  int candidates = 0;
   // Cores the search uses (0: every core): subcluster orders side by side, or, with one
   // order, the states of each layer of its DP. The answer does not depend on it.
   int threads = 0;
@@ -77,6 +81,8 @@ struct SearchResult {
   std::vector<Placement> placements;  // pipeline order
   std::vector<int> launch_counts;
   plan::Plan plan;                    // built once from the placements (when feasible)
+  // SearchOptions::candidates > 0: the plans met, `plan` first, by closed-form T.
+  std::vector<plan::Plan> candidates;
   Seconds iteration_s = 0;            // T of the plan
   Seconds period_s = 0;               // its P
   SearchStats stats;

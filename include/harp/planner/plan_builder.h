@@ -35,6 +35,11 @@ struct Placement {
   int last_node(int devices_per_node) const {
     return first_node + (first_local + devices - 1) / devices_per_node;
   }
+  bool operator==(const Placement& o) const {
+    return subcluster == o.subcluster && first_node == o.first_node && first_local == o.first_local &&
+           devices == o.devices && dp == o.dp && tp == o.tp && first_layer == o.first_layer &&
+           last_layer == o.last_layer && recompute == o.recompute && zero == o.zero;
+  }
 };
 
 struct BuildOptions {

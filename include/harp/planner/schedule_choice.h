@@ -27,6 +27,9 @@ struct ScheduleOption {
   std::string why;       // when it does not fit (or does not drain): which stage, how much
 };
 
+// The plans of the search a schedule choice weighs at most (SearchOptions::candidates).
+inline constexpr int kScheduleCandidates = 16;
+
 // What --schedule auto weighs: 1f1b, harp-1f1b, zb-h1, zb-h2, harp-zb.
 const std::vector<plan::ScheduleKind>& auto_schedule_kinds();
 
@@ -37,6 +40,17 @@ std::vector<ScheduleOption> weigh_schedules(const plan::Plan& plan, const cost::
 
 // The fastest option that fits (ties: the earlier kind), or nullopt.
 std::optional<ScheduleOption> fastest_fitting(const std::vector<ScheduleOption>& options);
+
+// The fastest pair that fits of every plan of `plans` under every kind of `kinds`
+// (ties: the earlier plan, then the earlier kind). `plan` = -1 when none fits; `options`
+// are the chosen plan's (the first plan's when none fits).
+struct PairChoice {
+  int plan = -1;
+  std::vector<ScheduleOption> options;
+  int weighed = 0;  // plans weighed
+};
+PairChoice fastest_pair(const std::vector<plan::Plan>& plans, const cost::StageCosts& costs,
+                        const std::vector<plan::ScheduleKind>& kinds);
 
 // Sets `plan`'s schedule to `option.kind` and its launch counts to the ones it runs.
 void adopt_schedule(plan::Plan* plan, const ScheduleOption& option);

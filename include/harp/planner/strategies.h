@@ -63,6 +63,10 @@ struct StrategyResult {
   // closed form), and every schedule weighed (schedule_choice.h).
   Seconds judged_s = 0;
   std::vector<ScheduleOption> schedules;
+  // SearchOptions::candidates > 0 (harp strategy): the other plans the search met, by
+  // closed-form T, each fitting its devices; the schedule choice weighs them too.
+  std::vector<plan::Plan> candidates;
+  int plans_weighed = 0;  // by the schedule choice: the answer and the candidates
 };
 
 // Runs one strategy. `options.schedule` is set from the strategy (harp: HARP's 1F1B;
