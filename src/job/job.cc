@@ -85,9 +85,12 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
   }
   if (schedule_node != nullptr) {
     FieldReader sr(*schedule_node, file, "schedule");
-    std::string kind = sr.choice("kind", plan::schedule_kind_names(), plan::schedule_kind_name(plan::ScheduleKind::kHarp1F1B));
+    std::vector<std::string> kinds = plan::schedule_kind_names();
+    kinds.push_back("auto");
+    const bool given = schedule_node->is_object() && schedule_node->contains("kind");
+    const std::string kind = sr.choice("kind", kinds, "auto");
     HARP_RETURN_IF_ERROR(sr.finish());
-    plan::parse_schedule_kind(kind, &job.schedule);
+    if (given) job.schedule = kind;
   }
   if (cost_node != nullptr) {
     HARP_ASSIGN_OR_RETURN(job.cost, cost::parse_cost_config(*cost_node, file, "cost"));
@@ -142,7 +145,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
                     {"allow_idle_devices", job.planner.allow_idle_devices},
                     {"fixed_order", job.planner.fixed_order},
                     {"search_schedule", job.planner.schedule_in_search ? "harp-1f1b" : "1f1b"}}},
-                  {"schedule", {{"kind", plan::schedule_kind_name(job.schedule)}}},
+                  {"schedule", job.schedule.empty() ? Json::object() : Json{{"kind", job.schedule}}},
                   {"cost", cost::cost_config_to_json(job.cost)},
                   {"training", config::train_config_to_json(job.training)}};
   return job;

@@ -125,7 +125,10 @@ int max_tp_for(const cluster::Cluster& cluster, int max_tp) {
   return max_tp > 0 ? std::min(tp, max_tp) : tp;
 }
 
-StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& request) {
+StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& asked) {
+  // The job's `schedule.kind`, when the file gives one, is --schedule's default.
+  PlanRequest request = asked;
+  if (!request.schedule && !job.schedule.empty()) request.schedule = job.schedule;
   const Strategy strategy = request.compare ? Strategy::kHarp : request.strategy.value_or(job.planner.strategy);
   const std::string profile_file = request.profile_file.empty() ? job.cost.profile_file : request.profile_file;
   std::optional<profile::ProfileDb> db;

@@ -111,6 +111,17 @@ TEST(ScheduleChoice, AScheduleThatDoesNotFitIsRefused) {
   StatusOr<PlanOutcome> harp_zb = plan_job(job, r);
   ASSERT_TRUE(harp_zb.ok() && harp_zb->result.feasible) << harp_zb->result.reason;
   EXPECT_EQ(harp_zb->result.plan.schedule, plan::ScheduleKind::kHarpZb);
+  // The job's schedule.kind is the default; the request's schedule overrides it.
+  job::Job with_kind = job;
+  with_kind.schedule = "harp-zb";
+  r.schedule.reset();
+  StatusOr<PlanOutcome> from_job = plan_job(with_kind, r);
+  ASSERT_TRUE(from_job.ok() && from_job->result.feasible);
+  EXPECT_EQ(from_job->result.plan.schedule, plan::ScheduleKind::kHarpZb);
+  r.schedule = "zb-h2";
+  StatusOr<PlanOutcome> overridden = plan_job(with_kind, r);
+  ASSERT_TRUE(overridden.ok());
+  EXPECT_FALSE(overridden->result.feasible) << "zb-h2, not the job's harp-zb";
   r.schedule.reset();
   StatusOr<PlanOutcome> own = plan_job(job, r);
   ASSERT_TRUE(own.ok() && own->result.feasible);

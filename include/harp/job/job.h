@@ -38,7 +38,9 @@ struct Job {
   model::ModelSpec model;
   cost::CostConfig cost;
   PlannerConfig planner;
-  plan::ScheduleKind schedule = plan::ScheduleKind::kHarp1F1B;
+  // `schedule.kind`: a schedule kind or auto, what `harp plan --schedule` defaults to
+  // (planner.md, "Schedules"); "" when the file gives none (the strategy's own schedule).
+  std::string schedule;
   config::TrainConfig training;   // the training section, validated
   Json resolved;                   // the fully resolved job, written into run folders
 };

@@ -48,6 +48,20 @@ StatusOr<Job> tiny_job(const std::string& more) {
   return parse_job(*doc, "job.yaml");
 }
 
+// `schedule.kind` is what `harp plan --schedule` defaults to: a kind or auto; absent, none.
+TEST(Job, TheScheduleKindIsKeptAsGiven) {
+  auto none = tiny_job("");
+  HARP_ASSERT_OK(none);
+  EXPECT_EQ(none->schedule, "");
+  EXPECT_TRUE(none->resolved["schedule"].empty());
+  for (const char* kind : {"auto", "harp-zb", "1f1b"}) {
+    auto set = tiny_job(std::string("schedule: {kind: ") + kind + "}\n");
+    HARP_ASSERT_OK(set);
+    EXPECT_EQ(set->schedule, kind);
+    EXPECT_EQ(set->resolved["schedule"]["kind"], kind);
+  }
+}
+
 // Every search setting can be set in the job file (flags of harp plan override them).
 TEST(Job, ThePlannerSectionHoldsEverySearchSetting) {
   auto load = tiny_job;
