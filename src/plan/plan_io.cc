@@ -34,6 +34,17 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->cost_source = r.string("cost_source", "");
   parse_recompute(r.choice("recompute", {"none", "selective", "full"}, "none"), &s->recompute);
   s->zero = static_cast<int>(r.integer("zero", 0, 0, 2));
+  if (const Json* shares = r.get("shares")) {
+    bool good = shares->is_array() && !shares->empty() && static_cast<std::int64_t>(shares->size()) <= kMaxPlanMicrobatchSize;
+    if (good)
+      for (const auto& n : *shares)
+        good = good && n.is_number_integer() && n.get<std::int64_t>() >= 1 && n.get<std::int64_t>() <= kMaxPlanMicrobatchSize;
+    if (!good)
+      r.fail("shares", shares->dump(), "must be a list of positive sample counts, one per data-parallel replica",
+             "write e.g. [3, 1] for two replicas taking 3 and 1 samples of each microbatch, or leave it out");
+    else
+      s->shares = shares->get<std::vector<int>>();
+  }
   if (const Json* shape = r.get("cut_shape")) {
     bool good = shape->is_array() && shape->size() <= 4;
     if (good)
@@ -52,6 +63,16 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->usable_memory_bytes = read_quantity(r, "usable_memory_bytes", quantity::kBytes, 0.0);
   s->comm_bytes = read_quantity(r, "comm_bytes", quantity::kBytes, 0.0);
   s->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
+  if (const Json* per = r.get("replica_slowdowns")) {
+    bool good = per->is_array() && !per->empty() && static_cast<std::int64_t>(per->size()) <= kMaxPlanMicrobatchSize;
+    if (good)
+      for (const auto& f : *per) good = good && f.is_number() && f.get<double>() >= 1 && f.get<double>() <= 1000;
+    if (!good)
+      r.fail("replica_slowdowns", per->dump(), "must be a list of factors in [1, 1000], one per data-parallel replica",
+             "write e.g. [1, 2] for a replica as fast as the device and one twice slower, or leave it out");
+    else
+      s->replica_slowdowns = per->get<std::vector<double>>();
+  }
   s->peak_tflops = read_quantity(r, "peak_tflops", quantity::kPeakTflops, 0.0);
   if (r.failed()) return r.finish();
   s->crosses_nodes = r.boolean("crosses_nodes", true);
@@ -104,12 +125,30 @@ Status check_runnable(const Plan& p, const std::string& file) {
   for (int i = 0; i < p.num_stages(); ++i) {
     const Stage& s = p.stages[i];
     const std::string path = "stages[" + std::to_string(i) + "]";
-    if (p.microbatch_size % s.dp != 0)
+    if (!s.replica_slowdowns.empty() && static_cast<int>(s.replica_slowdowns.size()) != s.dp)
+      return field_error(file, path + ".replica_slowdowns", Json(s.replica_slowdowns).dump(),
+                         "lists " + std::to_string(s.replica_slowdowns.size()) + " replicas, but the stage has dp " +
+                             std::to_string(s.dp),
+                         "give one factor per data-parallel replica");
+    if (!s.shares.empty()) {
+      std::int64_t sum = 0;
+      for (int n : s.shares) sum += n;
+      if (static_cast<int>(s.shares.size()) != s.dp)
+        return field_error(file, path + ".shares", Json(s.shares).dump(),
+                           "lists " + std::to_string(s.shares.size()) + " replicas, but the stage has dp " +
+                               std::to_string(s.dp),
+                           "give one share per data-parallel replica");
+      if (sum != p.microbatch_size)
+        return field_error(file, path + ".shares", Json(s.shares).dump(),
+                           "sums to " + std::to_string(sum) + " samples, not the microbatch_size " +
+                               std::to_string(p.microbatch_size),
+                           "make the replicas' shares add up to the microbatch");
+    } else if (p.microbatch_size % s.dp != 0)
       return field_error(file, path + ".dp", std::to_string(s.dp),
                          "does not divide microbatch_size (" + std::to_string(p.microbatch_size) +
-                             "): each replica takes an equal whole share of a microbatch",
+                             "): without `shares` each replica takes an equal whole share of a microbatch",
                          "use a dp that divides " + std::to_string(p.microbatch_size) +
-                             ", or a microbatch_size that dp divides");
+                             ", a microbatch_size that dp divides, or give the replicas' `shares`");
     for (int d : s.devices) {
       const auto [it, fresh] = owner.emplace(d, i);
       if (!fresh)
@@ -226,6 +265,7 @@ Json plan_to_json(const Plan& p) {
     if (!s.devices.empty()) sj["devices"] = s.devices;
     sj["dp"] = s.dp;
     sj["tp"] = s.tp;
+    if (!s.shares.empty()) sj["shares"] = s.shares;
     if (s.recompute != Recompute::kNone) sj["recompute"] = recompute_name(s.recompute);
     if (s.zero != 0) sj["zero"] = s.zero;
     if (s.launch_count > 0) sj["launch_count"] = s.launch_count;
@@ -244,6 +284,7 @@ Json plan_to_json(const Plan& p) {
     sj["memory_bytes"] = s.memory_bytes;
     if (s.usable_memory_bytes > 0) sj["usable_memory_bytes"] = s.usable_memory_bytes;
     if (s.emulated_slowdown != 1.0) sj["emulated_slowdown"] = s.emulated_slowdown;
+    if (!s.replica_slowdowns.empty()) sj["replica_slowdowns"] = s.replica_slowdowns;
     if (!s.device.empty()) sj["device"] = s.device;
     if (s.peak_tflops > 0) sj["peak_tflops"] = s.peak_tflops;
     if (!s.cost_source.empty()) sj["cost_source"] = s.cost_source;

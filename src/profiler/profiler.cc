@@ -321,7 +321,7 @@ std::vector<StageCheck> check_plan_stages(const model::ModelSpec& model, const p
     const plan::Stage& st = plan.stages[i];
     StageCheck c;
     c.stage = i;
-    c.samples = plan.microbatch_size / st.dp;
+    c.samples = st.largest_share(plan.microbatch_size);  // the replica the stage's times are
     c.predicted_fwd_s = st.fwd_s;
     c.predicted_bwd_s = st.bwd_s;
     c.slowdown = std::max(1.0, st.emulated_slowdown);

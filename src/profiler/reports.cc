@@ -42,7 +42,7 @@ std::vector<double> link_sizes(const plan::Plan* p) {
   if (p != nullptr) {
     // What the runtime sends across each cut: float32 elements of the cut shape.
     for (size_t s = 0; s + 1 < p->stages.size(); ++s) {
-      double elems = p->microbatch_size / std::max(1, p->stages[s].dp);
+      double elems = p->stages[s].dp < 1 ? p->microbatch_size : p->stages[s].largest_share(p->microbatch_size);
       for (auto d : p->stages[s].cut_shape) elems *= static_cast<double>(d);
       if (elems >= 1) sizes.push_back(4 * elems);
     }

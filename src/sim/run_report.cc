@@ -17,7 +17,11 @@ PredictionReport predict_against_measured(const plan::Plan& plan, double measure
   if (simulated.ok()) r.predicted_s = simulated->result.iteration_s();
   r.measured_s = measured_s;
   r.emulated_stages = std::any_of(plan.stages.begin(), plan.stages.end(),
-                                  [](const plan::Stage& s) { return s.emulated_slowdown > 1.0; });
+                                  [](const plan::Stage& s) {
+                                    return s.emulated_slowdown > 1.0 ||
+                                           std::any_of(s.replica_slowdowns.begin(), s.replica_slowdowns.end(),
+                                                       [](double f) { return f > 1.0; });
+                                  });
   r.error = r.predicted_s > 0 && measured_s > 0 ? (r.predicted_s - measured_s) / measured_s : 0.0;
   return r;
 }

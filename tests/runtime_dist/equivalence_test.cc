@@ -46,6 +46,7 @@ struct Case {
   std::string family = "gpt";
   std::vector<int> tp = {};  // per stage; empty: 1
   int vocab = 64;
+  std::vector<std::vector<int>> shares = {};  // per stage (plan::Stage::shares); empty: even
 };
 
 void check(const Case& c) {
@@ -56,6 +57,7 @@ void check(const Case& c) {
   const runtime::ExecConfig cfg = equivalence_config(c.dtype);
   const int steps = 3;
   plan::Plan p = make_plan(m, c.cuts, c.dp, c.microbatches, c.microbatch_size, c.kind, c.launch_counts, c.tp);
+  for (size_t i = 0; i < c.shares.size(); ++i) p.stages[i].shares = c.shares[i];
   RankRun got = run_plan_threads(m, p, *data, steps, cfg);
   ReferenceRun want = train_reference(m, *data, cfg.seed, steps, c.microbatches, c.microbatch_size, cfg.optim, c.dtype);
   const double rtol = c.dtype == torch::kFloat64 ? 1e-10 : 1e-5, atol = c.dtype == torch::kFloat64 ? 1e-10 : 4e-5;
@@ -92,6 +94,34 @@ TEST(Equivalence, DataParallelStages) {
   check({"dp 1 | 2 harp", 2, {3}, {1, 2}, 4, 4, ScheduleKind::kHarp1F1B, {3, 1}});
   check({"dp 2 single stage", 1, {}, {2}, 2, 2, ScheduleKind::k1F1B, {}});
   check({"dp 2 | 2 | 1", 1, {1, 3}, {2, 2, 1}, 2, 2, ScheduleKind::kGpipe, {}});
+}
+
+// Uneven data-parallel shares (replicas of different device types: plan::Stage::shares):
+// replica d of a stage takes its own count of every microbatch's samples, the cut tensors
+// are split and joined by share, and the loss (a sum over the global batch's tokens) makes
+// the gradients add up without weights. A middle stage at 3:1 and at 2:1:1, under
+// harp-1f1b and gpipe, in float64 and float32; the data stage and the loss stage uneven
+// too; tp inside the uneven stage; a split backward.
+TEST(Equivalence, UnevenDataParallelShares) {
+  const auto f64 = torch::kFloat64, f32 = torch::kFloat32;
+  const std::vector<int> none;
+  for (auto [kind, counts] : {std::make_pair(ScheduleKind::kHarp1F1B, std::vector<int>{3, 2, 1}),
+                              std::make_pair(ScheduleKind::kGpipe, std::vector<int>{})}) {
+    const std::string name = plan::schedule_kind_name(kind);
+    for (auto dtype : {f64, f32}) {
+      const std::string type = dtype == f64 ? " float64" : " float32";
+      check({name + " 1 | 3:1 | 1" + type, 1, {1, 3}, {1, 2, 1}, 4, 4, kind, counts, dtype, "gpt", {}, 64,
+             {none, {3, 1}, none}});
+      check({name + " 1 | 2:1:1 | 1" + type, 1, {1, 3}, {1, 3, 1}, 4, 4, kind, counts, dtype, "gpt", {}, 64,
+             {none, {2, 1, 1}, none}});
+    }
+  }
+  check({"2:1:1 | 1:3 (data and loss stages uneven)", 2, {3}, {3, 2}, 3, 4, ScheduleKind::k1F1B, {}, f64, "gpt", {},
+         64, {{2, 1, 1}, {1, 3}}});
+  check({"1 | 3:1 with tp 2 | 1", 4, {2, 8}, {1, 2, 1}, 4, 4, ScheduleKind::kHarp1F1B, {3, 2, 1}, f64, "gpt",
+         {1, 2, 1}, 63, {none, {3, 1}, none}});
+  check({"harp-zb 1 | 1:2 | 1", 1, {1, 3}, {1, 2, 1}, 4, 3, ScheduleKind::kHarpZb, {3, 2, 1}, f64, "gpt", {}, 64,
+         {none, {1, 2}, none}});
 }
 
 TEST(Equivalence, TinyLlama) {

@@ -7,6 +7,7 @@
 // given) are >= 1; when `layers` are given they are contiguous and increasing.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -53,6 +54,10 @@ struct Stage {
   std::string subcluster_name;
   std::vector<int> devices;               // global device ids (dp x tp of them)
   int dp = 1, tp = 1;
+  // Samples of every microbatch each data-parallel replica takes, in replica order
+  // (uneven shares: replicas of different speeds); they sum to the plan's
+  // microbatch_size. Empty: microbatch_size / dp each (dp then divides it).
+  std::vector<int> shares;
   // What the stage recomputes in the backward (common/recompute.h); bwd_s includes it
   // and activation_bytes is what it keeps.
   Recompute recompute = Recompute::kNone;
@@ -85,6 +90,12 @@ struct Stage {
   // Emulation only (cluster devices' emulated_slowdown): the runtime, when asked to
   // emulate, keeps this stage's compute waiting (factor - 1) x its measured time.
   double emulated_slowdown = 1.0;
+  // Per data-parallel replica when they are of different device types (with `shares`):
+  // each replica's own factor; empty: emulated_slowdown for every replica.
+  std::vector<double> replica_slowdowns;
+  double slowdown_of(int d) const {
+    return replica_slowdowns.empty() ? emulated_slowdown : replica_slowdowns[static_cast<size_t>(d)];
+  }
   // The stage's device type and its declared peak (dense fp16/bf16 TFLOP/s; the cluster
   // file's, for an emulated type too): the runtime's model FLOPs utilisation is against
   // it. Empty and 0 in hand-written plans and plans from before: no utilisation then.
@@ -98,6 +109,23 @@ struct Stage {
   std::vector<std::int64_t> cut_shape;
 
   Seconds compute_s() const { return fwd_s + bwd_s; }
+  // Replica d's samples of a microbatch of `microbatch_size`, and the first of them.
+  int share(int d, int microbatch_size) const {
+    return shares.empty() ? microbatch_size / dp : shares[static_cast<size_t>(d)];
+  }
+  int share_offset(int d, int microbatch_size) const {
+    if (shares.empty()) return d * (microbatch_size / dp);
+    int first = 0;
+    for (int e = 0; e < d; ++e) first += shares[static_cast<size_t>(e)];
+    return first;
+  }
+  // The largest share: what the stage's slowest-loaded replica runs (its fwd_s and bwd_s
+  // are that replica's when the shares are uneven).
+  int largest_share(int microbatch_size) const {
+    int most = 0;
+    for (int d = 0; d < dp; ++d) most = std::max(most, share(d, microbatch_size));
+    return most;
+  }
 };
 
 struct Prediction {

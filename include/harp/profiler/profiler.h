@@ -108,7 +108,7 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
 // One stage of a plan run here, beside what the plan predicts for it.
 struct StageCheck {
   int stage = 0;
-  int samples = 1;               // microbatch_size / dp
+  int samples = 1;               // the stage's largest share (microbatch_size / dp when even)
   double predicted_fwd_s = 0, predicted_bwd_s = 0;
   double slowdown = 1;           // the stage's emulated_slowdown, emulated while measuring
   Measurement measured;          // times include the emulated sleep

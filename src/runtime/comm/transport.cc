@@ -20,10 +20,23 @@ StatusOr<RankLayout> layout_for(const plan::Plan& plan, int world_size, int rank
     if (st.dp < 1 || st.tp < 1)
       return failed_precondition("stage " + std::to_string(s) + " has dp = " + std::to_string(st.dp) +
                                  " and tp = " + std::to_string(st.tp) + "; both must be at least 1");
-    if (plan.microbatch_size % st.dp != 0)
+    if (st.shares.empty() && plan.microbatch_size % st.dp != 0)
       return failed_precondition("stage " + std::to_string(s) + " has dp = " + std::to_string(st.dp) +
                                  " which does not divide microbatch_size " +
                                  std::to_string(plan.microbatch_size));
+    if (!st.shares.empty()) {
+      int sum = 0;
+      for (int n : st.shares) sum += std::max(0, n);
+      if (static_cast<int>(st.shares.size()) != st.dp || sum != plan.microbatch_size ||
+          *std::min_element(st.shares.begin(), st.shares.end()) < 1)
+        return failed_precondition("stage " + std::to_string(s) + "'s shares must be dp = " + std::to_string(st.dp) +
+                                   " positive sample counts summing to microbatch_size " +
+                                   std::to_string(plan.microbatch_size));
+    }
+    std::vector<int> firsts;
+    for (int d = 0; d <= st.dp; ++d)
+      firsts.push_back(d < st.dp ? st.share_offset(d, plan.microbatch_size) : plan.microbatch_size);
+    l.stage_firsts.push_back(std::move(firsts));
     const int ranks = st.dp * st.tp;
     all_devices = all_devices && static_cast<int>(st.devices.size()) == ranks;
     needed += ranks;
@@ -85,9 +98,9 @@ std::vector<RankLayout::Exchange> RankLayout::exchanges(int s, int dp_rank, int 
                                                        bool sending) const {
   std::vector<Exchange> out;
   const int replicas = dp_of(other_stage), other_tp = tp_of(other_stage), own_tp = tp_of(s);
-  const int n = microbatch_size / replicas, own = microbatch_size / dp_of(s), offset = dp_rank * own;
+  const int offset = first_sample(s, dp_rank), end = first_sample(s, dp_rank + 1);
   for (int d = 0; d < replicas; ++d) {
-    const int lo = std::max(d * n, offset), hi = std::min((d + 1) * n, offset + own);
+    const int lo = std::max(first_sample(other_stage, d), offset), hi = std::min(first_sample(other_stage, d + 1), end);
     if (lo >= hi) continue;
     if (!sending) {
       out.push_back(Exchange{rank_of(other_stage, d, tp_rank % other_tp), lo - offset, hi - lo});

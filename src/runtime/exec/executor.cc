@@ -25,8 +25,8 @@ Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
   const plan::Stage& st = plan.stages[layout_.stage];
   first_layer_ = st.first_layer;
   last_layer_ = st.last_layer;
-  samples_ = plan.microbatch_size / st.dp;
-  sample_offset_ = layout_.dp_rank * samples_;
+  samples_ = layout_.samples_of(layout_.stage, layout_.dp_rank);
+  sample_offset_ = layout_.first_sample(layout_.stage, layout_.dp_rank);
   global_tokens_ = static_cast<double>(plan.microbatches) * plan.microbatch_size * model.gpt.seq_len;
   scaler_.scale = config.loss_scale;
   scaler_.growth_interval = config.loss_scale_growth_interval;
@@ -281,7 +281,8 @@ double Executor::finish_compute() {
   if (config_.device.is_cuda()) torch::cuda::synchronize(config_.device.index());
   // An emulated slower device (emulation.h) is busy factor x what the compute needed;
   // the span and the stage's measured time include the sleep.
-  const double factor = (config_.emulate ? plan_.stages[layout_.stage].emulated_slowdown : 1.0) * extra_slowdown_;
+  const double factor =
+      (config_.emulate ? plan_.stages[layout_.stage].slowdown_of(layout_.dp_rank) : 1.0) * extra_slowdown_;
   if (config_.emulate || extra_slowdown_ != 1) finish_emulated_compute(compute_start_, factor);
   compute_end_ = std::chrono::steady_clock::now();
   return std::chrono::duration<double>(compute_end_ - compute_start_.wall).count();

@@ -144,6 +144,21 @@ std::vector<BadCase> bad_cases() {
        "stages[0].layers", "not followed"},
       {"devices_vs_dp", head + R"([{"fwd_s": 1, "bwd_s": 1, "dp": 2, "devices": [0]}]})",
        "stages[0].devices", "dp x tp = 2"},
+      {"shares_not_counts", head + R"([{"fwd_s": 1, "bwd_s": 1, "dp": 2, "shares": [2, 0]}]})",
+       "stages[0].shares", "positive sample counts"},
+      {"shares_vs_dp", R"({"microbatches": 4, "microbatch_size": 4, "schedule": "1f1b", "stages": )"
+                       R"([{"fwd_s": 1, "bwd_s": 1, "dp": 3, "shares": [3, 1]}]})",
+       "stages[0].shares", "one share per data-parallel replica"},
+      {"shares_vs_microbatch", R"({"microbatches": 4, "microbatch_size": 4, "schedule": "1f1b", "stages": )"
+                               R"([{"fwd_s": 1, "bwd_s": 1, "dp": 2, "shares": [2, 1]}]})",
+       "stages[0].shares", "not the microbatch_size 4"},
+      {"slowdowns_vs_dp", head + R"([{"fwd_s": 1, "bwd_s": 1, "dp": 1, "replica_slowdowns": [1, 2]}]})",
+       "stages[0].replica_slowdowns", "one factor per data-parallel replica"},
+      {"slowdown_below_one", head + R"([{"fwd_s": 1, "bwd_s": 1, "replica_slowdowns": [0.5]}]})",
+       "stages[0].replica_slowdowns", "in [1, 1000]"},
+      {"dp_not_dividing", R"({"microbatches": 4, "microbatch_size": 4, "schedule": "1f1b", "stages": )"
+                          R"([{"fwd_s": 1, "bwd_s": 1, "dp": 3}]})",
+       "stages[0].dp", "give the replicas' `shares`"},
       {"unknown_stage_field", head + R"([{"fwd_s": 1, "bwd_s": 1, "fwd_ms": 3}]})",
        "stages[0].fwd_ms", "not a known field"},
       {"bad_version", R"({"version": 2, "microbatches": 4, "schedule": "1f1b", "stages": []})",
@@ -178,6 +193,7 @@ namespace {
 TEST(PlanIo, RuntimeFieldsRoundTrip) {
   Plan p;
   p.microbatches = 4;
+  p.microbatch_size = 4;
   p.granularity = 2;
   p.model_config = {{"family", "gpt"}, {"name", "custom"}, {"num_blocks", 2}, {"granularity", 2}};
   p.cost_source = "analytic roofline";
@@ -194,6 +210,12 @@ TEST(PlanIo, RuntimeFieldsRoundTrip) {
       s.device = "A100-80GB";
       s.peak_tflops = 312;
     }
+    if (i == 1) {  // uneven data-parallel shares: 3 and 1 samples of each microbatch
+      s.dp = 2;
+      s.devices = {3, 4};
+      s.shares = {3, 1};
+      s.replica_slowdowns = {1, 2.5};
+    }
     p.stages.push_back(s);
   }
   auto back = parse_plan(plan_to_json(p), "p.json");
@@ -203,7 +225,12 @@ TEST(PlanIo, RuntimeFieldsRoundTrip) {
   EXPECT_EQ(back->cost_source, "analytic roofline");
   EXPECT_EQ(back->stages[0].cut_shape, (std::vector<std::int64_t>{16, 128}));
   EXPECT_TRUE(back->stages[1].cut_shape.empty());
-  EXPECT_EQ(back->stages[1].devices, (std::vector<int>{4}));
+  EXPECT_EQ(back->stages[1].devices, (std::vector<int>{3, 4}));
+  EXPECT_EQ(back->stages[1].shares, (std::vector<int>{3, 1}));
+  EXPECT_TRUE(back->stages[0].shares.empty());
+  EXPECT_EQ(back->stages[1].share_offset(1, 4), 3);
+  EXPECT_EQ(back->stages[1].slowdown_of(1), 2.5);
+  EXPECT_EQ(back->stages[0].slowdown_of(0), 1.0);
   EXPECT_EQ(back->stages[0].cost_source, "analytic");
   EXPECT_EQ(back->stages[0].device, "A100-80GB");
   EXPECT_EQ(back->stages[0].peak_tflops, 312);
