@@ -33,9 +33,9 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
     const std::string& dev = s.cluster_.subclusters[sub].device;
     if (auto opt = source.optimizer_s_per_param_byte(s.cluster_, sub)) s.optimizer_s_[dev] = *opt;
     const double drift = config.drift_of(s.cluster_.subclusters[sub].name);
-    for (int dp = 1; dp <= microbatch_size; ++dp) {
-      if (microbatch_size % dp != 0) continue;
-      const int samples = microbatch_size / dp;
+    // Every sample count a replica may run: microbatch_size / dp for the even splits, and
+    // the others for uneven shares (plan::Stage::shares; replica_figures).
+    for (int samples = 1; samples <= microbatch_size; ++samples) {
       for (int tp = 1; tp <= max_tp; tp *= 2) {
         auto key = std::make_tuple(cost_key(s.cluster_.subclusters[sub], config), samples, tp);
         if (s.prefixes_.count(key)) continue;
@@ -209,6 +209,34 @@ StageFigures RangeView::at(int first, int last, Recompute recompute) const {
   f.static_bytes = static_bytes(first, last) + working_set_bytes(recompute);
   f.activation_bytes = activation_bytes(first, last, recompute);
   return f;
+}
+
+bool StageCosts::has_samples(int sub, int samples, int tp) const {
+  return samples >= 1 && samples <= microbatch_size_ && prefix(sub, samples, tp) != nullptr;
+}
+
+StageFigures StageCosts::replica_figures(int sub, int samples, int tp, int first, int last, Recompute recompute) const {
+  const Prefix* p = prefix(sub, samples, tp);
+  HARP_CHECK(p != nullptr) << "no times for device " << cluster_.subclusters[sub].device << ", " << samples
+                           << " samples, tp " << tp;
+  StageFigures f;
+  f.fwd_s = p->fwd[last] - p->fwd[first];
+  f.bwd_s = p->bwd[last] - p->bwd[first];
+  if (recompute == Recompute::kSelective) f.bwd_s += p->rec_selective[last] - p->rec_selective[first];
+  if (recompute == Recompute::kFull) f.bwd_s += p->rec_full[last] - p->rec_full[first];
+  f.bwd_weight_s = std::min(p->wgt[last] - p->wgt[first], f.bwd_s);
+  return f;
+}
+
+std::optional<ShareSplit> StageCosts::best_mixed_shares(const std::vector<std::pair<int, int>>& replicas, int first,
+                                                        int last, Recompute recompute) const {
+  for (const auto& [sub, tp] : replicas)
+    for (int n = 1; n <= microbatch_size_; ++n)
+      if (!has_samples(sub, n, tp)) return std::nullopt;
+  return best_shares(static_cast<int>(replicas.size()), microbatch_size_, [&](int d, int n) {
+    const StageFigures f = replica_figures(replicas[d].first, n, replicas[d].second, first, last, recompute);
+    return f.fwd_s + f.bwd_s;
+  });
 }
 
 Bytes StageCosts::usable_memory_bytes(int sub) const {

@@ -11,6 +11,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "harp/cluster/cluster.h"
@@ -21,6 +22,7 @@
 #include "harp/cost/cost_table.h"
 #include "harp/cost/layer_costs.h"
 #include "harp/cost/memory_cost.h"
+#include "harp/cost/shares.h"
 
 namespace harp::cost {
 
@@ -115,9 +117,10 @@ class StageCosts {
   using LayerBytes = cost::LayerBytes;
   using LayerTimes = cost::LayerTimes;
 
-  // Layer times from `source` for every samples = microbatch_size / dp with dp dividing
-  // microbatch_size and every power-of-two tp up to max_tp; a (device, samples, tp) for
-  // which the source lacks any layer is left out (has() is false for it).
+  // Layer times from `source` for every samples from 1 to microbatch_size (the even
+  // splits microbatch_size / dp, and uneven shares) and every power-of-two tp up to
+  // max_tp; a (device, samples, tp) for which the source lacks any layer is left out
+  // (has() is false for it).
   static StageCosts build(const cluster::Cluster& cluster, const LayerCostSource& source,
                           int microbatch_size, int max_tp, const CostConfig& config);
 
@@ -141,6 +144,18 @@ class StageCosts {
   // `zero`: the stage's ZeRO level (runtime/exec/zero.h; no effect when dp is 1).
   StageFigures stage(int sub, int first, int last, int dp, int tp,
                      Recompute recompute = Recompute::kNone, int zero = 0) const;
+  // Whether times exist for one replica of `sub` running `samples` samples at `tp`.
+  bool has_samples(int sub, int samples, int tp) const;
+  // One replica's compute on layers [first, last) for `samples` samples of a microbatch
+  // (fwd_s, bwd_s with `recompute`'s repeated forward, bwd_weight_s; the rest 0): a
+  // replica of a stage with uneven shares. REQUIRES has_samples(sub, samples, tp).
+  StageFigures replica_figures(int sub, int samples, int tp, int first, int last,
+                               Recompute recompute = Recompute::kNone) const;
+  // The microbatch split over replicas (subcluster, tp) of layers [first, last) that
+  // makes the slowest replica fastest (shares.h), by their times at every sample count;
+  // nullopt when some count lacks times or the replicas outnumber the samples.
+  std::optional<ShareSplit> best_mixed_shares(const std::vector<std::pair<int, int>>& replicas, int first,
+                                              int last, Recompute recompute = Recompute::kNone) const;
   // Activation bytes per sample (before the tp split) that layers [first, last) keep
   // per in-flight microbatch under `recompute` (layer_costs.h, LayerBytes).
   Bytes kept_bytes(int first, int last, Recompute recompute) const;

@@ -120,6 +120,40 @@ TEST(StageCosts, MemoryByHand) {
   EXPECT_DOUBLE_EQ(f.memory_bytes(3), f.static_bytes + 3 * f.activation_bytes);
 }
 
+// Uneven shares: a replica's times at every sample count, the even ones those of the
+// stage's dp split; the best split over a V100 and an A100 replica against every
+// composition of the microbatch (replica_figures, best_mixed_shares).
+TEST(StageCosts, ReplicaTimesAtEverySampleCountAndTheBestMixedShares) {
+  auto c = test_cluster();
+  auto m = model::load_model("gpt-350m");
+  AnalyticCosts src(*m, CostConfig{});
+  const int mbs = 8, first = 1, last = 9;
+  StageCosts sc = StageCosts::build(c, src, mbs, 1, CostConfig{});
+  for (int sub : {0, 1})
+    for (int dp : {1, 2, 4, 8}) {
+      const StageFigures whole = sc.stage(sub, first, last, dp, 1, Recompute::kFull);
+      const StageFigures one = sc.replica_figures(sub, mbs / dp, 1, first, last, Recompute::kFull);
+      EXPECT_DOUBLE_EQ(one.fwd_s, whole.fwd_s);
+      EXPECT_DOUBLE_EQ(one.bwd_s, whole.bwd_s);
+      EXPECT_DOUBLE_EQ(one.bwd_weight_s, whole.bwd_weight_s);
+    }
+  for (int n = 1; n <= mbs; ++n) ASSERT_TRUE(sc.has_samples(0, n, 1)) << n << " samples";
+  EXPECT_FALSE(sc.has_samples(0, mbs + 1, 1));
+  auto t = [&](int sub, int n) {
+    const StageFigures f = sc.replica_figures(sub, n, 1, first, last);
+    return f.fwd_s + f.bwd_s;
+  };
+  for (int n = 2; n <= mbs; ++n) EXPECT_GE(t(0, n), t(0, n - 1)) << "non-decreasing in the samples";
+  auto split = sc.best_mixed_shares({{0, 1}, {1, 1}}, first, last);
+  ASSERT_TRUE(split.has_value());
+  Seconds best = 1e30;
+  for (int n = 1; n < mbs; ++n) best = std::min(best, std::max(t(0, n), t(1, mbs - n)));
+  EXPECT_DOUBLE_EQ(split->slowest_s, best);
+  EXPECT_EQ(split->shares[0] + split->shares[1], mbs);
+  EXPECT_LT(split->shares[0], split->shares[1]) << "the A100 takes more than the V100";
+  EXPECT_LT(split->slowest_s, std::max(t(0, mbs / 2), t(1, mbs / 2))) << "better than the even split";
+}
+
 TEST(StageCosts, AllreduceUsesTheNodeLinkInsideANode) {
   auto c = test_cluster();
   auto m = model::load_model("gpt-350m");
