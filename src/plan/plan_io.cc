@@ -14,6 +14,23 @@ namespace {
 // lowered (schedule/lower_plan.h).
 constexpr std::int64_t kMaxPlanMicrobatches = 1 << 16, kMaxPlanMicrobatchSize = 1 << 16, kMaxPlanStages = 4096;
 
+// An optional list field: between min_size and max_size elements, each a number in [lo,
+// hi] (a whole one when `whole`); else the field's error with `rule` and `fix`.
+template <typename T>
+void read_list(FieldReader& r, const char* key, std::size_t min_size, std::int64_t max_size, double lo, double hi,
+               bool whole, const char* rule, const char* fix, std::vector<T>* out) {
+  const Json* list = r.get(key);
+  if (list == nullptr) return;
+  bool good = list->is_array() && list->size() >= min_size && static_cast<std::int64_t>(list->size()) <= max_size;
+  if (good)
+    for (const auto& x : *list)
+      good = good && (whole ? x.is_number_integer() : x.is_number()) && x.get<double>() >= lo && x.get<double>() <= hi;
+  if (!good)
+    r.fail(key, list->dump(), rule, fix);
+  else
+    *out = list->get<std::vector<T>>();
+}
+
 Status parse_stage(const Json& node, const std::string& file, const std::string& path,
                    int microbatches, Stage* s) {
   FieldReader r(node, file, path);
@@ -34,28 +51,11 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->cost_source = r.string("cost_source", "");
   parse_recompute(r.choice("recompute", {"none", "selective", "full"}, "none"), &s->recompute);
   s->zero = static_cast<int>(r.integer("zero", 0, 0, 2));
-  if (const Json* shares = r.get("shares")) {
-    bool good = shares->is_array() && !shares->empty() && static_cast<std::int64_t>(shares->size()) <= kMaxPlanMicrobatchSize;
-    if (good)
-      for (const auto& n : *shares)
-        good = good && n.is_number_integer() && n.get<std::int64_t>() >= 1 && n.get<std::int64_t>() <= kMaxPlanMicrobatchSize;
-    if (!good)
-      r.fail("shares", shares->dump(), "must be a list of positive sample counts, one per data-parallel replica",
-             "write e.g. [3, 1] for two replicas taking 3 and 1 samples of each microbatch, or leave it out");
-    else
-      s->shares = shares->get<std::vector<int>>();
-  }
-  if (const Json* shape = r.get("cut_shape")) {
-    bool good = shape->is_array() && shape->size() <= 4;
-    if (good)
-      for (const auto& d : *shape)
-        good = good && d.is_number_integer() && d.get<std::int64_t>() >= 1 && d.get<std::int64_t>() <= (1 << 24);
-    if (!good)
-      r.fail("cut_shape", shape->dump(), "must be a list of positive integers (per-sample tensor shape)",
-             "write it as harp plan does, e.g. [1024, 2048], or leave it out");
-    else
-      s->cut_shape = shape->get<std::vector<std::int64_t>>();
-  }
+  read_list(r, "shares", 1, kMaxPlanMicrobatchSize, 1, kMaxPlanMicrobatchSize, true,
+            "must be a list of positive sample counts, one per data-parallel replica",
+            "write e.g. [3, 1] for two replicas taking 3 and 1 samples of each microbatch, or leave it out", &s->shares);
+  read_list(r, "cut_shape", 0, 4, 1, 1 << 24, true, "must be a list of positive integers (per-sample tensor shape)",
+            "write it as harp plan does, e.g. [1024, 2048], or leave it out", &s->cut_shape);
   s->memory_static_bytes = read_quantity(r, "memory_static_bytes", quantity::kBytes, 0.0);
   s->activation_bytes = read_quantity(r, "activation_bytes", quantity::kBytes, 0.0);
   s->weight_grad_bytes = read_quantity(r, "weight_grad_bytes", quantity::kBytes, 0.0);
@@ -63,16 +63,10 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->usable_memory_bytes = read_quantity(r, "usable_memory_bytes", quantity::kBytes, 0.0);
   s->comm_bytes = read_quantity(r, "comm_bytes", quantity::kBytes, 0.0);
   s->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
-  if (const Json* per = r.get("replica_slowdowns")) {
-    bool good = per->is_array() && !per->empty() && static_cast<std::int64_t>(per->size()) <= kMaxPlanMicrobatchSize;
-    if (good)
-      for (const auto& f : *per) good = good && f.is_number() && f.get<double>() >= 1 && f.get<double>() <= 1000;
-    if (!good)
-      r.fail("replica_slowdowns", per->dump(), "must be a list of factors in [1, 1000], one per data-parallel replica",
-             "write e.g. [1, 2] for a replica as fast as the device and one twice slower, or leave it out");
-    else
-      s->replica_slowdowns = per->get<std::vector<double>>();
-  }
+  read_list(r, "replica_slowdowns", 1, kMaxPlanMicrobatchSize, 1, 1000, false,
+            "must be a list of factors in [1, 1000], one per data-parallel replica",
+            "write e.g. [1, 2] for a replica as fast as the device and one twice slower, or leave it out",
+            &s->replica_slowdowns);
   s->peak_tflops = read_quantity(r, "peak_tflops", quantity::kPeakTflops, 0.0);
   if (r.failed()) return r.finish();
   s->crosses_nodes = r.boolean("crosses_nodes", true);
