@@ -30,9 +30,10 @@ struct Opts {
   int max_tp = 0;
   bool allow_idle = false;
   bool fixed_order = true;
+  bool mixed_stages = false;
   std::string search_schedule = "harp-1f1b";
   CLI::Option *max_tp_flag = nullptr, *allow_idle_flag = nullptr, *fixed_order_flag = nullptr,
-              *search_schedule_flag = nullptr;
+              *search_schedule_flag = nullptr, *mixed_stages_flag = nullptr;
   std::string recompute;  // none | selective | full | auto; "" = the job's
   std::string zero;       // 0 | 1 | 2 | auto; "" = the job's
   std::string schedule;   // a schedule kind or auto; "" = the strategy's own
@@ -78,6 +79,7 @@ planner::PlanRequest request_of(const Opts& o, Context& ctx) {
   if (o.max_tp_flag->count() > 0) r.max_tp = o.max_tp;
   if (o.allow_idle_flag->count() > 0) r.allow_idle_devices = o.allow_idle;
   if (o.fixed_order_flag->count() > 0) r.fixed_order = o.fixed_order;
+  if (o.mixed_stages_flag->count() > 0) r.mixed_stages = o.mixed_stages;
   if (o.search_schedule_flag->count() > 0) r.schedule_in_search = o.search_schedule != "1f1b";
   if (!o.recompute.empty()) r.recompute = o.recompute;
   if (!o.zero.empty()) r.zero = o.zero;
@@ -197,6 +199,12 @@ void add_plan_command(CLI::App& root, Context& ctx) {
   o->allow_idle_flag = cmd->add_flag("--allow-idle-devices", o->allow_idle, "Let the plan leave devices unused");
   o->fixed_order_flag = cmd->add_option("--fixed-order", o->fixed_order, "Keep the subcluster order (false: search it)")
       ->capture_default_str();
+  o->mixed_stages_flag =
+      cmd->add_option("--mixed-stages", o->mixed_stages,
+                      "Also search stages whose data-parallel replicas are of two device types (the rest of one "
+                      "subcluster and the head of the next), each taking a share of every microbatch by its speed; "
+                      "every device is used then. Default: the job's planner.mixed_stages, else false")
+          ->capture_default_str();
   o->search_schedule_flag = cmd->add_option("--search-schedule", o->search_schedule,
                   "The schedule harp's search plans for: harp-1f1b (default), or 1f1b and then HARP's launch "
                   "counts (an ablation: the schedule out of the loop)")

@@ -149,25 +149,18 @@ std::string StageCosts::missing_entry(int sub, int dp, int tp) const {
          std::to_string(dp > 0 ? microbatch_size_ / dp : 0) + ", tp " + std::to_string(tp);
 }
 
+RangeView StageCosts::replica_view(int sub, int samples, int tp) const {
+  RangeView v = view_of(sub, samples, tp);
+  v.allreduce_ = AffineTime{};
+  return v;
+}
+
 RangeView StageCosts::view(int sub, int dp, int tp, int zero) const {
-  const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
-  HARP_CHECK(p != nullptr) << "no times for " << missing_entry(sub, dp, tp);
-  RangeView v;
-  v.fwd_ = p->fwd.data();
-  v.bwd_ = p->bwd.data();
-  set_byte_views(&v);
-  v.rec_[static_cast<int>(Recompute::kSelective)] = p->rec_selective.data();
-  v.rec_[static_cast<int>(Recompute::kFull)] = p->rec_full.data();
-  v.sub_ = sub;
+  HARP_CHECK(prefix(sub, microbatch_size_ / dp, tp) != nullptr) << "no times for " << missing_entry(sub, dp, tp);
+  RangeView v = view_of(sub, microbatch_size_ / dp, tp);
   v.dp_ = dp;
-  v.tp_ = tp;
-  v.samples_ = microbatch_size_ / dp;
   v.allreduce_ = dp_allreduce_time(dp, tp, cluster_.subclusters[sub]);
   v.allreduce_.per_byte_s *= config_.gradient_bytes_per_param_byte;
-  auto measured = optimizer_s_.find(cluster_.subclusters[sub].device);
-  v.opt_per_param_byte_ = measured != optimizer_s_.end()
-                              ? measured->second / tp
-                              : optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
   // Under ZeRO each replica steps its 1/dp; a ring all-reduce is a reduce-scatter and an
   // all-gather of the same bytes, and ZeRO's all-gather moves parameters instead.
   v.zero_ = dp > 1 ? zero : 0;
@@ -175,6 +168,26 @@ RangeView StageCosts::view(int sub, int dp, int tp, int zero) const {
     v.opt_per_param_byte_ /= dp;
     v.allreduce_.per_byte_s *= (1.0 + config_.parameter_bytes_per_param_byte / config_.gradient_bytes_per_param_byte) / 2;
   }
+  return v;
+}
+
+RangeView StageCosts::view_of(int sub, int samples, int tp) const {
+  const Prefix* p = prefix(sub, samples, tp);
+  HARP_CHECK(p != nullptr) << "no times for device " << cluster_.subclusters[sub].device << ", " << samples
+                           << " samples, tp " << tp;
+  RangeView v;
+  v.fwd_ = p->fwd.data();
+  v.bwd_ = p->bwd.data();
+  set_byte_views(&v);
+  v.rec_[static_cast<int>(Recompute::kSelective)] = p->rec_selective.data();
+  v.rec_[static_cast<int>(Recompute::kFull)] = p->rec_full.data();
+  v.sub_ = sub;
+  v.tp_ = tp;
+  v.samples_ = samples;
+  auto measured = optimizer_s_.find(cluster_.subclusters[sub].device);
+  v.opt_per_param_byte_ = measured != optimizer_s_.end()
+                              ? measured->second / tp
+                              : optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
   v.config_ = &config_;
   return v;
 }

@@ -72,6 +72,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     job.planner.max_tp = static_cast<int>(pr.integer("max_tp", 0, job.planner.max_tp, 1 << 16));
     job.planner.allow_idle_devices = pr.boolean("allow_idle_devices", job.planner.allow_idle_devices);
     job.planner.fixed_order = pr.boolean("fixed_order", job.planner.fixed_order);
+    job.planner.mixed_stages = pr.boolean("mixed_stages", job.planner.mixed_stages);
     job.planner.schedule_in_search =
         pr.choice("search_schedule", {"harp-1f1b", "1f1b"}, job.planner.schedule_in_search ? "harp-1f1b" : "1f1b") ==
         "harp-1f1b";
@@ -144,6 +145,7 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
                     {"max_tp", job.planner.max_tp},
                     {"allow_idle_devices", job.planner.allow_idle_devices},
                     {"fixed_order", job.planner.fixed_order},
+                    {"mixed_stages", job.planner.mixed_stages},
                     {"search_schedule", job.planner.schedule_in_search ? "harp-1f1b" : "1f1b"}}},
                   {"schedule", job.schedule.empty() ? Json::object() : Json{{"kind", job.schedule}}},
                   {"cost", cost::cost_config_to_json(job.cost)},

@@ -67,6 +67,19 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
             "must be a list of factors in [1, 1000], one per data-parallel replica",
             "write e.g. [1, 2] for a replica as fast as the device and one twice slower, or leave it out",
             &s->replica_slowdowns);
+  read_list(r, "replica_compute_s", 1, kMaxPlanMicrobatchSize, 0, 1e9, false,
+            "must be a list of seconds >= 0, one per data-parallel replica",
+            "write each replica's fwd + bwd per microbatch, or leave it out", &s->replica_compute_s);
+  if (const Json* names = r.get("replica_devices")) {
+    bool good = names->is_array() && !names->empty() && names->size() <= 4096;
+    if (good)
+      for (const auto& x : *names) good = good && x.is_string() && !x.get<std::string>().empty();
+    if (!good)
+      r.fail("replica_devices", names->dump(), "must be a list of device type names, one per data-parallel replica",
+             "write e.g. [\"A100\", \"V100\"], or leave it out");
+    else
+      s->replica_devices = names->get<std::vector<std::string>>();
+  }
   s->peak_tflops = read_quantity(r, "peak_tflops", quantity::kPeakTflops, 0.0);
   if (r.failed()) return r.finish();
   s->crosses_nodes = r.boolean("crosses_nodes", true);
@@ -119,11 +132,14 @@ Status check_runnable(const Plan& p, const std::string& file) {
   for (int i = 0; i < p.num_stages(); ++i) {
     const Stage& s = p.stages[i];
     const std::string path = "stages[" + std::to_string(i) + "]";
-    if (!s.replica_slowdowns.empty() && static_cast<int>(s.replica_slowdowns.size()) != s.dp)
-      return field_error(file, path + ".replica_slowdowns", Json(s.replica_slowdowns).dump(),
-                         "lists " + std::to_string(s.replica_slowdowns.size()) + " replicas, but the stage has dp " +
-                             std::to_string(s.dp),
-                         "give one factor per data-parallel replica");
+    // Per-replica lists: one entry per data-parallel replica.
+    for (const auto& [key, list] : {std::pair<const char*, Json>{"replica_devices", Json(s.replica_devices)},
+                                    {"replica_compute_s", Json(s.replica_compute_s)},
+                                    {"replica_slowdowns", Json(s.replica_slowdowns)}})
+      if (!list.empty() && static_cast<int>(list.size()) != s.dp)
+        return field_error(file, path + "." + key, list.dump(),
+                           "lists " + std::to_string(list.size()) + " replicas, but the stage has dp " + std::to_string(s.dp),
+                           "give one entry per data-parallel replica, or leave it out");
     if (!s.shares.empty()) {
       std::int64_t sum = 0;
       for (int n : s.shares) sum += n;
@@ -279,6 +295,8 @@ Json plan_to_json(const Plan& p) {
     if (s.usable_memory_bytes > 0) sj["usable_memory_bytes"] = s.usable_memory_bytes;
     if (s.emulated_slowdown != 1.0) sj["emulated_slowdown"] = s.emulated_slowdown;
     if (!s.replica_slowdowns.empty()) sj["replica_slowdowns"] = s.replica_slowdowns;
+    if (!s.replica_devices.empty()) sj["replica_devices"] = s.replica_devices;
+    if (!s.replica_compute_s.empty()) sj["replica_compute_s"] = s.replica_compute_s;
     if (!s.device.empty()) sj["device"] = s.device;
     if (s.peak_tflops > 0) sj["peak_tflops"] = s.peak_tflops;
     if (!s.cost_source.empty()) sj["cost_source"] = s.cost_source;

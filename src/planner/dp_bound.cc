@@ -38,6 +38,7 @@ void DpTable::build_rows(int l, Seconds cap) {
       row_count_[pos * max_meshes_ + mi] = static_cast<int>(rows_.size()) - row_first_[pos * max_meshes_ + mi];
     }
   }
+  build_mixed_rows(l, cap);
 }
 
 double DpTable::lower_bound(Seconds cap) {
@@ -115,6 +116,7 @@ void DpTable::bound_upstream(Seconds cap) {
         }
       }
     }
+    bound_mixed(l, cap);
   }
 }
 

@@ -15,6 +15,14 @@ bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
 }  // namespace
 
+std::vector<std::pair<int, bool>> mesh_sizes(int dpn, int nodes) {
+  std::vector<std::pair<int, bool>> sizes;
+  for (int z = 1; z <= dpn; z *= 2) sizes.push_back({z, false});
+  for (int m = 1; m <= nodes; ++m)
+    if (m > 1 || !is_power_of_two(dpn)) sizes.push_back({m * dpn, true});
+  return sizes;
+}
+
 DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order,
                           const SearchOptions& options) {
   DpProblem p;
@@ -40,12 +48,8 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
     p.intra.push_back(sc.intra_node);
     p.inter.push_back(sc.inter_node);
     const int max_tp = options.max_tp > 0 ? std::min(options.max_tp, dpn) : dpn;
-    std::vector<std::pair<int, bool>> sizes;  // (devices, whole nodes)
-    for (int z = 1; z <= dpn; z *= 2) sizes.push_back({z, false});
-    for (int m = 1; m <= sc.nodes; ++m)
-      if (m > 1 || !is_power_of_two(dpn)) sizes.push_back({m * dpn, true});
     std::vector<DpMesh> meshes;
-    for (auto [z, whole] : sizes)
+    for (auto [z, whole] : mesh_sizes(dpn, sc.nodes))
       for (int tp = 1; tp <= max_tp; tp *= 2) {
         if (z % tp != 0 || (whole && dpn % tp != 0)) continue;
         const int dp = z / tp;
@@ -75,6 +79,7 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
     for (int b = a + 1; b < p.C; ++b)
       if (p.linked[a][b]) p.cut_cross_s[a * p.C + b] = times_over(p.cross[a][b]);
   }
+  add_mixed_stages(p, options);
   p.valid = true;
   if (!p.allow_idle)
     for (int pos = 0; pos + 1 < p.C; ++pos) p.valid = p.valid && p.linked[pos][pos + 1];
@@ -90,6 +95,16 @@ std::vector<Seconds> candidate_caps(const DpProblem& p) {
           if (m.view.static_bytes(l, l1) > p.usable[pos]) break;
           for (Recompute r : p.recompute) caps.push_back(m.view.compute_s(l, l1, r));
         }
+    for (const DpMixed& x : p.mixed[pos])
+      for (int l = 0; l < p.L; ++l)
+        for (int l1 = l + 1; l1 <= p.L; ++l1) {
+          if (x.view.static_bytes(false, 1, l, l1, Recompute::kNone) > p.usable[pos] ||
+              x.view.static_bytes(true, 1, l, l1, Recompute::kNone) > p.usable[pos + 1])
+            break;
+          for (Recompute r : p.recompute) caps.push_back(x.view.split(l, l1, r).slowest_s);
+        }
+    if (p.any_mixed)
+      for (int q = pos + 1; q < p.C; ++q) caps.insert(caps.end(), p.path_cut(pos, q).begin(), p.path_cut(pos, q).end());
     for (int l = 0; l + 1 < p.L; ++l) {
       if (p.devices_per_node[pos] > 1) caps.push_back(p.cut_intra_s[pos][l]);
       if (p.devices[pos] > p.devices_per_node[pos]) caps.push_back(p.cut_inter_s[pos][l]);
@@ -106,13 +121,15 @@ Seconds min_feasible_period_bound(const DpProblem& p) {
   Seconds bound = 0;
   for (int l = 0; l < p.L; ++l) {
     Seconds cheapest = std::numeric_limits<double>::infinity();
-    for (int pos = 0; pos < p.C; ++pos)
+    for (int pos = 0; pos < p.C; ++pos) {
       for (const DpMesh& m : p.meshes[pos]) cheapest = std::min(cheapest, m.view.compute_s(l, l + 1));
+      for (const DpMixed& x : p.mixed[pos]) cheapest = std::min(cheapest, x.view.split(l, l + 1).slowest_s);
+    }
     bound = std::max(bound, cheapest);
   }
   // With every device used, the pipeline crosses each link between consecutive
-  // subclusters at some cut.
-  if (!p.allow_idle)
+  // subclusters at some cut (a mixed stage can span one without a cut).
+  if (!p.allow_idle && !p.any_mixed)
     for (int pos = 0; pos + 1 < p.C; ++pos) {
       Seconds cheapest = std::numeric_limits<double>::infinity();
       for (int l = 0; l + 1 < p.L; ++l) cheapest = std::min(cheapest, p.cut_cross_s[pos * p.C + pos + 1][l]);
@@ -139,6 +156,12 @@ DpTable::DpTable(const DpProblem& problem, int threads) : p_(problem), lanes_(st
   for (const auto& meshes : p_.meshes) max_meshes_ = std::max(max_meshes_, static_cast<int>(meshes.size()));
   row_first_.assign(static_cast<size_t>(p_.C) * max_meshes_, 0);
   row_count_.assign(row_first_.size(), 0);
+  for (const auto& mixed : p_.mixed) max_mixed_ = std::max(max_mixed_, static_cast<int>(mixed.size()));
+  mixed_first_.assign(static_cast<size_t>(p_.C) * max_mixed_, 0);
+  mixed_count_.assign(mixed_first_.size(), 0);
+  xoff_.assign(states, 0);
+  xcnt_.assign(states, 0);
+  xleast_.assign(states, Least{});
 }
 
 DpTable::Least DpTable::least_of(const Entry* first, size_t count) {
@@ -176,15 +199,14 @@ void DpTable::offer(std::vector<Entry>& front, const Entry& c) const {
 template <bool kMulti>
 void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const {
   std::vector<Entry>* scratch = lane.scratch;
-  scratch[0].clear();
-  scratch[1].clear();
+  for (int f = 0; f < 4; ++f) scratch[f].clear();
   const int D = p_.devices[pos];
   const int offset = D - u;
   const Bytes usable = p_.usable[pos];
   const auto& meshes = p_.meshes[pos];
   const double up = up_[at(l, pos, offset)], up_e = up_e_[at(l, pos, offset)];
   if (!std::isfinite(up)) {  // no upstream part reaches this state
-    lane.counts.insert(lane.counts.end(), {0, 0});
+    lane.counts.insert(lane.counts.end(), {0, 0, 0, 0});
     return;
   }
   const int modes = kMulti ? static_cast<int>(p_.recompute.size()) : 1;
@@ -228,12 +250,20 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
       if (u1 > 0) {
         if (l1 == p_.L) break;  // the stages after this one need layers
         const int s0 = state(l1, pos, u1, 0), s1 = state(l1, pos, u1, 1);
-        if (cnt_[s0] + cnt_[s1] == 0) continue;
+        if (cnt_[s0] + cnt_[s1] + xcnt_[s0] + xcnt_[s1] == 0) continue;
         const Seconds c = same_cut[l1 - 1];
         if (c > cap) continue;
         const int delta = p_.delta(same_crosses_nodes, c, cap);
         extend(off_[s0], cnt_[s0], least_[s0], 0, c, delta);
         extend(off_[s1], cnt_[s1], least_[s1], 1, c, delta);
+        if (xcnt_[s0] + xcnt_[s1] > 0) {  // a mixed head there also takes from the next position
+          const Seconds cm = std::max(c, p_.cut_s(pos, pos + 1, true, l1 - 1));
+          if (cm <= cap) {
+            const int dm = p_.delta(true, cm, cap);
+            extend(xoff_[s0], xcnt_[s0], xleast_[s0], 0, cm, dm);
+            extend(xoff_[s1], xcnt_[s1], xleast_[s1], 1, cm, dm);
+          }
+        }
       } else if (l1 == p_.L) {
         if (!p_.allow_idle && pos != p_.C - 1) continue;  // later subclusters would be idle
         for (int r = 0; r < modes; ++r) {
@@ -253,17 +283,28 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
                 extend(moff_[m1], mcnt_[m1], mleast_[m1], 1, c, delta);
               }
             }
+            // A mixed head of pos1 (every device used: it starts at device 0).
+            const int x0 = state(l1, pos1, p_.devices[pos1], 0), x1 = state(l1, pos1, p_.devices[pos1], 1);
+            if (!p_.allow_idle && xcnt_[x0] + xcnt_[x1] > 0) {
+              const Seconds cm = std::max(p_.cut_cross_s[pos * p_.C + pos1][l1 - 1], p_.cut_s(pos, pos1 + 1, true, l1 - 1));
+              if (cm <= cap) {
+                const int dm = p_.delta(true, cm, cap);
+                extend(xoff_[x0], xcnt_[x0], xleast_[x0], 0, cm, dm);
+                extend(xoff_[x1], xcnt_[x1], xleast_[x1], 1, cm, dm);
+              }
+            }
           }
           if (!p_.allow_idle) break;  // only the next subcluster; skipping leaves one idle
         }
       }
     }
   }
-  for (int att = 0; att < 2; ++att) {
-    lane.counts.push_back(static_cast<int>(scratch[att].size()));
-    lane.out.insert(lane.out.end(), scratch[att].begin(), scratch[att].end());
+  fill_mixed_heads(l, pos, u, cap, prune_at, lane);
+  for (int f = 0; f < 4; ++f) {
+    lane.counts.push_back(static_cast<int>(scratch[f].size()));
+    lane.out.insert(lane.out.end(), scratch[f].begin(), scratch[f].end());
   }
-  if (!scratch[0].empty() || !scratch[1].empty()) ++lane.states;
+  if (!scratch[0].empty() || !scratch[1].empty() || !scratch[2].empty() || !scratch[3].empty()) ++lane.states;
 }
 
 void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
@@ -296,19 +337,19 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
     size_t at = 0;
     for (size_t i = 0; i < lanes_[t].jobs.size(); ++i) {
       where_[lanes_[t].jobs[i]] = {t, at, static_cast<int>(i)};
-      at += static_cast<size_t>(lanes_[t].counts[2 * i] + lanes_[t].counts[2 * i + 1]);
+      for (int f = 0; f < 4; ++f) at += static_cast<size_t>(lanes_[t].counts[4 * i + f]);
     }
     states_ += lanes_[t].states;
   }
   for (size_t j = 0; j < jobs_.size(); ++j) {
     const Lane& lane = lanes_[where_[j].lane];
     size_t from = where_[j].first;
-    for (int att = 0; att < 2; ++att) {
-      const int s = state(l, jobs_[j].first, jobs_[j].second, att);
-      const int n = lane.counts[2 * where_[j].index + att];
-      off_[s] = static_cast<int>(entries_.size());
-      cnt_[s] = n;
-      least_[s] = least_of(lane.out.data() + from, static_cast<size_t>(n));
+    for (int f = 0; f < 4; ++f) {
+      const int s = state(l, jobs_[j].first, jobs_[j].second, f % 2);
+      const int n = lane.counts[4 * where_[j].index + f];
+      (f < 2 ? off_ : xoff_)[s] = static_cast<int>(entries_.size());
+      (f < 2 ? cnt_ : xcnt_)[s] = n;
+      (f < 2 ? least_ : xleast_)[s] = least_of(lane.out.data() + from, static_cast<size_t>(n));
       entries_.insert(entries_.end(), lane.out.begin() + static_cast<std::ptrdiff_t>(from),
                       lane.out.begin() + static_cast<std::ptrdiff_t>(from + n));
       from += static_cast<size_t>(n);
@@ -345,6 +386,7 @@ DpOutcome DpTable::run(Seconds cap, double prune_at) {
   states_ = 0;
   std::fill(cnt_.begin(), cnt_.end(), 0);
   std::fill(mcnt_.begin(), mcnt_.end(), 0);
+  std::fill(xcnt_.begin(), xcnt_.end(), 0);
   if (cap != bound_cap_) bound_upstream(cap);
   for (int l = p_.L - 1; l >= 0; --l) {
     fill_layer(l, cap, prune_at);
@@ -368,6 +410,7 @@ DpOutcome DpTable::run(Seconds cap, double prune_at) {
     if (!p_.allow_idle) {
       const int s = state(0, 0, p_.devices[0], att);
       consider(off_[s], cnt_[s], att);
+      consider(xoff_[s], xcnt_[s], att);
     } else {
       for (int pos = 0; pos < p_.C; ++pos) consider(moff_[merged(0, pos, att)], mcnt_[merged(0, pos, att)], att);
     }
@@ -388,19 +431,31 @@ std::vector<Placement> DpTable::placements(int entry) const {
   std::vector<Placement> out;
   for (int k = entry; k >= 0; k = entries_[k].prev) {
     const Entry& x = entries_[k];
-    const DpMesh& m = p_.meshes[x.pos][x.mesh];
     const int dpn = p_.devices_per_node[x.pos];
     const int offset = p_.devices[x.pos] - x.u;
     Placement pl;
     pl.subcluster = p_.order[x.pos];
     pl.first_node = offset / dpn;
     pl.first_local = offset % dpn;
-    pl.devices = m.devices;
-    pl.dp = m.dp;
-    pl.tp = m.tp;
     pl.first_layer = x.l;
     pl.recompute = static_cast<Recompute>(x.recompute);
-    pl.zero = m.zero;
+    const int meshes = static_cast<int>(p_.meshes[x.pos].size());
+    if (x.mesh < meshes) {
+      const DpMesh& m = p_.meshes[x.pos][x.mesh];
+      pl.devices = m.devices;
+      pl.dp = m.dp;
+      pl.tp = m.tp;
+      pl.zero = m.zero;
+    } else {
+      const DpMixed& mx = p_.mixed[x.pos][x.mesh - meshes];
+      const cost::MixedGroup& g = mx.view.group();
+      pl.devices = mx.devices_a;
+      pl.dp = g.dp_a;
+      pl.tp = g.tp;
+      pl.second_subcluster = g.sub_b;
+      pl.second_devices = mx.devices_b;
+      pl.second_dp = g.dp_b;
+    }
     pl.last_layer = x.prev >= 0 ? entries_[x.prev].l : p_.L;
     out.push_back(pl);
   }

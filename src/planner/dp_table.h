@@ -19,6 +19,7 @@
 #include "harp/cluster/cluster.h"
 #include "harp/plan/closed_form.h"
 #include "harp/planner/harp_search.h"
+#include "harp/cost/mixed_stage.h"
 #include "harp/cost/stage_costs.h"
 
 namespace harp::planner {
@@ -28,6 +29,15 @@ struct DpMesh {
   int zero = 0;  // ZeRO level (0 when dp is 1)
   bool whole_nodes = false;
   RangeView view;
+};
+
+// A mixed stage the search may place (cost/mixed_stage.h): part A takes the rest of
+// its position's devices (`devices_a` of them, a group inside a node or whole nodes),
+// part B the first `devices_b` of the next position's.
+struct DpMixed {
+  int devices_a = 1, devices_b = 1;
+  bool whole_a = false;
+  cost::MixedView view;
 };
 
 struct DpProblem {
@@ -48,13 +58,28 @@ struct DpProblem {
   // Transfer time of a cut after layer l: inside a node, between nodes of a position,
   // and over the link from position p to q (indexed [p * C + q][l]).
   std::vector<std::vector<Seconds>> cut_intra_s, cut_inter_s, cut_cross_s;
+  // SearchOptions::mixed_stages: per position, the mixed stages that start on it; and
+  // for every pair of positions p < q the cut over the path between them (the declared
+  // link when there is one), indexed [p * C + q][l]: a mixed stage's parts reach past
+  // the next position.
+  std::vector<std::vector<DpMixed>> mixed;
+  std::vector<std::vector<Seconds>> cut_path_s;
+  bool any_mixed = false;
+  const std::vector<Seconds>& path_cut(int p, int q) const { return cut_path_s[p * C + q]; }
+  // The link time out of a part on position `from` to a stage part on `to` (>= from) at
+  // cut l; inside one position, `inter` says whether it leaves the node.
+  Seconds cut_s(int from, int to, bool inter, int l) const {
+    if (from == to) return (inter ? cut_inter_s : cut_intra_s)[from][l];
+    return path_cut(from, to)[l];
+  }
 
   // Devices a mesh occupies from `offset` (index inside the subcluster) stay in one node
   // (groups) or start at a node boundary (whole nodes).
-  bool fits(int pos, const DpMesh& m, int offset) const {
+  bool fits(int pos, const DpMesh& m, int offset) const { return fits(pos, m.devices, m.whole_nodes, offset); }
+  bool fits(int pos, int devices, bool whole_nodes, int offset) const {
     const int dpn = devices_per_node[pos];
-    if (m.whole_nodes) return offset % dpn == 0;
-    return offset / dpn == (offset + m.devices - 1) / dpn;
+    if (whole_nodes) return offset % dpn == 0;
+    return offset / dpn == (offset + devices - 1) / dpn;
   }
   // δ of the launch-count rule for a link time c under period cap (closed_form.h).
   int delta(bool crosses_nodes, Seconds c, Seconds cap) const {
@@ -66,6 +91,15 @@ struct DpProblem {
 // hold a pipeline (consecutive subclusters not linked while every device must be used).
 DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order,
                           const SearchOptions& options);
+
+// The mesh sizes a subcluster of `nodes` nodes of `devices_per_node` offers: each
+// power-of-two group inside a node, then whole nodes (devices, whole_nodes).
+std::vector<std::pair<int, bool>> mesh_sizes(int devices_per_node, int nodes);
+
+// SearchOptions::mixed_stages: fills p.mixed, p.cut_path_s and p.any_mixed (dp_mixed.cc).
+// Mixed stages join positions pos and pos + 1 when a link joins them and every device is
+// used; their replicas share one tp and use no ZeRO.
+void add_mixed_stages(DpProblem& p, const SearchOptions& options);
 
 // Every distinct stage time and link time a plan can have: the periods worth trying.
 std::vector<Seconds> candidate_caps(const DpProblem& problem);
@@ -127,9 +161,9 @@ class DpTable {
   int merged(int l, int pos, int att) const { return (l * p_.C + pos) * 2 + att; }
   // One thread's work on a layer: its states' fronts, in the order it filled them.
   struct Lane {
-    std::vector<Entry> scratch[2];
+    std::vector<Entry> scratch[4];  // the state's fronts: att 0, att 1, mixed heads' att 0, att 1
     std::vector<Entry> out;
-    std::vector<int> counts;  // per state filled: att 0's entries, then att 1's
+    std::vector<int> counts;  // per state filled: its four fronts' entries, in that order
     std::vector<int> jobs;    // the layer's jobs it filled, in order
     long long states = 0;
   };
@@ -146,6 +180,12 @@ class DpTable {
   void fill_state(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const;
   // Fills every state (pos, u) of layer l, on the lanes, then appends them in order.
   void fill_layer(int l, Seconds cap, double prune_at);
+  // The mixed stages that head state (l, pos, u) (dp_mixed.cc): into lane.scratch[2, 3].
+  void fill_mixed_heads(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const;
+  // mixed_rows_ for the mixed stages that start at layer l (dp_mixed.cc).
+  void build_mixed_rows(int l, Seconds cap);
+  // bound_upstream's step for the mixed stages that start at layer l.
+  void bound_mixed(int l, Seconds cap);
   void fill_merged(int l, int pos);
   // rows_ for the stages that start at layer l: every (position, mesh) and end l1 while
   // the stage stays within the cap and its static memory fits (every state of the layer
@@ -181,6 +221,16 @@ class DpTable {
     Bytes act[kRecomputeModes], work[kRecomputeModes];
   };
   std::vector<Row> rows_;
+  // A mixed stage's figures for one start layer, option and end: each part's memory.
+  struct MixedRow {
+    Seconds t[kRecomputeModes], t_fits, e;
+    Bytes act_a[kRecomputeModes], work_a[kRecomputeModes], act_b[kRecomputeModes], work_b[kRecomputeModes];
+  };
+  std::vector<MixedRow> mixed_rows_;
+  std::vector<int> mixed_first_, mixed_count_;  // per pos * max_mixed_ + option
+  int max_mixed_ = 0;
+  std::vector<int> xoff_, xcnt_;  // per state: the front of its mixed head stages
+  std::vector<Least> xleast_;
   std::vector<int> row_first_, row_count_;  // per pos * max_meshes_ + mesh
   int max_meshes_ = 0;
   Seconds bound_cap_ = std::numeric_limits<double>::quiet_NaN();  // the cap up_ holds

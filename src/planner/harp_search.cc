@@ -102,13 +102,17 @@ std::string explain_infeasible(const StageCosts& costs, const SearchOptions& opt
 // and at least one layer, so the stages needed can outnumber the layers. "" when not.
 std::string too_few_layers(const StageCosts& costs, const SearchOptions& options) {
   if (options.allow_idle_devices) return "";
-  std::int64_t stages = 0;
+  std::int64_t stages = 0, devices = 0, widest = 1;
   for (const auto& sub : costs.cluster().subclusters) {
     int tp = 1;
     while (tp * 2 <= sub.devices_per_node && (options.max_tp == 0 || tp * 2 <= options.max_tp)) tp *= 2;
     const std::int64_t per_stage = static_cast<std::int64_t>(costs.microbatch_size()) * tp;
     stages += (static_cast<std::int64_t>(sub.nodes) * sub.devices_per_node + per_stage - 1) / per_stage;
+    devices += static_cast<std::int64_t>(sub.nodes) * sub.devices_per_node;
+    widest = std::max(widest, per_stage);
   }
+  // A mixed stage holds devices of two subclusters: only the whole count bounds them.
+  if (options.mixed_stages) stages = (devices + widest - 1) / widest;
   if (stages <= costs.num_layers()) return "";
   return "every one of the " + std::to_string(costs.cluster().num_devices()) +
          " devices must be used, which takes at least " + std::to_string(stages) +

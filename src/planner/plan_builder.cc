@@ -4,15 +4,96 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include "harp/cost/comm_cost.h"
 #include "harp/plan/closed_form.h"
 
 namespace harp::planner {
 
-cluster::Link boundary_link(const cluster::Cluster& cluster, const Placement& a, const Placement& b) {
-  const auto& sub = cluster.subclusters.at(a.subcluster);
-  return cluster.link_for(a.subcluster, a.last_node(sub.devices_per_node), b.subcluster, b.first_node);
+namespace {
+
+// A placement's parts: (subcluster, first node, last node) of its own devices and, for
+// a mixed stage, of its second subcluster's.
+struct Part {
+  int sub, first_node, last_node;
+};
+std::vector<Part> parts_of(const cluster::Cluster& cluster, const Placement& p) {
+  std::vector<Part> out = {{p.subcluster, p.first_node, p.last_node(cluster.subclusters.at(p.subcluster).devices_per_node)}};
+  if (p.mixed())
+    out.push_back({p.second_subcluster, 0, (p.second_devices - 1) / cluster.subclusters.at(p.second_subcluster).devices_per_node});
+  return out;
+}
+
+// A mixed stage: its replicas' figures from the same split the search made.
+void fill_mixed(const StageCosts& costs, const Placement& pl, plan::Stage& s) {
+  const auto& cluster = costs.cluster();
+  const cost::MixedView v = cost::mixed_view(costs, pl.group());
+  const cost::MixedSplit split = v.split(pl.first_layer, pl.last_layer, pl.recompute);
+  s.shares = v.shares(split);
+  s.dp = pl.dp + pl.second_dp;
+  const int base = cluster.first_device_id(pl.second_subcluster);
+  for (int d = 0; d < pl.second_devices; ++d) s.devices.push_back(base + d);
+  const auto& a = cluster.device_of(pl.subcluster);
+  const auto& b = cluster.device_of(pl.second_subcluster);
+  for (int d = 0; d < s.dp; ++d) {
+    const bool in_b = d >= pl.dp;
+    s.replica_devices.push_back((in_b ? b : a).name);
+    s.replica_slowdowns.push_back((in_b ? b : a).emulated_slowdown);
+    s.replica_compute_s.push_back(v.replica_s(in_b, s.shares[d], pl.first_layer, pl.last_layer, pl.recompute));
+  }
+  if (std::all_of(s.replica_slowdowns.begin(), s.replica_slowdowns.end(), [](double f) { return f == 1.0; }))
+    s.replica_slowdowns.clear();
+  const StageFigures slowest = v.replica(!split.a_slowest, split.a_slowest ? split.share_a : split.share_b,
+                                         pl.first_layer, pl.last_layer, pl.recompute);
+  s.fwd_s = slowest.fwd_s;
+  s.bwd_s = slowest.bwd_s;
+  s.bwd_weight_s = slowest.bwd_weight_s;
+  s.allreduce_s = v.allreduce_s(pl.first_layer, pl.last_layer);
+  s.optimizer_s = v.optimizer_s(pl.first_layer, pl.last_layer);
+  for (bool in_b : {false, true})
+    s.weight_grad_bytes = std::max(s.weight_grad_bytes, v.replica(in_b, in_b ? split.share_b : split.share_a,
+                                                                  pl.first_layer, pl.last_layer, pl.recompute)
+                                                            .weight_grad_bytes);
+  s.cost_source = costs.stage_source(pl.subcluster, pl.first_layer, pl.last_layer, 1, pl.tp);
+}
+
+// A mixed stage's memory: the part with the least room left at its launch count.
+void mixed_memory(const StageCosts& costs, const Placement& pl, plan::Stage& s) {
+  const cost::MixedView v = cost::mixed_view(costs, pl.group());
+  const cost::MixedSplit split = v.split(pl.first_layer, pl.last_layer, pl.recompute);
+  double least_room = std::numeric_limits<double>::infinity();
+  for (bool in_b : {false, true}) {
+    const StageFigures f =
+        v.replica(in_b, in_b ? split.share_b : split.share_a, pl.first_layer, pl.last_layer, pl.recompute);
+    const Bytes usable = costs.usable_memory_bytes(in_b ? pl.second_subcluster : pl.subcluster);
+    const double room = usable - f.memory_bytes(s.launch_count);
+    if (room < least_room) {
+      least_room = room;
+      s.memory_static_bytes = f.static_bytes;
+      s.activation_bytes = f.activation_bytes;
+      s.usable_memory_bytes = usable;
+    }
+  }
+  s.memory_bytes = s.memory_static_bytes + s.launch_count * s.activation_bytes;
+}
+
+}  // namespace
+
+Boundary boundary(const cluster::Cluster& cluster, const Placement& a, const Placement& b, Bytes bytes) {
+  Boundary out;
+  for (const Part& x : parts_of(cluster, a))
+    for (const Part& y : parts_of(cluster, b)) {
+      const cluster::Link link = x.sub == y.sub ? cluster.link_for(x.sub, x.last_node, y.sub, y.first_node)
+                                                : cluster.path_link(x.sub, y.sub);
+      const Seconds t = cost::p2p_s(bytes, link);
+      if (t > out.comm_s) {  // bytes > 0: the first pair sets it
+        out.comm_s = t;
+        out.latency_s = link.latency_s;
+      }
+      out.crosses_nodes = out.crosses_nodes || x.sub != y.sub || x.last_node != y.first_node;
+    }
+  return out;
 }
 
 plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& placements,
@@ -45,27 +126,29 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
                      pl.first_local;
     for (int d = 0; d < pl.devices; ++d) s.devices.push_back(base + d);
     s.recompute = pl.recompute;
-    s.zero = pl.dp > 1 ? pl.zero : 0;
-    StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp, pl.recompute, s.zero);
-    s.fwd_s = f.fwd_s;
-    s.bwd_s = f.bwd_s;
-    s.bwd_weight_s = f.bwd_weight_s;
-    s.weight_grad_bytes = f.weight_grad_bytes;
-    s.usable_memory_bytes = costs.usable_memory_bytes(pl.subcluster);
-    s.allreduce_s = f.allreduce_s;
-    s.optimizer_s = f.optimizer_s;
-    s.memory_static_bytes = f.static_bytes;
-    s.activation_bytes = f.activation_bytes;
-    s.cost_source = costs.stage_source(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);
+    s.zero = pl.dp > 1 && !pl.mixed() ? pl.zero : 0;
+    if (pl.mixed()) {
+      fill_mixed(costs, pl, s);  // its memory once its launch count is known
+    } else {
+      StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp, pl.recompute, s.zero);
+      s.fwd_s = f.fwd_s;
+      s.bwd_s = f.bwd_s;
+      s.bwd_weight_s = f.bwd_weight_s;
+      s.weight_grad_bytes = f.weight_grad_bytes;
+      s.usable_memory_bytes = costs.usable_memory_bytes(pl.subcluster);
+      s.allreduce_s = f.allreduce_s;
+      s.optimizer_s = f.optimizer_s;
+      s.memory_static_bytes = f.static_bytes;
+      s.activation_bytes = f.activation_bytes;
+      s.cost_source = costs.stage_source(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);
+    }
     if (i + 1 < S) {
-      const Placement& next = placements[i + 1];
-      cluster::Link link = boundary_link(cluster, pl, next);
       s.comm_bytes = costs.cut_bytes(pl.last_layer - 1);
       s.cut_shape = costs.layers()[pl.last_layer - 1].output_shape;
-      s.comm_s = cost::p2p_s(s.comm_bytes, link);
-      s.comm_latency_s = s.comm_bytes > 0 ? link.latency_s : 0;
-      s.crosses_nodes = next.subcluster != pl.subcluster ||
-                        next.first_node != pl.last_node(sub.devices_per_node);
+      const Boundary link = boundary(cluster, pl, placements[i + 1], s.comm_bytes);
+      s.comm_s = link.comm_s;
+      s.comm_latency_s = link.latency_s;
+      s.crosses_nodes = link.crosses_nodes;
     } else {
       s.crosses_nodes = false;
     }
@@ -99,6 +182,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     p.stages[i].launch_count = n[i];
     p.stages[i].memory_bytes =
         p.stages[i].memory_static_bytes + n[i] * p.stages[i].activation_bytes;
+    if (placements[i].mixed()) mixed_memory(costs, placements[i], p.stages[i]);
   }
   return p;
 }
@@ -106,7 +190,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
 void cap_launch_counts_to_memory(const StageCosts& costs, plan::Plan& plan) {
   int previous = plan.microbatches;
   for (auto& s : plan.stages) {
-    const Bytes room = costs.usable_memory_bytes(s.subcluster) - s.memory_static_bytes;
+    const Bytes room = usable_bytes(costs, s) - s.memory_static_bytes;
     const double fit = s.activation_bytes > 0 ? std::max(1.0, std::floor(room / s.activation_bytes))
                                               : static_cast<double>(s.launch_count);
     const int fits = static_cast<int>(std::min(fit, static_cast<double>(s.launch_count)));
@@ -120,7 +204,7 @@ Status check_memory(const StageCosts& costs, const plan::Plan& plan) {
   for (int i = 0; i < plan.num_stages(); ++i) {
     const auto& s = plan.stages[i];
     const auto& device = costs.cluster().device_of(s.subcluster);
-    Bytes usable = costs.usable_memory_bytes(s.subcluster);
+    Bytes usable = usable_bytes(costs, s);
     if (s.memory_bytes <= usable) continue;
     char buf[512];
     std::snprintf(buf, sizeof buf,

@@ -26,6 +26,7 @@ SearchOptions search_options(const PlanRequest& r, const job::PlannerConfig& job
   s.max_tp = r.max_tp.value_or(job.max_tp);
   s.allow_idle_devices = r.allow_idle_devices.value_or(job.allow_idle_devices);
   s.fixed_order = r.fixed_order.value_or(job.fixed_order);
+  s.mixed_stages = r.mixed_stages.value_or(job.mixed_stages);
   s.schedule_in_search = r.schedule_in_search.value_or(job.schedule_in_search);
   s.progress = r.progress;
   if (r.schedule) s.candidates = kScheduleCandidates;

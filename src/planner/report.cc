@@ -11,6 +11,30 @@
 namespace harp::planner {
 namespace {
 
+// Device ids, runs of consecutive ones as first-last: "0, 4-5".
+std::string join_ids(const std::vector<int>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size();) {
+    size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    out += (out.empty() ? "" : ", ") + (j == i ? std::to_string(ids[i]) : fmt("%d-%d", ids[i], ids[j]));
+    i = j + 1;
+  }
+  return out;
+}
+
+// A mixed stage's replicas by device type, in order: "1 x A100 + 2 x V100".
+std::string join_devices(const std::vector<std::string>& devices) {
+  std::string out;
+  for (size_t i = 0; i < devices.size();) {
+    size_t j = i;
+    while (j < devices.size() && devices[j] == devices[i]) ++j;
+    out += (out.empty() ? "" : " + ") + fmt("%d x ", static_cast<int>(j - i)) + devices[i];
+    i = j;
+  }
+  return out;
+}
+
 void write_stages(const plan::Plan& p, const StageCosts& costs, std::ostream& out) {
   Table t({"stage", "subcluster", "devices", "layers", "dp x tp", "recompute", "N", "fwd", "bwd", "comm",
            "memory / usable", "costs"});
@@ -19,12 +43,20 @@ void write_stages(const plan::Plan& p, const StageCosts& costs, std::ostream& ou
     const auto& dev = costs.cluster().device_of(s.subcluster);
     std::string devs = s.devices.size() == 1 ? std::to_string(s.devices[0])
                                              : fmt("%d-%d", s.devices.front(), s.devices.back());
-    t.add({std::to_string(i), s.subcluster_name + " (" + dev.name + ")", devs,
-           fmt("[%d, %d)", s.first_layer, s.last_layer), fmt("%d x %d", s.dp, s.tp) + (s.zero > 0 ? fmt(", ZeRO-%d", s.zero) : std::string()),
+    if (s.devices.size() > 1 && s.devices.back() - s.devices.front() + 1 != static_cast<int>(s.devices.size()))
+      devs = join_ids(s.devices);
+    std::string where = s.subcluster_name + " (" + dev.name + ")";
+    std::string mesh = fmt("%d x %d", s.dp, s.tp) + (s.zero > 0 ? fmt(", ZeRO-%d", s.zero) : std::string());
+    if (s.mixed()) where = join_devices(s.replica_devices);
+    if (!s.shares.empty()) {
+      mesh += ", shares";
+      for (size_t d = 0; d < s.shares.size(); ++d) mesh += (d == 0 ? " " : ":") + std::to_string(s.shares[d]);
+    }
+    t.add({std::to_string(i), where, devs, fmt("[%d, %d)", s.first_layer, s.last_layer), mesh,
            recompute_name(s.recompute), std::to_string(s.launch_count), fmt_time(s.fwd_s), fmt_time(s.bwd_s),
            i + 1 < p.num_stages() ? fmt_time(s.comm_s) : "-",
            fmt("%.1f / %.1f GiB", bytes_to_gib(s.memory_bytes),
-               bytes_to_gib(costs.usable_memory_bytes(s.subcluster))),
+               bytes_to_gib(usable_bytes(costs, s))),
            s.cost_source});
   }
   t.print(out);

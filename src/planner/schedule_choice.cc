@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "harp/common/format.h"
+#include "harp/planner/plan_builder.h"
 #include "harp/schedule/generators.h"
 #include "harp/schedule/lower_plan.h"
 #include "harp/schedule/zero_bubble.h"
@@ -57,7 +58,7 @@ std::vector<ScheduleOption> weigh_schedules(const plan::Plan& plan, const cost::
       o.peak_bytes = std::max(o.peak_bytes, peak);
       const int sub = p.stages[i].subcluster;
       if (sub < 0 || !o.fits) continue;
-      const Bytes usable = costs.usable_memory_bytes(sub);
+      const Bytes usable = usable_bytes(costs, p.stages[i]);
       if (peak > usable) {
         o.fits = false;
         o.why = "stage " + std::to_string(i) + " needs " + fmt_bytes(peak) + " of " + fmt_bytes(usable);

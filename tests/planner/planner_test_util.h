@@ -76,7 +76,9 @@ inline std::string describe_plan(const StageCosts& costs, const std::vector<Plac
     const plan::Stage& st = p.stages[i];
     s << "  stage " << i << ": layers [" << pl.first_layer << ", " << pl.last_layer << ") sub "
       << pl.subcluster << " node " << pl.first_node << " local " << pl.first_local << " devices "
-      << pl.devices << " dp " << pl.dp << " tp " << pl.tp << " recompute " << recompute_name(pl.recompute) << " | t " << st.compute_s() << " c "
+      << pl.devices << " dp " << pl.dp << " tp " << pl.tp;
+    if (pl.mixed()) s << " + sub " << pl.second_subcluster << " devices " << pl.second_devices << " dp " << pl.second_dp;
+    s << " recompute " << recompute_name(pl.recompute) << " | t " << st.compute_s() << " c "
       << st.comm_s << " ar+opt " << st.allreduce_s + st.optimizer_s << " N " << st.launch_count
       << " mem " << st.memory_bytes / kGiB << " GiB\n";
   }

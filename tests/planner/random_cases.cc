@@ -34,7 +34,7 @@ std::string describe_case(const RandomCase& rc) {
 // The memory of the user devices SmallA/SmallB is sized from the model itself (a
 // fraction of its state plus a few microbatches of activations), so that it binds for
 // some placements and not others.
-RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recompute, bool zero) {
+RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recompute, bool zero, bool mixed) {
   std::mt19937 rng(seed);
   auto uni = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -48,14 +48,14 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recomp
   const bool tight_memory = regime == 1 || regime == 3;
   const bool slow_links = regime == 2 || regime == 3;
 
-  const int C = 1 + std::discrete_distribution<int>({interplay_only ? 0.0 : 1.0, 3.0, recompute ? 0.0 : 3.0})(rng);
+  const int C = 1 + std::discrete_distribution<int>({interplay_only || mixed ? 0.0 : 1.0, 3.0, recompute ? 0.0 : 3.0})(rng);
   // Three subclusters in every order with idle devices make the most plans: one layer
   // fewer keeps the brute force's worst case near a hundred thousand plans. Every stage's
   // recomputation mode multiplies them again: at most 2 subclusters and 5 layers then.
   const int L = pick(2, recompute ? 5 : C == 3 ? 6 : 7);
   // dp must divide the microbatch: with 1 sample every mesh is one device, and with
   // every device used most clusters cannot be covered, so 1 is drawn less often.
-  rc.microbatch_size = std::vector<int>{1, 2, 2, 4, 4}[pick(0, 4)];
+  rc.microbatch_size = mixed ? pick(2, 4) : std::vector<int>{1, 2, 2, 4, 4}[pick(0, 4)];
   double model_state = 0, model_act = 0;
   for (int i = 0; i < L; ++i) {
     StageCosts::LayerBytes b;
@@ -132,7 +132,8 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recomp
   for (const std::string& kind : used_kinds) {
     const double speed = uni(0.3, 3);
     const double alpha = uni(0.6, 1.0);
-    for (int samples = 1; samples <= rc.microbatch_size; samples *= 2) {
+    // Mixed stages' replicas take any share: times for every sample count then.
+    for (int samples = 1; samples <= rc.microbatch_size; samples = mixed ? samples + 1 : samples * 2) {
       StageCosts::LayerTimes t;
       const double scale = speed * std::pow(static_cast<double>(samples) / rc.microbatch_size, alpha);
       for (int i = 0; i < L; ++i) {
@@ -152,7 +153,8 @@ RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recomp
 
   // B < 3 clamps every launch count to at most 2, hiding δ; keep it to one case in ten.
   rc.options.microbatches = chance(0.1) ? pick(1, 2) : pick(3, 12);
-  rc.options.allow_idle_devices = chance(0.6);
+  rc.options.allow_idle_devices = !mixed && chance(0.6);
+  rc.options.mixed_stages = mixed;
   rc.options.fixed_order = C == 1 || chance(0.5);
   rc.options.schedule = chance(0.8) ? plan::ScheduleKind::kHarp1F1B : plan::ScheduleKind::k1F1B;
   if (recompute) {

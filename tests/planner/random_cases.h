@@ -28,7 +28,9 @@ std::string describe_case(const RandomCase& rc);
 // (δ = 2 or 3, whose extra launch counts then meet the memory limit), and both at once.
 // `interplay_only`: slow links with tight memory only; `recompute`: blocks, kept inputs
 // and attention scores, with the stages' recomputation modes searched; `zero`: sharded
-// optimizer state, forced or chosen per stage.
-RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recompute, bool zero = false);
+// optimizer state, forced or chosen per stage; `mixed`: mixed stages searched (times for
+// every sample count, every device used, subclusters of different device types).
+RandomCase make_random_case(std::uint32_t seed, bool interplay_only, bool recompute, bool zero = false,
+                            bool mixed = false);
 
 }  // namespace harp::planner::testutil

@@ -14,12 +14,7 @@ namespace {
 
 bool is_power_of_two(int x) { return x > 0 && (x & (x - 1)) == 0; }
 
-bool same_placement(const Placement& a, const Placement& b) {
-  return a.subcluster == b.subcluster && a.first_node == b.first_node &&
-         a.first_local == b.first_local && a.devices == b.devices && a.dp == b.dp &&
-         a.tp == b.tp && a.first_layer == b.first_layer && a.last_layer == b.last_layer &&
-         a.recompute == b.recompute && a.zero == b.zero;
-}
+bool same_placement(const Placement& a, const Placement& b) { return a == b; }
 
 class Enumerator {
  public:
@@ -94,6 +89,43 @@ class Enumerator {
         pipeline_.push_back(p);
         fill_subcluster(pos, sub, offset + m.devices, last);
         pipeline_.pop_back();
+      }
+    }
+    fill_mixed(pos, sub, offset, layer);
+  }
+
+  // A mixed stage: the rest of `sub`'s devices (from `offset`) as part A and the first
+  // devices of the next subcluster of the order (linked to it) as part B, at one tp; the
+  // pipeline goes on in the next subcluster after part B.
+  void fill_mixed(int pos, int sub, int offset, int layer) {
+    if (!options_.mixed_stages || options_.allow_idle_devices || pos + 1 >= num_subclusters()) return;
+    const int next = order_[pos + 1];
+    if (!cluster_.link_between(sub, next).has_value()) return;
+    const auto& sc = cluster_.subclusters[sub];
+    const int D = sc.num_devices();
+    for (const MeshShape& a : shapes_at(costs_, options_, sub, offset, D - offset, false)) {
+      if (offset + a.devices != D) continue;
+      for (const MeshShape& b : shapes_at(costs_, options_, next, 0, cluster_.subclusters[next].num_devices(), false)) {
+        if (b.tp != a.tp || !cost::has_mixed(costs_, {sub, a.dp, next, b.dp, a.tp})) continue;
+        for (int last = layer + 1; last <= num_layers(); ++last)
+          for (Recompute r : options_.recompute) {
+            Placement p;
+            p.subcluster = sub;
+            p.first_node = offset / sc.devices_per_node;
+            p.first_local = offset % sc.devices_per_node;
+            p.devices = a.devices;
+            p.dp = a.dp;
+            p.tp = a.tp;
+            p.first_layer = layer;
+            p.last_layer = last;
+            p.recompute = r;
+            p.second_subcluster = next;
+            p.second_devices = b.devices;
+            p.second_dp = b.dp;
+            pipeline_.push_back(p);
+            fill_subcluster(pos + 1, next, b.devices, last);
+            pipeline_.pop_back();
+          }
       }
     }
   }
@@ -175,6 +207,11 @@ class Enumerator {
 
 std::vector<MeshShape> meshes_at(const StageCosts& costs, const SearchOptions& options, int sub,
                                  int offset, int free_devices) {
+  return shapes_at(costs, options, sub, offset, free_devices, true);
+}
+
+std::vector<MeshShape> shapes_at(const StageCosts& costs, const SearchOptions& options, int sub, int offset,
+                                 int free_devices, bool even_split) {
   const auto& sc = costs.cluster().subclusters[sub];
   const int dpn = sc.devices_per_node;
   struct Size {
@@ -199,7 +236,7 @@ std::vector<MeshShape> meshes_at(const StageCosts& costs, const SearchOptions& o
       if (options.max_tp > 0 && tp > options.max_tp) break;
       if (s.devices % tp != 0 || (s.whole_nodes && dpn % tp != 0)) continue;
       const int dp = s.devices / tp;
-      if (costs.microbatch_size() % dp != 0 || !costs.has(sub, dp, tp)) continue;
+      if (even_split && (costs.microbatch_size() % dp != 0 || !costs.has(sub, dp, tp))) continue;
       out.push_back({s.devices, dp, tp});
     }
   }

@@ -33,7 +33,7 @@ struct BruteForceResult {
 
 // Minimises T over the search space that harp_search.h defines, for `options`
 // (microbatches, max_tp, allow_idle_devices, fixed_order, schedule, recompute: every
-// combination of the stages' modes; progress is
+// combination of the stages' modes; mixed_stages: every mixed stage; progress is
 // never called). When `probe` is given, also reports whether that exact plan is enumerated.
 // REQUIRES: options.microbatches >= 1; a small problem (it is exponential).
 BruteForceResult brute_force_search(const StageCosts& costs, const SearchOptions& options,
@@ -65,5 +65,9 @@ struct MeshShape {
 };
 std::vector<MeshShape> meshes_at(const StageCosts& costs, const SearchOptions& options, int sub,
                                  int offset, int free_devices);
+// The same shapes without the even split's rule (dp divides the microbatch, times for
+// microbatch_size / dp): a part of a mixed stage, whose replicas take uneven shares.
+std::vector<MeshShape> shapes_at(const StageCosts& costs, const SearchOptions& options, int sub, int offset,
+                                 int free_devices, bool even_split);
 
 }  // namespace harp::planner::reference

@@ -159,8 +159,14 @@ class StageCosts {
   // Activation bytes per sample (before the tp split) that layers [first, last) keep
   // per in-flight microbatch under `recompute` (layer_costs.h, LayerBytes).
   Bytes kept_bytes(int first, int last, Recompute recompute) const;
+  // One replica of `sub` running `samples` samples of each microbatch at `tp`, alone
+  // (no all-reduce, no ZeRO): a part of a mixed stage (mixed_stage.h).
+  // REQUIRES: has_samples(sub, samples, tp).
+  RangeView replica_view(int sub, int samples, int tp) const;
   // REQUIRES: has(sub, dp, tp).
   RangeView view(int sub, int dp, int tp, int zero = 0) const;
+  // Parameter bytes of layers [first, last) (fp16 convention, LayerBytes::param_bytes).
+  Bytes param_bytes(int first, int last) const { return param_prefix_[last] - param_prefix_[first]; }
   // Bytes crossing a cut after layer `layer` for one microbatch.
   Bytes cut_bytes(int layer) const { return layers_[layer].output_bytes * microbatch_size_; }
   Bytes usable_memory_bytes(int sub) const;
@@ -188,6 +194,8 @@ class StageCosts {
     CostSource base = CostSource::kAnalytic;  // the source of the other layers
   };
   const Prefix* prefix(int sub, int samples, int tp) const;
+  // A view of one replica running `samples` at `tp` (dp 1, no all-reduce yet).
+  RangeView view_of(int sub, int samples, int tp) const;
   void build_byte_prefixes();
   void set_byte_views(RangeView* v) const;
 

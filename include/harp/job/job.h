@@ -29,6 +29,7 @@ struct PlannerConfig {
   int max_tp = 0;                   // largest tp degree; 0: the largest power of two in a node
   bool allow_idle_devices = false;  // the plan may leave devices unused
   bool fixed_order = true;          // false: search the order of the subclusters too
+  bool mixed_stages = false;        // also stages of two device types (planner::SearchOptions)
   bool schedule_in_search = true;   // search_schedule: harp-1f1b (true) or 1f1b (the ablation)
 };
 

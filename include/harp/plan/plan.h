@@ -93,6 +93,14 @@ struct Stage {
   // Per data-parallel replica when they are of different device types (with `shares`):
   // each replica's own factor; empty: emulated_slowdown for every replica.
   std::vector<double> replica_slowdowns;
+  // A mixed stage (replicas of several device types, after Sailor's mixed data-parallel
+  // groups): per replica its device type and its compute per microbatch (fwd + bwd at its
+  // share); fwd_s and bwd_s are the slowest replica's, and memory_static_bytes,
+  // activation_bytes and usable_memory_bytes those of the replica with the least room
+  // left at launch_count. Empty: every replica is `device`.
+  std::vector<std::string> replica_devices;
+  std::vector<Seconds> replica_compute_s;
+  bool mixed() const { return !replica_devices.empty(); }
   double slowdown_of(int d) const {
     return replica_slowdowns.empty() ? emulated_slowdown : replica_slowdowns[static_cast<size_t>(d)];
   }

@@ -48,6 +48,11 @@ struct SearchOptions {
   // The ZeRO levels a stage with dp > 1 may use (runtime/exec/zero.h): {0}: none; one
   // level: every such stage; several: the search picks per stage (a mesh per level).
   std::vector<int> zero = {0};
+  // Also search mixed stages (cost/mixed_stage.h): a stage whose data-parallel replicas
+  // are of two device types, the rest of one subcluster's devices and the first of the
+  // next one's, each taking a share of every microbatch by its speed. Only when every
+  // device is used (allow_idle_devices false).
+  bool mixed_stages = false;
   // Also return up to this many distinct plans the search met on its way (each period's
   // best that fits), fastest closed form first: the plans `--schedule` weighs, since a
   // split schedule may make another period's best the fastest (schedule_choice.h).

@@ -9,6 +9,7 @@
 
 #include "harp/common/status.h"
 #include "harp/plan/plan.h"
+#include "harp/cost/mixed_stage.h"
 #include "harp/cost/stage_costs.h"
 
 namespace harp::planner {
@@ -31,14 +32,23 @@ struct Placement {
   int first_layer = 0, last_layer = 0;  // [first, last)
   Recompute recompute = Recompute::kNone;
   int zero = 0;  // ZeRO level (runtime/exec/zero.h); 0 when dp is 1
+  // A mixed stage (cost/mixed_stage.h): after these dp replicas, `second_dp` more at the
+  // same tp on the first `second_devices` devices of subcluster `second_subcluster`, the
+  // next in the pipeline's order; -1: a stage of one device type.
+  int second_subcluster = -1;
+  int second_devices = 0, second_dp = 0;
 
+  bool mixed() const { return second_subcluster >= 0; }
+  cost::MixedGroup group() const { return {subcluster, dp, second_subcluster, second_dp, tp}; }
   int last_node(int devices_per_node) const {
     return first_node + (first_local + devices - 1) / devices_per_node;
   }
   bool operator==(const Placement& o) const {
     return subcluster == o.subcluster && first_node == o.first_node && first_local == o.first_local &&
            devices == o.devices && dp == o.dp && tp == o.tp && first_layer == o.first_layer &&
-           last_layer == o.last_layer && recompute == o.recompute && zero == o.zero;
+           last_layer == o.last_layer && recompute == o.recompute && zero == o.zero &&
+           second_subcluster == o.second_subcluster && second_devices == o.second_devices &&
+           second_dp == o.second_dp;
   }
 };
 
@@ -52,8 +62,15 @@ struct BuildOptions {
   int uniform_zero = 0;  // the uniform baseline's ZeRO level on its stages with dp > 1
 };
 
-// The link a transfer from placement `a` to the next placement `b` crosses.
-cluster::Link boundary_link(const cluster::Cluster& cluster, const Placement& a, const Placement& b);
+// The transfer of `bytes` from placement `a` to the next placement `b`: over the slowest
+// of the links between their parts (a mixed stage has two: every part of `a` sends to
+// every part of `b` that holds its samples, and the microbatch waits for the last), the
+// latency of that link, and whether any of them leaves a node.
+struct Boundary {
+  Seconds comm_s = 0, latency_s = 0;
+  bool crosses_nodes = false;
+};
+Boundary boundary(const cluster::Cluster& cluster, const Placement& a, const Placement& b, Bytes bytes);
 
 // Builds the plan. Launch counts follow the schedule kind (δ rule with the plan's own
 // period for harp-1f1b). Memory is computed but not enforced: check_memory reports it.
@@ -66,6 +83,12 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
 // without HARP's counts and given them afterwards (SearchOptions::schedule_in_search).
 // check_memory reports a stage that cannot hold even one.
 void cap_launch_counts_to_memory(const StageCosts& costs, plan::Plan& plan);
+
+// What one device of the stage may hold: the stage's own figure where the plan gives one
+// (a mixed stage's is its binding replica's), else its subcluster's usable memory.
+inline Bytes usable_bytes(const StageCosts& costs, const plan::Stage& s) {
+  return s.usable_memory_bytes > 0 ? s.usable_memory_bytes : costs.usable_memory_bytes(s.subcluster);
+}
 
 // Infeasible naming the first stage whose device memory is exceeded (needed vs usable,
 // and what would help); ok if every stage fits.

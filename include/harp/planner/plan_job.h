@@ -29,6 +29,7 @@ struct PlanRequest {
   std::optional<int> max_tp;
   std::optional<bool> allow_idle_devices;
   std::optional<bool> fixed_order;
+  std::optional<bool> mixed_stages;
   std::optional<bool> schedule_in_search;
   // none | selective | full | auto (common/recompute.h); unset: the job's
   // planner.recompute (none for cost tables).

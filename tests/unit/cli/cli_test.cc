@@ -296,6 +296,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp plan --max-tp",
       "harp plan --allow-idle-devices",
       "harp plan --fixed-order",
+      "harp plan --mixed-stages",
       "harp plan --search-schedule",
       "harp plan --recompute",
       "harp plan --zero",

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "harp/cost/compute_cost.h"
+#include "harp/cost/mixed_stage.h"
 #include "harp/cost/stage_costs.h"
 #include "harp/job/job.h"
 #include "harp/plan/plan_io.h"
@@ -152,6 +153,44 @@ TEST(StageCosts, ReplicaTimesAtEverySampleCountAndTheBestMixedShares) {
   EXPECT_EQ(split->shares[0] + split->shares[1], mbs);
   EXPECT_LT(split->shares[0], split->shares[1]) << "the A100 takes more than the V100";
   EXPECT_LT(split->slowest_s, std::max(t(0, mbs / 2), t(1, mbs / 2))) << "better than the even split";
+}
+
+// A mixed stage's split (two parts, each even inside) against the general exact split
+// over every replica (best_mixed_shares); its all-reduce is a ring over every replica on
+// the slowest link among them, here the 8 Gbit/s link between the subclusters.
+TEST(MixedView, SplitMatchesTheExactSplitOverEveryReplica) {
+  auto c = test_cluster();
+  auto m = model::load_model("gpt-350m");
+  AnalyticCosts src(*m, CostConfig{});
+  const int mbs = 8;
+  StageCosts sc = StageCosts::build(c, src, mbs, 1, CostConfig{});
+  for (auto [da, db] : {std::pair{1, 1}, {1, 2}, {2, 1}, {1, 3}, {3, 2}, {2, 6}}) {
+    const cost::MixedGroup g{0, da, 1, db, 1};
+    ASSERT_TRUE(cost::has_mixed(sc, g));
+    const cost::MixedView v = cost::mixed_view(sc, g);
+    std::vector<std::pair<int, int>> replicas(da, {0, 1});
+    replicas.insert(replicas.end(), db, {1, 1});
+    for (auto [first, last] : {std::pair{0, 3}, {1, 9}, {4, 5}}) {
+      const cost::MixedSplit split = v.split(first, last);
+      const auto exact = sc.best_mixed_shares(replicas, first, last);
+      ASSERT_TRUE(exact.has_value());
+      EXPECT_DOUBLE_EQ(split.slowest_s, exact->slowest_s) << da << "+" << db << " on [" << first << ", " << last << ")";
+      const std::vector<int> shares = v.shares(split);
+      ASSERT_EQ(static_cast<int>(shares.size()), da + db);
+      int sum = 0;
+      Seconds slowest = 0;
+      for (int d = 0; d < da + db; ++d) {
+        sum += shares[d];
+        EXPECT_GE(shares[d], 1);
+        slowest = std::max(slowest, v.replica_s(d >= da, shares[d], first, last, Recompute::kNone));
+      }
+      EXPECT_EQ(sum, mbs);
+      EXPECT_DOUBLE_EQ(slowest, split.slowest_s);
+    }
+    const double grads = sc.param_bytes(1, 3);
+    EXPECT_NEAR(v.allreduce_s(1, 3), ring_allreduce_s(grads, da + db, *c.link_between(0, 1)), 1e-12);
+  }
+  EXPECT_FALSE(cost::has_mixed(sc, {0, 4, 1, 5, 1})) << "more replicas than samples";
 }
 
 TEST(StageCosts, AllreduceUsesTheNodeLinkInsideANode) {
