@@ -28,7 +28,8 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   const double inf = std::numeric_limits<double>::infinity();
   std::vector<double> relaxed(K, std::nan(""));
   DpTable table(problem, threads);
-  double best = inf;
+  // A plan to beat (DpProblem::incumbent_s; infinity when none) prunes from the start.
+  double best = problem.incumbent_s * (1 + 1e-12);
 
   BuildOptions build;
   build.microbatches = problem.B;

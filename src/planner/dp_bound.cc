@@ -57,6 +57,8 @@ void DpTable::bound_upstream(Seconds cap) {
   std::fill(down_.begin(), down_.end(), inf);
   std::fill(up_e_.begin(), up_e_.end(), inf);
   std::fill(down_e_.begin(), down_e_.end(), inf);
+  std::fill(xup_.begin(), xup_.end(), inf);
+  std::fill(xup_e_.begin(), xup_e_.end(), inf);
   const int C = p_.C;
   for (int l = 0; l < p_.L; ++l) {
     // up_ at layer l from the parts that end there (down_ at l is final: stages end later
@@ -89,8 +91,8 @@ void DpTable::bound_upstream(Seconds cap) {
               best_e = std::min(best_e, ended_e);
             }
         }
-        up_[at(l, pos, o)] = best;
-        up_e_[at(l, pos, o)] = best_e;
+        up_[at(l, pos, o)] = std::min(best, xup_[at(l, pos, o)]);
+        up_e_[at(l, pos, o)] = std::min(best_e, xup_e_[at(l, pos, o)]);
       }
     }
     // Stages that start at l.

@@ -78,6 +78,7 @@ void DpTable::build_mixed_rows(int l, Seconds cap) {
         }
         if (t_min > cap) break;
         row.e = v.end_s(l, l1);
+        if (p_.beaten(t_min, row.e)) break;  // nor any longer one: both grow with l1
         mixed_rows_.push_back(row);
       }
       mixed_count_[slot] = static_cast<int>(mixed_rows_.size()) - mixed_first_[slot];
@@ -158,7 +159,6 @@ void DpTable::fill_mixed_heads(int l, int pos, int u, Seconds cap, double prune_
 
 void DpTable::bound_mixed(int l, Seconds cap) {
   if (!p_.any_mixed) return;
-  const size_t stride = static_cast<size_t>(p_.C) * (p_.max_devices + 1);  // one layer on
   for (int pos = 0; pos + 1 < p_.C; ++pos)
     for (size_t k = 0; k < p_.mixed[pos].size(); ++k) {
       const DpMixed& x = p_.mixed[pos][k];
@@ -168,12 +168,35 @@ void DpTable::bound_mixed(int l, Seconds cap) {
       if (!std::isfinite(base)) continue;
       const int slot = pos * max_mixed_ + static_cast<int>(k);
       const MixedRow* rows = mixed_rows_.data() + mixed_first_[slot];
-      double* end = &down_[at(l + 1, pos + 1, x.devices_b)];
-      double* end_e = &down_e_[at(l + 1, pos + 1, x.devices_b)];
+      const int pos1 = pos + 1, D1 = p_.devices[pos1];
+      const bool inter_b = x.devices_b % p_.devices_per_node[pos1] == 0;
       for (int i = 0; i < mixed_count_[slot]; ++i) {
         if (rows[i].t_fits > cap) continue;
-        end[i * stride] = std::min(end[i * stride], base + rows[i].t_fits);
-        end_e[i * stride] = std::min(end_e[i * stride], std::max(base_e, rows[i].e));
+        const int l1 = l + 1 + i;
+        const double t = base + rows[i].t_fits, e = std::max(base_e, rows[i].e);
+        auto land = [&](std::vector<double>& sum, std::vector<double>& ee, int at_index) {
+          sum[at_index] = std::min(sum[at_index], t);
+          ee[at_index] = std::min(ee[at_index], e);
+        };
+        if (l1 == p_.L) {  // the pipeline ends with it
+          if (x.devices_b == D1) land(down_, down_e_, at(l1, pos1, D1));
+          continue;
+        }
+        // The link out of it, as a regular next head sees it (a mixed one pays more).
+        Seconds c;
+        int next = pos1, next_o = x.devices_b;
+        if (x.devices_b < D1) {
+          c = std::max(p_.cut_s(pos, pos1, true, l1 - 1), p_.cut_s(pos1, pos1, inter_b, l1 - 1));
+        } else {
+          if (pos1 + 1 >= p_.C) continue;
+          next = pos1 + 1;
+          next_o = 0;
+          c = std::max(p_.cut_s(pos, next, true, l1 - 1), p_.cut_s(pos1, next, true, l1 - 1));
+        }
+        if (c > cap) continue;
+        const int a = at(l1, next, next_o);
+        xup_[a] = std::min(xup_[a], t + 2 * c);
+        xup_e_[a] = std::min(xup_e_[a], e);
       }
     }
 }

@@ -101,6 +101,8 @@ std::vector<Seconds> candidate_caps(const DpProblem& p) {
           if (x.view.static_bytes(false, 1, l, l1, Recompute::kNone) > p.usable[pos] ||
               x.view.static_bytes(true, 1, l, l1, Recompute::kNone) > p.usable[pos + 1])
             break;
+          const Seconds e = x.view.end_s(l, l1);
+          if (p.beaten(x.view.split(l, l1).slowest_s, e)) break;
           for (Recompute r : p.recompute) caps.push_back(x.view.split(l, l1, r).slowest_s);
         }
     if (p.any_mixed)
@@ -123,16 +125,25 @@ Seconds min_feasible_period_bound(const DpProblem& p) {
     Seconds cheapest = std::numeric_limits<double>::infinity();
     for (int pos = 0; pos < p.C; ++pos) {
       for (const DpMesh& m : p.meshes[pos]) cheapest = std::min(cheapest, m.view.compute_s(l, l + 1));
-      for (const DpMixed& x : p.mixed[pos]) cheapest = std::min(cheapest, x.view.split(l, l + 1).slowest_s);
+      for (const DpMixed& x : p.mixed[pos]) {
+        const Seconds t = x.view.split(l, l + 1).slowest_s;
+        if (!p.beaten(t, x.view.end_s(l, l + 1))) cheapest = std::min(cheapest, t);
+      }
     }
     bound = std::max(bound, cheapest);
   }
   // With every device used, the pipeline crosses each link between consecutive
-  // subclusters at some cut (a mixed stage can span one without a cut).
-  if (!p.allow_idle && !p.any_mixed)
+  // subclusters at some cut, or a mixed stage spans the two (and lasts at least as long
+  // as the cheapest of them on one layer).
+  if (!p.allow_idle)
     for (int pos = 0; pos + 1 < p.C; ++pos) {
       Seconds cheapest = std::numeric_limits<double>::infinity();
       for (int l = 0; l + 1 < p.L; ++l) cheapest = std::min(cheapest, p.cut_cross_s[pos * p.C + pos + 1][l]);
+      for (const DpMixed& x : p.mixed[pos])
+        for (int l = 0; l < p.L; ++l) {
+          const Seconds t = x.view.split(l, l + 1).slowest_s;
+          if (!p.beaten(t, x.view.end_s(l, l + 1))) cheapest = std::min(cheapest, t);
+        }
       if (std::isfinite(cheapest)) bound = std::max(bound, cheapest);
     }
   return bound;
@@ -153,6 +164,8 @@ DpTable::DpTable(const DpProblem& problem, int threads) : p_(problem), lanes_(st
   down_.assign(up_.size(), 0.0);
   up_e_.assign(up_.size(), 0.0);
   down_e_.assign(up_.size(), 0.0);
+  xup_.assign(up_.size(), 0.0);
+  xup_e_.assign(up_.size(), 0.0);
   for (const auto& meshes : p_.meshes) max_meshes_ = std::max(max_meshes_, static_cast<int>(meshes.size()));
   row_first_.assign(static_cast<size_t>(p_.C) * max_meshes_, 0);
   row_count_.assign(row_first_.size(), 0);

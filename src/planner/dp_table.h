@@ -65,6 +65,11 @@ struct DpProblem {
   std::vector<std::vector<DpMixed>> mixed;
   std::vector<std::vector<Seconds>> cut_path_s;
   bool any_mixed = false;
+  // The T of the best plan without mixed stages (infinity: none). A plan holding a mixed
+  // stage M has T >= B t_M + e_M, so an M for which that reaches it cannot be part of a
+  // faster plan and is left out (rows and candidate periods).
+  double incumbent_s = std::numeric_limits<double>::infinity();
+  bool beaten(Seconds t, Seconds e) const { return B * t + e > incumbent_s * (1 + 1e-12); }
   const std::vector<Seconds>& path_cut(int p, int q) const { return cut_path_s[p * C + q]; }
   // The link time out of a part on position `from` to a stage part on `to` (>= from) at
   // cut l; inside one position, `inter` says whether it leaves the node.
@@ -215,6 +220,9 @@ class DpTable {
   std::vector<double> up_, down_;
   // The same for max(ar + opt): the smallest the upstream part's can be (on its own).
   std::vector<double> up_e_, down_e_;
+  // The upstream parts that end with a mixed stage, their link out included (bound_mixed),
+  // folded into up_ when its layer comes.
+  std::vector<double> xup_, xup_e_;
   // A stage's figures for one start layer, mesh and end (build_rows).
   struct Row {
     Seconds t[kRecomputeModes], t_min, t_fits, e;  // t_fits: fastest mode that holds one microbatch

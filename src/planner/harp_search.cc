@@ -186,9 +186,19 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   }
   HARP_RETURN_IF_ERROR(check_order_search(costs.cluster(), options.fixed_order));
   // Subcluster orders are independent problems: search them on all cores.
+  // Mixed stages: the search without them first. Its T bounds which mixed stages can be
+  // part of a faster plan (DpProblem::incumbent_s), and the faster plan of the two is kept.
+  std::optional<SearchResult> plain;
+  if (options.mixed_stages) {
+    SearchOptions o = options;
+    o.mixed_stages = false;
+    HARP_ASSIGN_OR_RETURN(SearchResult r, search_pipeline(costs, o));
+    plain = std::move(r);
+  }
   std::vector<DpProblem> problems;
   for (const auto& order : subcluster_orders(costs.cluster(), options.fixed_order)) {
     DpProblem problem = make_dp_problem(costs, order, options);
+    if (plain && plain->feasible) problem.incumbent_s = plain->iteration_s;
     if (problem.valid) problems.push_back(std::move(problem));
   }
   // Candidates of a harp search also come from the same search under standard 1F1B's
@@ -243,6 +253,16 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
       result.candidates = distinct_candidates(costs, found, harp_problems, result, b, options.candidates);
   } else {
     result.infeasible_reason = explain_infeasible(costs, options);
+  }
+  // The plan without mixed stages wins ties, and wins where the tied embedding's sync,
+  // added after the search (plan_builder.h), costs a mixed first stage more (its ring has
+  // more replicas): allowing mixed stages never gives a slower plan.
+  if (plain && plain->feasible &&
+      (!result.feasible || plain->plan.predicted.iteration_s <= result.plan.predicted.iteration_s)) {
+    plain->stats.caps_evaluated += result.stats.caps_evaluated;
+    plain->stats.dp_runs += result.stats.dp_runs;
+    plain->stats.states_visited += result.stats.states_visited;
+    result = std::move(*plain);
   }
   result.stats.wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -1,0 +1,145 @@
+// Mixed stages (a stage whose replicas are of two device types; cost/mixed_stage.h) from
+// the planner through the simulator: the stage's time is its slowest replica's, its
+// all-reduce a ring over its replicas on their slowest link, and the simulator's
+// iteration follows the closed form; the search takes a mixed stage where the two pools
+// share a fast link and B is small, and not where the link between them is slow.
+#include <gtest/gtest.h>
+
+#include "testutil/status.h"
+
+#include "harp/cluster/cluster_io.h"
+#include "harp/common/document.h"
+#include "harp/cost/comm_cost.h"
+#include "harp/plan/plan_io.h"
+#include "harp/planner/strategies.h"
+#include "harp/sim/run.h"
+
+namespace harp::planner {
+namespace {
+
+// One A100 beside two V100s (one node), a link between them of `gbps`, and a third pool
+// of one V100 behind a 10 Gbit/s link.
+cluster::Cluster three_pools(double gbps) {
+  const std::string yaml = "subclusters:\n"
+                           "  - {name: f, device: A100-80GB, nodes: 1, devices_per_node: 1}\n"
+                           "  - {name: s, device: V100-32GB, nodes: 1, devices_per_node: 2,\n"
+                           "     intra_node: {bandwidth_gbps: 200, latency_us: 5}}\n"
+                           "  - {name: x, device: V100-32GB, nodes: 1, devices_per_node: 1}\n"
+                           "links:\n"
+                           "  - {between: [f, s], bandwidth_gbps: " + std::to_string(gbps) + ", latency_ms: 0.01}\n"
+                           "  - {between: [s, x], bandwidth_gbps: 10, latency_ms: 0.1}\n";
+  auto doc = parse_yaml_text(yaml, "three.yaml");
+  auto c = cluster::parse_cluster(*doc, "three.yaml");
+  EXPECT_TRUE(c.ok()) << c.status().to_string();
+  return *c;
+}
+
+PlanningProblem problem(const cluster::Cluster& c, int microbatches, int microbatch_size) {
+  auto model = model::load_model("gpt-350m", 1);
+  EXPECT_TRUE(model.ok());
+  return problem_from_model(c, *model, cost::CostConfig{}, nullptr, microbatches, microbatch_size, 1);
+}
+
+double simulated_s(const plan::Plan& p) {
+  auto run = sim::simulate_plan(p, p.schedule, {false});
+  HARP_EXPECT_OK(run);
+  return run.ok() ? run->result.iteration_s() : 0;
+}
+
+TEST(MixedStage, SlowestReplicaAndTheAllReduceOverTheSlowestLink) {
+  const cluster::Cluster c = three_pools(100);
+  const PlanningProblem pr = problem(c, 1, 8);
+  const int L = pr.costs.num_layers(), cut = L - 3;
+  Placement m;  // the A100 and both V100s of s
+  m.subcluster = 0;
+  m.first_layer = 0;
+  m.last_layer = cut;
+  m.second_subcluster = 1;
+  m.second_devices = 2;
+  m.second_dp = 2;
+  Placement x;
+  x.subcluster = 2;
+  x.first_layer = cut;
+  x.last_layer = L;
+  BuildOptions b;
+  b.microbatches = 1;
+  b.schedule = plan::ScheduleKind::kHarp1F1B;
+  const plan::Plan p = build_plan(pr.costs, {m, x}, b);
+  const plan::Stage& s = p.stages[0];
+  ASSERT_EQ(s.dp, 3);
+  ASSERT_EQ(s.shares.size(), 3u);
+  EXPECT_EQ(s.shares[0] + s.shares[1] + s.shares[2], 8);
+  EXPECT_GT(s.shares[0], s.shares[1]) << "the A100 takes the larger share";
+  EXPECT_EQ(s.devices, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(s.replica_devices, (std::vector<std::string>{"A100-80GB", "V100-32GB", "V100-32GB"}));
+  // Each replica's time at its share, by hand from the cost path; the stage's is the slowest.
+  Seconds slowest = 0;
+  for (int d = 0; d < 3; ++d) {
+    const StageFigures f = pr.costs.replica_figures(d == 0 ? 0 : 1, s.shares[d], 1, 0, cut);
+    EXPECT_DOUBLE_EQ(s.replica_compute_s[d], f.fwd_s + f.bwd_s);
+    slowest = std::max(slowest, f.fwd_s + f.bwd_s);
+  }
+  EXPECT_DOUBLE_EQ(s.compute_s(), slowest);
+  // No other split of the 8 samples (each replica at least one) has a faster slowest.
+  for (int a = 1; a <= 6; ++a)
+    for (int v = 1; a + v <= 7; ++v) {
+      Seconds worst = 0;
+      for (auto [sub, n] : {std::pair{0, a}, {1, v}, {1, 8 - a - v}}) {
+        const StageFigures f = pr.costs.replica_figures(sub, n, 1, 0, cut);
+        worst = std::max(worst, f.fwd_s + f.bwd_s);
+      }
+      EXPECT_GE(worst, slowest * (1 - 1e-12)) << a << ":" << v << ":" << 8 - a - v;
+    }
+  // A ring of 3 over the slowest link among them: f-s (100 Gbit/s), not s's node (200).
+  const Bytes grads = pr.costs.param_bytes(0, cut) * pr.costs.config().gradient_bytes_per_param_byte;
+  cluster::Link slow = *c.link_between(0, 1);
+  slow.latency_s = std::max(slow.latency_s, c.subclusters[1].intra_node.latency_s);
+  // (The tied embedding's sync adds the same to the first and the last stage.)
+  EXPECT_NEAR(s.allreduce_s, cost::ring_allreduce_s(grads, 3, slow) + p.stages[1].allreduce_s, 1e-12);
+  // The transfer out of the stage: both parts send to x; the A100's path crosses s.
+  EXPECT_NEAR(s.comm_s, cost::p2p_s(s.comm_bytes, c.path_link(0, 2)), 1e-15);
+  EXPECT_TRUE(s.crosses_nodes);
+  // One microbatch runs stage by stage: the simulator's iteration is the closed form's
+  // (with the step's two all-ranks reductions, which the closed form leaves out).
+  const double sim = simulated_s(p);
+  EXPECT_NEAR(sim, p.predicted.iteration_s + 2 * sim::step_sync_s(p), 1e-8 * sim);
+  // With many microbatches the period is the slowest replica's time: each added
+  // microbatch adds P to the simulated iteration.
+  BuildOptions many = b;
+  many.microbatches = 16;
+  plan::Plan p16 = build_plan(pr.costs, {m, x}, many);
+  many.microbatches = 24;
+  plan::Plan p24 = build_plan(pr.costs, {m, x}, many);
+  const Seconds P = std::max({slowest, p16.stages[1].compute_s(), p16.stages[0].comm_s});
+  ASSERT_DOUBLE_EQ(p16.predicted.period_s, P);
+  EXPECT_NEAR(simulated_s(p24) - simulated_s(p16), 8 * P, 1e-6 * P);
+}
+
+// Where the two pools share a fast link and B is small, a mixed stage wins (the pipeline
+// is shorter and the microbatch is split by speed); over a slow link its all-reduce costs
+// more than it gains and the search keeps stages of one type. Either way the search with
+// mixed stages is never slower than without (its space holds every plan of the other).
+TEST(MixedStage, TheSearchTakesItOverAFastLinkOnly) {
+  for (double gbps : {100.0, 0.5}) {
+    SCOPED_TRACE("f-s link " + std::to_string(gbps) + " Gbit/s");
+    const PlanningProblem pr = problem(three_pools(gbps), 1, 8);
+    SearchOptions plain, mixed;
+    mixed.mixed_stages = true;
+    const StrategyResult without = run_strategy(pr, plan::Strategy::kHarp, plain);
+    const StrategyResult with = run_strategy(pr, plan::Strategy::kHarp, mixed);
+    ASSERT_TRUE(without.feasible && with.feasible) << without.reason << with.reason;
+    EXPECT_LE(with.plan.predicted.iteration_s, without.plan.predicted.iteration_s * (1 + 1e-12));
+    const bool took = std::any_of(with.plan.stages.begin(), with.plan.stages.end(),
+                                  [](const plan::Stage& s) { return s.mixed(); });
+    if (gbps > 1) {
+      EXPECT_TRUE(took);
+      EXPECT_LT(with.plan.predicted.iteration_s, without.plan.predicted.iteration_s * 0.9);
+      EXPECT_LT(simulated_s(with.plan), simulated_s(without.plan) * 0.9);
+    } else {
+      EXPECT_FALSE(took) << plan::plan_to_json(with.plan).dump();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace harp::planner
