@@ -45,6 +45,24 @@ void add_mixed_stages(DpProblem& p, const SearchOptions& options) {
   }
 }
 
+bool prune_mixed_stages(DpProblem& p, double incumbent_s) {
+  p.period_floor_s = min_feasible_period_bound(p);
+  p.incumbent_s = incumbent_s;
+  p.any_mixed = false;
+  for (auto& options : p.mixed) {
+    // B t + e grows with the stage's last layer: one-layer stages are each option's best.
+    options.erase(std::remove_if(options.begin(), options.end(),
+                                 [&](const DpMixed& x) {
+                                   for (int l = 0; l < p.L; ++l)
+                                     if (!p.beaten(x.view.split(l, l + 1).slowest_s, x.view.end_s(l, l + 1))) return false;
+                                   return true;
+                                 }),
+                  options.end());
+    p.any_mixed = p.any_mixed || !options.empty();
+  }
+  return p.any_mixed;
+}
+
 void DpTable::build_mixed_rows(int l, Seconds cap) {
   mixed_rows_.clear();
   if (!p_.any_mixed) return;

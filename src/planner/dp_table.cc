@@ -133,17 +133,15 @@ Seconds min_feasible_period_bound(const DpProblem& p) {
     bound = std::max(bound, cheapest);
   }
   // With every device used, the pipeline crosses each link between consecutive
-  // subclusters at some cut, or a mixed stage spans the two (and lasts at least as long
-  // as the cheapest of them on one layer).
+  // subclusters at some cut. A mixed stage spanning the two does too: its part on pos
+  // sends to the next stage, or its part on pos + 1 receives from the one before, over
+  // that link or a path through it (no faster), unless it is the whole pipeline.
   if (!p.allow_idle)
     for (int pos = 0; pos + 1 < p.C; ++pos) {
       Seconds cheapest = std::numeric_limits<double>::infinity();
       for (int l = 0; l + 1 < p.L; ++l) cheapest = std::min(cheapest, p.cut_cross_s[pos * p.C + pos + 1][l]);
-      for (const DpMixed& x : p.mixed[pos])
-        for (int l = 0; l < p.L; ++l) {
-          const Seconds t = x.view.split(l, l + 1).slowest_s;
-          if (!p.beaten(t, x.view.end_s(l, l + 1))) cheapest = std::min(cheapest, t);
-        }
+      if (p.C == 2)
+        for (const DpMixed& x : p.mixed[pos]) cheapest = std::min(cheapest, x.view.split(0, p.L).slowest_s);
       if (std::isfinite(cheapest)) bound = std::max(bound, cheapest);
     }
   return bound;

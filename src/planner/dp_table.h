@@ -65,11 +65,16 @@ struct DpProblem {
   std::vector<std::vector<DpMixed>> mixed;
   std::vector<std::vector<Seconds>> cut_path_s;
   bool any_mixed = false;
-  // The T of the best plan without mixed stages (infinity: none). A plan holding a mixed
-  // stage M has T >= B t_M + e_M, so an M for which that reaches it cannot be part of a
-  // faster plan and is left out (rows and candidate periods).
+  // The T of the best plan without mixed stages (infinity: none), and a period no plan
+  // can beat (min_feasible_period_bound). A plan holding a mixed stage M has
+  // T >= t_M + (B - 1) max(t_M, floor) + e_M, so an M for which that exceeds the
+  // incumbent cannot be part of a faster plan and is left out (rows, candidate periods,
+  // and whole options: prune_mixed_stages).
   double incumbent_s = std::numeric_limits<double>::infinity();
-  bool beaten(Seconds t, Seconds e) const { return B * t + e > incumbent_s * (1 + 1e-12); }
+  Seconds period_floor_s = 0;
+  bool beaten(Seconds t, Seconds e) const {
+    return t + (B - 1) * std::max(t, period_floor_s) + e > incumbent_s * (1 + 1e-12);
+  }
   const std::vector<Seconds>& path_cut(int p, int q) const { return cut_path_s[p * C + q]; }
   // The link time out of a part on position `from` to a stage part on `to` (>= from) at
   // cut l; inside one position, `inter` says whether it leaves the node.
@@ -105,6 +110,11 @@ std::vector<std::pair<int, bool>> mesh_sizes(int devices_per_node, int nodes);
 // Mixed stages join positions pos and pos + 1 when a link joins them and every device is
 // used; their replicas share one tp and use no ZeRO.
 void add_mixed_stages(DpProblem& p, const SearchOptions& options);
+
+// Sets the incumbent (DpProblem::incumbent_s) and the period floor, and drops the mixed
+// stages that cannot be part of a plan faster than it (on no layer range). Returns
+// whether any mixed stage is left.
+bool prune_mixed_stages(DpProblem& p, double incumbent_s);
 
 // Every distinct stage time and link time a plan can have: the periods worth trying.
 std::vector<Seconds> candidate_caps(const DpProblem& problem);

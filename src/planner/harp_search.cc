@@ -198,7 +198,8 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   std::vector<DpProblem> problems;
   for (const auto& order : subcluster_orders(costs.cluster(), options.fixed_order)) {
     DpProblem problem = make_dp_problem(costs, order, options);
-    if (plain && plain->feasible) problem.incumbent_s = plain->iteration_s;
+    // With nothing to gain from a mixed stage, this order's plain search already ran.
+    if (plain && plain->feasible && !prune_mixed_stages(problem, plain->iteration_s)) continue;
     if (problem.valid) problems.push_back(std::move(problem));
   }
   // Candidates of a harp search also come from the same search under standard 1F1B's
