@@ -7,7 +7,7 @@ against HARP without them, every plan timed by `harp simulate`.
 Settings: the paper's cluster shapes and models (analytic costs), and a mixed node shape:
 servers holding 4 A100-40GB beside 4 V100-32GB on a 200 Gbit/s in-server link, a second
 such pair of pools behind 100 Gbit/s, and a pool of 8 V100-32GB behind 5 Gbit/s. Each is
-planned with 64 microbatches of the global batch of 1024 and with 16 (fewer, larger ones:
+planned with 64 microbatches of the global batch of 1024 and with 32 (fewer, larger ones:
 a shorter pipeline pays more there).
 
 Writes OUT/mixed_simulated.csv and .svg (the measured counterpart is
@@ -47,10 +47,10 @@ def main():
                                pl.job_yaml(cl, model, 64, pl.GLOBAL_BATCH // 64, granularity=2))))
     rows = []
     for cluster, model, job in cases:
-        for b in (64, 16):
+        for b in (64, 32):
             base = job[:-len(".job.yaml")] + "_b%d" % b
             got = {m: pl.plan_and_simulate(a.harp, job, "harp", "%s.%s.json" % (base, m),
-                                           ["--microbatches", str(b), "--mixed-stages", flag])
+                                           ["--microbatches", str(b), "--recompute", "auto", "--mixed-stages", flag])
                    for m, flag in (("plain", "false"), ("mixed", "true"))}
             row = dict(cluster=cluster, model=model, microbatches=b)
             for m in ("plain", "mixed"):

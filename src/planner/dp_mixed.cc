@@ -64,15 +64,29 @@ bool prune_mixed_stages(DpProblem& p, double incumbent_s) {
 }
 
 void DpTable::build_mixed_rows(int l, Seconds cap) {
-  mixed_rows_.clear();
   if (!p_.any_mixed) return;
+  MixedCache& cache = mixed_cache_[l];
+  if (!cache.built) fill_mixed_cache(l, cache);
+  // Every time grows with the stage's last layer: the rows within the cap are a prefix.
+  for (size_t slot = 0; slot < cache.first.size(); ++slot) {
+    mixed_at_[slot] = cache.rows.data() + cache.first[slot];
+    int n = 0;
+    while (n < cache.count[slot] && mixed_at_[slot][n].t_min <= cap) ++n;
+    mixed_count_[slot] = n;
+  }
+}
+
+void DpTable::fill_mixed_cache(int l, MixedCache& cache) const {
+  cache.built = true;
+  cache.first.assign(mixed_count_.size(), 0);
+  cache.count.assign(mixed_count_.size(), 0);
   const int modes = static_cast<int>(p_.recompute.size());
   for (int pos = 0; pos + 1 < p_.C; ++pos) {
     const Bytes ua = p_.usable[pos], ub = p_.usable[pos + 1];
     for (size_t k = 0; k < p_.mixed[pos].size(); ++k) {
       const cost::MixedView& v = p_.mixed[pos][k].view;
       const int slot = pos * max_mixed_ + static_cast<int>(k);
-      mixed_first_[slot] = static_cast<int>(mixed_rows_.size());
+      cache.first[slot] = static_cast<int>(cache.rows.size());
       for (int l1 = l + 1; l1 <= p_.L; ++l1) {
         // The training state grows with l1 and so does every replica's time, and with
         // them the split's; a part's activations need not (its share may shrink).
@@ -80,26 +94,23 @@ void DpTable::build_mixed_rows(int l, Seconds cap) {
             v.static_bytes(true, 1, l, l1, Recompute::kNone) > ub)
           break;
         MixedRow row;
-        Seconds t_min = std::numeric_limits<double>::infinity();
-        row.t_fits = t_min;
+        row.t_min = std::numeric_limits<double>::infinity();
         for (int r = 0; r < modes; ++r) {
           const Recompute mode = p_.recompute[r];
           const cost::MixedSplit split = v.split(l, l1, mode);
           row.t[r] = split.slowest_s;
-          t_min = std::min(t_min, row.t[r]);
+          row.t_min = std::min(row.t_min, row.t[r]);
           row.act_a[r] = v.activation_bytes(false, split.share_a, l, l1, mode);
           row.work_a[r] = v.static_bytes(false, split.share_a, l, l1, mode);
           row.act_b[r] = v.activation_bytes(true, split.share_b, l, l1, mode);
           row.work_b[r] = v.static_bytes(true, split.share_b, l, l1, mode);
-          if (row.t[r] <= cap && row.work_a[r] + row.act_a[r] <= ua && row.work_b[r] + row.act_b[r] <= ub)
-            row.t_fits = std::min(row.t_fits, row.t[r]);
+          row.fits_one[r] = row.work_a[r] + row.act_a[r] <= ua && row.work_b[r] + row.act_b[r] <= ub;
         }
-        if (t_min > cap) break;
         row.e = v.end_s(l, l1);
-        if (p_.beaten(t_min, row.e)) break;  // nor any longer one: both grow with l1
-        mixed_rows_.push_back(row);
+        if (p_.beaten(row.t_min, row.e)) break;  // nor any longer one: both grow with l1
+        cache.rows.push_back(row);
       }
-      mixed_count_[slot] = static_cast<int>(mixed_rows_.size()) - mixed_first_[slot];
+      cache.count[slot] = static_cast<int>(cache.rows.size()) - cache.first[slot];
     }
   }
 }
@@ -115,7 +126,7 @@ void DpTable::fill_mixed_heads(int l, int pos, int u, Seconds cap, double prune_
     const DpMixed& x = p_.mixed[pos][k];
     if (x.devices_a != u || !p_.fits(pos, x.devices_a, x.whole_a, offset)) continue;
     const int slot = pos * max_mixed_ + static_cast<int>(k);
-    const MixedRow* rows = mixed_rows_.data() + mixed_first_[slot];
+    const MixedRow* rows = mixed_at_[slot];
     const int len = mixed_count_[slot];
     const int u1 = D1 - x.devices_b;
     const bool inter_b = x.devices_b % p_.devices_per_node[pos1] == 0;
@@ -185,13 +196,16 @@ void DpTable::bound_mixed(int l, Seconds cap) {
       const double base = up_[at(l, pos, o)], base_e = up_e_[at(l, pos, o)];
       if (!std::isfinite(base)) continue;
       const int slot = pos * max_mixed_ + static_cast<int>(k);
-      const MixedRow* rows = mixed_rows_.data() + mixed_first_[slot];
+      const MixedRow* rows = mixed_at_[slot];
       const int pos1 = pos + 1, D1 = p_.devices[pos1];
       const bool inter_b = x.devices_b % p_.devices_per_node[pos1] == 0;
       for (int i = 0; i < mixed_count_[slot]; ++i) {
-        if (rows[i].t_fits > cap) continue;
+        Seconds t_fits = std::numeric_limits<double>::infinity();  // the fastest mode holding one microbatch
+        for (size_t r = 0; r < p_.recompute.size(); ++r)
+          if (rows[i].t[r] <= cap && rows[i].fits_one[r]) t_fits = std::min(t_fits, rows[i].t[r]);
+        if (t_fits > cap) continue;
         const int l1 = l + 1 + i;
-        const double t = base + rows[i].t_fits, e = std::max(base_e, rows[i].e);
+        const double t = base + t_fits, e = std::max(base_e, rows[i].e);
         auto land = [&](std::vector<double>& sum, std::vector<double>& ee, int at_index) {
           sum[at_index] = std::min(sum[at_index], t);
           ee[at_index] = std::min(ee[at_index], e);

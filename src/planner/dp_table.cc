@@ -168,8 +168,9 @@ DpTable::DpTable(const DpProblem& problem, int threads) : p_(problem), lanes_(st
   row_first_.assign(static_cast<size_t>(p_.C) * max_meshes_, 0);
   row_count_.assign(row_first_.size(), 0);
   for (const auto& mixed : p_.mixed) max_mixed_ = std::max(max_mixed_, static_cast<int>(mixed.size()));
-  mixed_first_.assign(static_cast<size_t>(p_.C) * max_mixed_, 0);
-  mixed_count_.assign(mixed_first_.size(), 0);
+  mixed_at_.assign(static_cast<size_t>(p_.C) * max_mixed_, nullptr);
+  mixed_count_.assign(mixed_at_.size(), 0);
+  mixed_cache_.resize(p_.any_mixed ? p_.L : 0);
   xoff_.assign(states, 0);
   xcnt_.assign(states, 0);
   xleast_.assign(states, Least{});

@@ -197,7 +197,8 @@ class DpTable {
   void fill_layer(int l, Seconds cap, double prune_at);
   // The mixed stages that head state (l, pos, u) (dp_mixed.cc): into lane.scratch[2, 3].
   void fill_mixed_heads(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const;
-  // mixed_rows_ for the mixed stages that start at layer l (dp_mixed.cc).
+  // Points mixed_at_ and mixed_count_ at the rows of the mixed stages that start at
+  // layer l and stay within the cap (dp_mixed.cc).
   void build_mixed_rows(int l, Seconds cap);
   // bound_upstream's step for the mixed stages that start at layer l.
   void bound_mixed(int l, Seconds cap);
@@ -241,11 +242,22 @@ class DpTable {
   std::vector<Row> rows_;
   // A mixed stage's figures for one start layer, option and end: each part's memory.
   struct MixedRow {
-    Seconds t[kRecomputeModes], t_fits, e;
+    Seconds t[kRecomputeModes], t_min, e;
     Bytes act_a[kRecomputeModes], work_a[kRecomputeModes], act_b[kRecomputeModes], work_b[kRecomputeModes];
+    bool fits_one[kRecomputeModes];  // both parts hold one microbatch in flight
   };
-  std::vector<MixedRow> mixed_rows_;
-  std::vector<int> mixed_first_, mixed_count_;  // per pos * max_mixed_ + option
+  // Per start layer, every option's rows whatever the cap (until the static memory or
+  // the incumbent stops them), built on first use: a split costs O(microbatch size)
+  // and the rows serve every DP run of the search.
+  struct MixedCache {
+    bool built = false;
+    std::vector<MixedRow> rows;
+    std::vector<int> first, count;  // per slot (pos * max_mixed_ + option)
+  };
+  void fill_mixed_cache(int l, MixedCache& cache) const;
+  std::vector<MixedCache> mixed_cache_;
+  std::vector<const MixedRow*> mixed_at_;  // per slot: layer l's rows
+  std::vector<int> mixed_count_;           // per slot: how many are within the cap
   int max_mixed_ = 0;
   std::vector<int> xoff_, xcnt_;  // per state: the front of its mixed head stages
   std::vector<Least> xleast_;
