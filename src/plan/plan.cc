@@ -59,6 +59,23 @@ bool parse_strategy(const std::string& name, Strategy* out) {
   return false;
 }
 
+std::string Stage::replica_summary() const {
+  std::string out;
+  for (size_t i = 0; i < replica_devices.size();) {
+    size_t j = i;
+    while (j < replica_devices.size() && replica_devices[j] == replica_devices[i]) ++j;
+    out += (out.empty() ? "" : " + ") + std::to_string(j - i) + " x " + replica_devices[i];
+    i = j;
+  }
+  return out;
+}
+
+std::string Stage::shares_ratio() const {
+  std::string out;
+  for (size_t d = 0; d < shares.size(); ++d) out += (d == 0 ? "" : ":") + std::to_string(shares[d]);
+  return out;
+}
+
 std::vector<int> Plan::used_devices() const {
   std::set<int> used;
   for (const Stage& st : stages) used.insert(st.devices.begin(), st.devices.end());

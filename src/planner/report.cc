@@ -23,18 +23,6 @@ std::string join_ids(const std::vector<int>& ids) {
   return out;
 }
 
-// A mixed stage's replicas by device type, in order: "1 x A100 + 2 x V100".
-std::string join_devices(const std::vector<std::string>& devices) {
-  std::string out;
-  for (size_t i = 0; i < devices.size();) {
-    size_t j = i;
-    while (j < devices.size() && devices[j] == devices[i]) ++j;
-    out += (out.empty() ? "" : " + ") + fmt("%d x ", static_cast<int>(j - i)) + devices[i];
-    i = j;
-  }
-  return out;
-}
-
 void write_stages(const plan::Plan& p, const StageCosts& costs, std::ostream& out) {
   Table t({"stage", "subcluster", "devices", "layers", "dp x tp", "recompute", "N", "fwd", "bwd", "comm",
            "memory / usable", "costs"});
@@ -47,11 +35,8 @@ void write_stages(const plan::Plan& p, const StageCosts& costs, std::ostream& ou
       devs = join_ids(s.devices);
     std::string where = s.subcluster_name + " (" + dev.name + ")";
     std::string mesh = fmt("%d x %d", s.dp, s.tp) + (s.zero > 0 ? fmt(", ZeRO-%d", s.zero) : std::string());
-    if (s.mixed()) where = join_devices(s.replica_devices);
-    if (!s.shares.empty()) {
-      mesh += ", shares";
-      for (size_t d = 0; d < s.shares.size(); ++d) mesh += (d == 0 ? " " : ":") + std::to_string(s.shares[d]);
-    }
+    if (s.mixed()) where = s.replica_summary();
+    if (!s.shares.empty()) mesh += ", shares " + s.shares_ratio();
     t.add({std::to_string(i), where, devs, fmt("[%d, %d)", s.first_layer, s.last_layer), mesh,
            recompute_name(s.recompute), std::to_string(s.launch_count), fmt_time(s.fwd_s), fmt_time(s.bwd_s),
            i + 1 < p.num_stages() ? fmt_time(s.comm_s) : "-",

@@ -165,9 +165,12 @@ std::string Picture::draw(const std::string& title) {
         "fill=\"#f4f4f4\"/>\n",
         kLeft, y, kWidth - kLeft - kRight, kRowH);
     put(&out, "<text x=\"12\" y=\"%.1f\">stage %d", y + 11, r);
-    if (r < plan_.num_stages() && !plan_.stages[r].subcluster_name.empty())
-      put(&out, "<tspan class=\"sub\" x=\"12\" dy=\"12\">%s</tspan>",
-          escape(plan_.stages[r].subcluster_name).c_str());
+    if (r < plan_.num_stages() && !plan_.stages[r].subcluster_name.empty()) {
+      const plan::Stage& s = plan_.stages[r];
+      // A mixed stage: its replicas' device types and shares of each microbatch.
+      const std::string sub = s.mixed() ? s.replica_summary() + ", " + s.shares_ratio() : s.subcluster_name;
+      put(&out, "<tspan class=\"sub\" x=\"12\" dy=\"12\">%s</tspan>", escape(sub).c_str());
+    }
     out += "</text>\n";
   }
   if (result_.spans.empty())

@@ -101,6 +101,10 @@ struct Stage {
   std::vector<std::string> replica_devices;
   std::vector<Seconds> replica_compute_s;
   bool mixed() const { return !replica_devices.empty(); }
+  // A mixed stage's replicas by device type in order, "1 x A100 + 2 x V100"; "" when not mixed.
+  std::string replica_summary() const;
+  // The shares as a ratio, "4:2:2"; "" when even.
+  std::string shares_ratio() const;
   double slowdown_of(int d) const {
     return replica_slowdowns.empty() ? emulated_slowdown : replica_slowdowns[static_cast<size_t>(d)];
   }
