@@ -37,6 +37,8 @@ def shape(p):
 
 def main():
     a = pl.arguments(__doc__)
+    if not a.simulated:
+        return  # no measured part here: bench/testbed_mixed.py
     d = os.path.join(a.out, "mixed_simulated")
     os.makedirs(d, exist_ok=True)
     cases = [(c, m, j) for c, m, _, j, extra in e2e.paper_cases(a, d) if not extra]

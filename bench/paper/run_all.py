@@ -19,8 +19,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from bench_util import DEFAULT_HARP, ROOT, write_csv  # noqa: E402
 
-# Figure scripts in the order of docs/evaluation.md; scalability has no measured part.
-SCRIPTS = ["end_to_end", "bandwidth", "granularity", "joint", "scalability", "memory", "zero", "zero_bubble"]
+# Figure scripts in the order of docs/evaluation.md; scalability and mixed have no measured
+# part (mixed stages are measured by bench/testbed_mixed.py).
+SCRIPTS = ["end_to_end", "bandwidth", "granularity", "joint", "scalability", "memory", "zero", "zero_bubble",
+           "mixed"]
 MEASURED = {"end_to_end", "bandwidth", "granularity", "joint", "memory", "zero", "zero_bubble"}
 
 
