@@ -75,16 +75,7 @@ class Enumerator {
       for (int last = layer + 1; last <= num_layers(); ++last)
         for (Recompute r : options_.recompute)
           for (int zero : zero_levels(options_, m.dp)) {
-        Placement p;
-        p.subcluster = sub;
-        p.first_node = offset / sc.devices_per_node;
-        p.first_local = offset % sc.devices_per_node;
-        p.devices = m.devices;
-        p.dp = m.dp;
-        p.tp = m.tp;
-        p.first_layer = layer;
-        p.last_layer = last;
-        p.recompute = r;
+        Placement p = place(sub, offset, m, layer, last, r);
         p.zero = zero;
         pipeline_.push_back(p);
         fill_subcluster(pos, sub, offset + m.devices, last);
@@ -94,6 +85,22 @@ class Enumerator {
     fill_mixed(pos, sub, offset, layer);
   }
 
+  // A stage on `m` from device `offset` of `sub`, layers [layer, last).
+  Placement place(int sub, int offset, const MeshShape& m, int layer, int last, Recompute r) const {
+    const int dpn = cluster_.subclusters[sub].devices_per_node;
+    Placement p;
+    p.subcluster = sub;
+    p.first_node = offset / dpn;
+    p.first_local = offset % dpn;
+    p.devices = m.devices;
+    p.dp = m.dp;
+    p.tp = m.tp;
+    p.first_layer = layer;
+    p.last_layer = last;
+    p.recompute = r;
+    return p;
+  }
+
   // A mixed stage: the rest of `sub`'s devices (from `offset`) as part A and the first
   // devices of the next subcluster of the order (linked to it) as part B, at one tp; the
   // pipeline goes on in the next subcluster after part B.
@@ -101,24 +108,14 @@ class Enumerator {
     if (!options_.mixed_stages || options_.allow_idle_devices || pos + 1 >= num_subclusters()) return;
     const int next = order_[pos + 1];
     if (!cluster_.link_between(sub, next).has_value()) return;
-    const auto& sc = cluster_.subclusters[sub];
-    const int D = sc.num_devices();
+    const int D = cluster_.subclusters[sub].num_devices();
     for (const MeshShape& a : shapes_at(costs_, options_, sub, offset, D - offset, false)) {
       if (offset + a.devices != D) continue;
       for (const MeshShape& b : shapes_at(costs_, options_, next, 0, cluster_.subclusters[next].num_devices(), false)) {
         if (b.tp != a.tp || !cost::has_mixed(costs_, {sub, a.dp, next, b.dp, a.tp})) continue;
         for (int last = layer + 1; last <= num_layers(); ++last)
           for (Recompute r : options_.recompute) {
-            Placement p;
-            p.subcluster = sub;
-            p.first_node = offset / sc.devices_per_node;
-            p.first_local = offset % sc.devices_per_node;
-            p.devices = a.devices;
-            p.dp = a.dp;
-            p.tp = a.tp;
-            p.first_layer = layer;
-            p.last_layer = last;
-            p.recompute = r;
+            Placement p = place(sub, offset, a, layer, last, r);
             p.second_subcluster = next;
             p.second_devices = b.devices;
             p.second_dp = b.dp;
