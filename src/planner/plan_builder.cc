@@ -44,6 +44,8 @@ void fill_mixed(const StageCosts& costs, const Placement& pl, plan::Stage& s) {
   }
   if (std::all_of(s.replica_slowdowns.begin(), s.replica_slowdowns.end(), [](double f) { return f == 1.0; }))
     s.replica_slowdowns.clear();
+  // Utilisation is against devices x peak: the mean peak of the stage's devices.
+  s.peak_tflops = (pl.dp * a.peak_tflops + pl.second_dp * b.peak_tflops) / s.dp;
   const StageFigures slowest = v.replica(!split.a_slowest, split.a_slowest ? split.share_a : split.share_b,
                                          pl.first_layer, pl.last_layer, pl.recompute);
   s.fwd_s = slowest.fwd_s;

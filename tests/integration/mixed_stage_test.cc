@@ -72,6 +72,8 @@ TEST(MixedStage, SlowestReplicaAndTheAllReduceOverTheSlowestLink) {
   EXPECT_GT(s.shares[0], s.shares[1]) << "the A100 takes the larger share";
   EXPECT_EQ(s.devices, (std::vector<int>{0, 1, 2}));
   EXPECT_EQ(s.replica_devices, (std::vector<std::string>{"A100-80GB", "V100-32GB", "V100-32GB"}));
+  // Utilisation is against the devices' summed peaks: the stage's peak is their mean.
+  EXPECT_DOUBLE_EQ(s.peak_tflops * 3, c.device_of(0).peak_tflops + 2 * c.device_of(1).peak_tflops);
   // Each replica's time at its share, by hand from the cost path; the stage's is the slowest.
   Seconds slowest = 0;
   for (int d = 0; d < 3; ++d) {

@@ -110,7 +110,8 @@ struct Stage {
   }
   // The stage's device type and its declared peak (dense fp16/bf16 TFLOP/s; the cluster
   // file's, for an emulated type too): the runtime's model FLOPs utilisation is against
-  // it. Empty and 0 in hand-written plans and plans from before: no utilisation then.
+  // it; a mixed stage's peak is the mean over its devices. Empty and 0 in hand-written
+  // plans and plans from before: no utilisation then.
   std::string device;
   double peak_tflops = 0;
   // Where fwd_s and bwd_s came from: "analytic", "profile", "table", "profile+analytic",
