@@ -49,11 +49,17 @@ bool prune_mixed_stages(DpProblem& p, double incumbent_s) {
   p.period_floor_s = min_feasible_period_bound(p);
   p.incumbent_s = incumbent_s;
   p.any_mixed = false;
-  for (auto& options : p.mixed) {
-    // B t + e grows with the stage's last layer: one-layer stages are each option's best.
+  for (int pos = 0; pos + 1 < p.C; ++pos) {
+    auto& options = p.mixed[pos];
+    // Both terms grow with the stage's layers: a one-layer stage is each option's best,
+    // on a layer it can hold with every device used: each position before it, and the
+    // rest of its own, has a stage (a layer) first; each after it, and the rest of the
+    // next one, has a stage after it.
     options.erase(std::remove_if(options.begin(), options.end(),
                                  [&](const DpMixed& x) {
-                                   for (int l = 0; l < p.L; ++l)
+                                   const int before = pos + (x.devices_a < p.devices[pos] ? 1 : 0);
+                                   const int after = p.C - 2 - pos + (x.devices_b < p.devices[pos + 1] ? 1 : 0);
+                                   for (int l = before; l + 1 <= p.L - after; ++l)
                                      if (!p.beaten(x.view.split(l, l + 1).slowest_s, x.view.end_s(l, l + 1))) return false;
                                    return true;
                                  }),
