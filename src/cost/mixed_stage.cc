@@ -88,9 +88,7 @@ StageFigures MixedView::replica(bool b, int samples, int first, int last, Recomp
   f.allreduce_s = 0;
   const int sub = b ? group_.sub_b : group_.sub_a;
   f.bwd_weight_s = costs_->replica_figures(sub, samples, group_.tp, first, last, recompute).bwd_weight_s;
-  Bytes wgrad = 0;
-  for (int l = first; l < last; ++l) wgrad += costs_->layers()[l].weight_grad_bytes;
-  f.weight_grad_bytes = activation_memory_bytes(wgrad, samples, group_.tp);
+  f.weight_grad_bytes = activation_memory_bytes(costs_->weight_grad_bytes(first, last), samples, group_.tp);
   return f;
 }
 

@@ -195,10 +195,8 @@ RangeView StageCosts::view_of(int sub, int samples, int tp) const {
 StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Recompute recompute, int zero) const {
   StageFigures f = view(sub, dp, tp, zero).at(first, last, recompute);
   const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
-  Bytes wgrad = 0;
-  for (int l = first; l < last; ++l) wgrad += layers_[l].weight_grad_bytes;
   f.bwd_weight_s = std::min(p->wgt[last] - p->wgt[first], f.bwd_s);
-  f.weight_grad_bytes = activation_memory_bytes(wgrad, microbatch_size_ / dp, tp);
+  f.weight_grad_bytes = activation_memory_bytes(weight_grad_bytes(first, last), microbatch_size_ / dp, tp);
   return f;
 }
 

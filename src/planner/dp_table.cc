@@ -101,9 +101,10 @@ std::vector<Seconds> candidate_caps(const DpProblem& p) {
           if (x.view.static_bytes(false, 1, l, l1, Recompute::kNone) > p.usable[pos] ||
               x.view.static_bytes(true, 1, l, l1, Recompute::kNone) > p.usable[pos + 1])
             break;
-          const Seconds e = x.view.end_s(l, l1);
-          if (p.beaten(x.view.split(l, l1).slowest_s, e)) break;
-          for (Recompute r : p.recompute) caps.push_back(x.view.split(l, l1, r).slowest_s);
+          const Seconds fastest = x.view.split(l, l1).slowest_s;  // without recomputation
+          if (p.beaten(fastest, x.view.end_s(l, l1))) break;
+          for (Recompute r : p.recompute)
+            caps.push_back(r == Recompute::kNone ? fastest : x.view.split(l, l1, r).slowest_s);
         }
     if (p.any_mixed)
       for (int q = pos + 1; q < p.C; ++q) caps.insert(caps.end(), p.path_cut(pos, q).begin(), p.path_cut(pos, q).end());

@@ -25,12 +25,23 @@ std::vector<Part> parts_of(const cluster::Cluster& cluster, const Placement& p) 
   return out;
 }
 
+// A mixed stage's split, the search's, and one replica of each part at its largest
+// share (part A's first, then B's).
+struct MixedParts {
+  cost::MixedSplit split;
+  StageFigures part[2];
+};
+
 // A mixed stage: its replicas' figures from the same split the search made.
-void fill_mixed(const StageCosts& costs, const Placement& pl, plan::Stage& s) {
+MixedParts fill_mixed(const StageCosts& costs, const Placement& pl, plan::Stage& s) {
   const auto& cluster = costs.cluster();
   const cost::MixedView v = cost::mixed_view(costs, pl.group());
-  const cost::MixedSplit split = v.split(pl.first_layer, pl.last_layer, pl.recompute);
-  s.shares = v.shares(split);
+  MixedParts m;
+  m.split = v.split(pl.first_layer, pl.last_layer, pl.recompute);
+  for (bool in_b : {false, true})
+    m.part[in_b] = v.replica(in_b, in_b ? m.split.share_b : m.split.share_a, pl.first_layer, pl.last_layer,
+                             pl.recompute);
+  s.shares = v.shares(m.split);
   s.dp = pl.dp + pl.second_dp;
   const int base = cluster.first_device_id(pl.second_subcluster);
   for (int d = 0; d < pl.second_devices; ++d) s.devices.push_back(base + d);
@@ -46,28 +57,22 @@ void fill_mixed(const StageCosts& costs, const Placement& pl, plan::Stage& s) {
     s.replica_slowdowns.clear();
   // Utilisation is against devices x peak: the mean peak of the stage's devices.
   s.peak_tflops = (pl.dp * a.peak_tflops + pl.second_dp * b.peak_tflops) / s.dp;
-  const StageFigures slowest = v.replica(!split.a_slowest, split.a_slowest ? split.share_a : split.share_b,
-                                         pl.first_layer, pl.last_layer, pl.recompute);
+  const StageFigures& slowest = m.part[m.split.a_slowest ? 0 : 1];
   s.fwd_s = slowest.fwd_s;
   s.bwd_s = slowest.bwd_s;
   s.bwd_weight_s = slowest.bwd_weight_s;
   s.allreduce_s = v.allreduce_s(pl.first_layer, pl.last_layer);
   s.optimizer_s = v.optimizer_s(pl.first_layer, pl.last_layer);
-  for (bool in_b : {false, true})
-    s.weight_grad_bytes = std::max(s.weight_grad_bytes, v.replica(in_b, in_b ? split.share_b : split.share_a,
-                                                                  pl.first_layer, pl.last_layer, pl.recompute)
-                                                            .weight_grad_bytes);
+  s.weight_grad_bytes = std::max(m.part[0].weight_grad_bytes, m.part[1].weight_grad_bytes);
   s.cost_source = costs.stage_source(pl.subcluster, pl.first_layer, pl.last_layer, 1, pl.tp);
+  return m;
 }
 
 // A mixed stage's memory: the part with the least room left at its launch count.
-void mixed_memory(const StageCosts& costs, const Placement& pl, plan::Stage& s) {
-  const cost::MixedView v = cost::mixed_view(costs, pl.group());
-  const cost::MixedSplit split = v.split(pl.first_layer, pl.last_layer, pl.recompute);
+void mixed_memory(const StageCosts& costs, const Placement& pl, const MixedParts& m, plan::Stage& s) {
   double least_room = std::numeric_limits<double>::infinity();
   for (bool in_b : {false, true}) {
-    const StageFigures f =
-        v.replica(in_b, in_b ? split.share_b : split.share_a, pl.first_layer, pl.last_layer, pl.recompute);
+    const StageFigures& f = m.part[in_b];
     const Bytes usable = costs.usable_memory_bytes(in_b ? pl.second_subcluster : pl.subcluster);
     const double room = usable - f.memory_bytes(s.launch_count);
     if (room < least_room) {
@@ -111,6 +116,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
   p.strategy = options.strategy;
   p.cost_source = costs.source_description();
   const int S = static_cast<int>(placements.size());
+  std::vector<MixedParts> mixed(S);  // a mixed stage's, kept for its memory below
   for (int i = 0; i < S; ++i) {
     const Placement& pl = placements[i];
     const auto& sub = cluster.subclusters.at(pl.subcluster);
@@ -130,7 +136,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     s.recompute = pl.recompute;
     s.zero = pl.dp > 1 && !pl.mixed() ? pl.zero : 0;
     if (pl.mixed()) {
-      fill_mixed(costs, pl, s);  // its memory once its launch count is known
+      mixed[i] = fill_mixed(costs, pl, s);  // its memory once its launch count is known
     } else {
       StageFigures f = costs.stage(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp, pl.recompute, s.zero);
       s.fwd_s = f.fwd_s;
@@ -184,7 +190,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
     p.stages[i].launch_count = n[i];
     p.stages[i].memory_bytes =
         p.stages[i].memory_static_bytes + n[i] * p.stages[i].activation_bytes;
-    if (placements[i].mixed()) mixed_memory(costs, placements[i], p.stages[i]);
+    if (placements[i].mixed()) mixed_memory(costs, placements[i], mixed[i], p.stages[i]);
   }
   return p;
 }

@@ -165,6 +165,13 @@ class StageCosts {
   RangeView replica_view(int sub, int samples, int tp) const;
   // REQUIRES: has(sub, dp, tp).
   RangeView view(int sub, int dp, int tp, int zero = 0) const;
+  // Per sample before the tp split: what layers [first, last) keep from a split backward's
+  // I to its W (LayerBytes::weight_grad_bytes).
+  Bytes weight_grad_bytes(int first, int last) const {
+    Bytes b = 0;
+    for (int l = first; l < last; ++l) b += layers_[l].weight_grad_bytes;
+    return b;
+  }
   // Parameter bytes of layers [first, last) (fp16 convention, LayerBytes::param_bytes).
   Bytes param_bytes(int first, int last) const { return param_prefix_[last] - param_prefix_[first]; }
   // Bytes crossing a cut after layer `layer` for one microbatch.
