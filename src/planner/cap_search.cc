@@ -136,23 +136,36 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   };
   // The floor cap is often feasible: any plan a tight run finds there proves it, with no
   // probe, and evaluate() goes on from that run.
+  // With a plan to beat, only plans below it matter there too (prune_at as evaluate's).
+  const double floor_prune = std::isfinite(best) ? best - B1 * caps[lo] : inf;
   const bool floor_feasible =
-      run_tight(lo, inf, kFloorTightRuns, false, [](const DpOutcome& o, double g) { return o.relaxed < g; }).relaxed < inf;
-  int step = 1, hi = lo;
-  while (!floor_feasible && !probe(hi)) {
-    if (hi == K - 1) return result;  // nothing fits even with the largest cap
-    lo = hi + 1;
-    hi = std::min(K - 1, hi + step);
-    step *= 2;
+      run_tight(lo, floor_prune, kFloorTightRuns, false, [](const DpOutcome& o, double g) { return o.relaxed < g; })
+          .relaxed < inf;
+  // A run bounded by the plan to beat that finds nothing (or no relaxed plan at all)
+  // shows that no plan with every t and c within caps[lo] beats it: the caps above are
+  // searched without probes (they look for a first plan, and there is one).
+  const bool floor_beaten = std::isfinite(best) && ((tight.cap == lo && tight.g >= floor_prune) ||
+                                                    !std::isfinite(table.lower_bound(caps[lo])));
+  if (!floor_feasible && floor_beaten) {
+    ++result.caps_evaluated;
+    relaxed[lo] = inf;
+  } else {
+    int step = 1, hi = lo;
+    while (!floor_feasible && !probe(hi)) {
+      if (hi == K - 1) return result;  // nothing fits even with the largest cap
+      lo = hi + 1;
+      hi = std::min(K - 1, hi + step);
+      step *= 2;
+    }
+    while (lo < hi) {  // smallest feasible cap in [lo, hi]
+      const int mid = lo + (hi - lo) / 2;
+      if (probe(mid))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    r_at(lo, lo);  // the smallest feasible cap: the first plans, exact and relaxed
   }
-  while (lo < hi) {  // smallest feasible cap in [lo, hi]
-    const int mid = lo + (hi - lo) / 2;
-    if (probe(mid))
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  r_at(lo, lo);  // the smallest feasible cap: the first plans, exact and relaxed
   // (B - 1) X alone must stay below the best plan (the paper's cut); R >= 0 below.
   int top = K - 1;
   while (top > lo && B1 * caps[top] >= best) --top;

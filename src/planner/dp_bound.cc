@@ -43,61 +43,70 @@ void DpTable::build_rows(int l, Seconds cap) {
 
 double DpTable::lower_bound(Seconds cap) {
   if (cap != bound_cap_) bound_upstream(cap);
+  // With require_mixed only the plans holding a mixed stage matter.
+  const std::vector<double>& down = p_.require_mixed ? downm_ : down_;
+  const std::vector<double>& down_e = p_.require_mixed ? downm_e_ : down_e_;
   double best = std::numeric_limits<double>::infinity();
   for (int pos = p_.allow_idle ? 0 : p_.C - 1; pos < p_.C; ++pos)
     for (int o = p_.allow_idle ? 1 : p_.devices[pos]; o <= p_.devices[pos]; ++o)
-      best = std::min(best, down_[at(p_.L, pos, o)] + down_e_[at(p_.L, pos, o)]);
+      best = std::min(best, down[at(p_.L, pos, o)] + down_e[at(p_.L, pos, o)]);
   return best;
 }
 
 void DpTable::bound_upstream(Seconds cap) {
   bound_cap_ = cap;
   const double inf = std::numeric_limits<double>::infinity();
-  std::fill(up_.begin(), up_.end(), inf);
-  std::fill(down_.begin(), down_.end(), inf);
-  std::fill(up_e_.begin(), up_e_.end(), inf);
-  std::fill(down_e_.begin(), down_e_.end(), inf);
-  std::fill(xup_.begin(), xup_.end(), inf);
-  std::fill(xup_e_.begin(), xup_e_.end(), inf);
+  for (auto* v : {&up_, &down_, &up_e_, &down_e_, &xup_, &xup_e_, &upm_, &downm_, &upm_e_, &downm_e_})
+    std::fill(v->begin(), v->end(), inf);
   const int C = p_.C;
+  // The parts of either kind (every part; require_mixed: those holding a mixed stage).
+  struct Kind {
+    std::vector<double> &up, &up_e, &down, &down_e;
+  };
+  std::vector<Kind> kinds = {{up_, up_e_, down_, down_e_}};
+  if (p_.require_mixed) kinds.push_back({upm_, upm_e_, downm_, downm_e_});
   for (int l = 0; l < p_.L; ++l) {
     // up_ at layer l from the parts that end there (down_ at l is final: stages end later
     // than they start).
     for (int pos = 0; pos < C; ++pos) {
       const int D = p_.devices[pos], dpn = p_.devices_per_node[pos];
-      for (int o = 0; o < D; ++o) {
-        double best = inf, best_e = inf;
-        if (l == 0) {
-          best = best_e = (p_.allow_idle || (pos == 0 && o == 0)) ? 0.0 : inf;
-        } else {
-          if (o > 0 && std::isfinite(down_[at(l, pos, o)])) {
-            const Seconds c = (o % dpn == 0 ? p_.cut_inter_s : p_.cut_intra_s)[pos][l - 1];
-            if (c <= cap) {
-              best = down_[at(l, pos, o)] + 2 * c;
-              best_e = down_e_[at(l, pos, o)];
-            }
-          }
-          if (o == 0 || p_.allow_idle)
-            for (int q = p_.allow_idle ? 0 : pos - 1; q >= 0 && q < pos; ++q) {
-              if (!p_.linked[q][pos]) continue;
-              const Seconds c = p_.cut_cross_s[q * C + pos][l - 1];
-              if (c > cap) continue;
-              double ended = inf, ended_e = inf;  // the last stage ends anywhere in q (idle) or at its end
-              for (int o1 = p_.allow_idle ? 1 : p_.devices[q]; o1 <= p_.devices[q]; ++o1) {
-                ended = std::min(ended, down_[at(l, q, o1)]);
-                ended_e = std::min(ended_e, down_e_[at(l, q, o1)]);
+      for (int o = 0; o < D; ++o)
+        for (size_t k = 0; k < kinds.size(); ++k) {
+          const Kind& kind = kinds[k];
+          double best = inf, best_e = inf;
+          if (l == 0) {
+            // The empty part: it holds no mixed stage.
+            if (k == 0) best = best_e = (p_.allow_idle || (pos == 0 && o == 0)) ? 0.0 : inf;
+          } else {
+            if (o > 0 && std::isfinite(kind.down[at(l, pos, o)])) {
+              const Seconds c = (o % dpn == 0 ? p_.cut_inter_s : p_.cut_intra_s)[pos][l - 1];
+              if (c <= cap) {
+                best = kind.down[at(l, pos, o)] + 2 * c;
+                best_e = kind.down_e[at(l, pos, o)];
               }
-              best = std::min(best, ended + 2 * c);
-              best_e = std::min(best_e, ended_e);
             }
+            if (o == 0 || p_.allow_idle)
+              for (int q = p_.allow_idle ? 0 : pos - 1; q >= 0 && q < pos; ++q) {
+                if (!p_.linked[q][pos]) continue;
+                const Seconds c = p_.cut_cross_s[q * C + pos][l - 1];
+                if (c > cap) continue;
+                double ended = inf, ended_e = inf;  // the last stage ends anywhere in q (idle) or at its end
+                for (int o1 = p_.allow_idle ? 1 : p_.devices[q]; o1 <= p_.devices[q]; ++o1) {
+                  ended = std::min(ended, kind.down[at(l, q, o1)]);
+                  ended_e = std::min(ended_e, kind.down_e[at(l, q, o1)]);
+                }
+                best = std::min(best, ended + 2 * c);
+                best_e = std::min(best_e, ended_e);
+              }
+          }
+          // The parts ending with a mixed stage are of both kinds.
+          kind.up[at(l, pos, o)] = std::min(best, xup_[at(l, pos, o)]);
+          kind.up_e[at(l, pos, o)] = std::min(best_e, xup_e_[at(l, pos, o)]);
         }
-        up_[at(l, pos, o)] = std::min(best, xup_[at(l, pos, o)]);
-        up_e_[at(l, pos, o)] = std::min(best_e, xup_e_[at(l, pos, o)]);
-      }
     }
     // Stages that start at l.
     build_rows(l, cap);
-    const size_t stride = static_cast<size_t>(C) * (p_.max_devices + 1);  // one layer on
+    const size_t stride = static_cast<size_t>(at(1, 0, 0) - at(0, 0, 0));  // one layer on
     for (int pos = 0; pos < C; ++pos) {
       const int D = p_.devices[pos];
       for (size_t mi = 0; mi < p_.meshes[pos].size(); ++mi) {
@@ -105,15 +114,18 @@ void DpTable::bound_upstream(Seconds cap) {
         const Row* rows = rows_.data() + row_first_[pos * max_meshes_ + mi];
         const int len = row_count_[pos * max_meshes_ + mi];
         for (int o = 0; o + m.devices <= D; ++o) {
-          const double base = up_[at(l, pos, o)], base_e = up_e_[at(l, pos, o)];
-          if (!std::isfinite(base) || !p_.fits(pos, m, o)) continue;
-          double* end = &down_[at(l + 1, pos, o + m.devices)];
-          double* end_e = &down_e_[at(l + 1, pos, o + m.devices)];
-          for (int k = 0; k < len; ++k) {
-            const Row& row = rows[k];
-            if (row.t_fits > cap) continue;
-            end[k * stride] = std::min(end[k * stride], base + row.t_fits);
-            end_e[k * stride] = std::min(end_e[k * stride], std::max(base_e, row.e));
+          if (!p_.fits(pos, m, o)) continue;
+          for (const Kind& kind : kinds) {
+            const double base = kind.up[at(l, pos, o)], base_e = kind.up_e[at(l, pos, o)];
+            if (!std::isfinite(base)) continue;
+            double* end = &kind.down[at(l + 1, pos, o + m.devices)];
+            double* end_e = &kind.down_e[at(l + 1, pos, o + m.devices)];
+            for (int k = 0; k < len; ++k) {
+              const Row& row = rows[k];
+              if (row.t_fits > cap) continue;
+              end[k * stride] = std::min(end[k * stride], base + row.t_fits);
+              end_e[k * stride] = std::min(end_e[k * stride], std::max(base_e, row.e));
+            }
           }
         }
       }

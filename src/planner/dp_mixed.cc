@@ -155,7 +155,7 @@ void DpTable::fill_mixed_heads(int l, int pos, int u, Seconds cap, double prune_
             const double sum = y.sum + tr + 2 * c, ee = std::max(y.e, row.e);
             if (sum + up + std::max(ee, up_e) >= prune_at) continue;
             offer(lane.scratch[2 + att],
-                  Entry{sum, ee, n, e, l, pos, u, mesh, static_cast<std::int8_t>(p_.recompute[r])});
+                  Entry{sum, ee, n, e, l, pos, u, mesh, static_cast<std::int8_t>(p_.recompute[r]), 1});
           }
         }
       };
@@ -182,7 +182,7 @@ void DpTable::fill_mixed_heads(int l, int pos, int u, Seconds cap, double prune_
         for (int r = 0; r < modes; ++r) {
           if (row.t[r] > cap || !fits(r, 1)) continue;
           offer(lane.scratch[2 + (row.t[r] == cap && !feasibility_only_ ? 1 : 0)],
-                Entry{row.t[r], row.e, 1, -1, l, pos, u, mesh, static_cast<std::int8_t>(p_.recompute[r])});
+                Entry{row.t[r], row.e, 1, -1, l, pos, u, mesh, static_cast<std::int8_t>(p_.recompute[r]), 1});
         }
       } else if (pos1 + 1 < p_.C) {
         const int pos2 = pos1 + 1;
@@ -217,7 +217,9 @@ void DpTable::bound_mixed(int l, Seconds cap) {
           ee[at_index] = std::min(ee[at_index], e);
         };
         if (l1 == p_.L) {  // the pipeline ends with it
-          if (x.devices_b == D1) land(down_, down_e_, at(l1, pos1, D1));
+          if (x.devices_b != D1) continue;
+          land(down_, down_e_, at(l1, pos1, D1));
+          if (p_.require_mixed) land(downm_, downm_e_, at(l1, pos1, D1));
           continue;
         }
         // The link out of it, as a regular next head sees it (a mixed one pays more).

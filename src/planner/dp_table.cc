@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <thread>
 #include <cmath>
 
 #include "harp/cost/comm_cost.h"
@@ -88,12 +87,22 @@ DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order
 
 std::vector<Seconds> candidate_caps(const DpProblem& p) {
   std::vector<Seconds> caps;
+  // Periods the incumbent beats are left out (the search would drop them): every
+  // stage time grows with its last layer, so the rest of a row goes with them. So are
+  // those below the period floor (DpProblem::period_floor_s; the search starts there).
+  auto add = [&](Seconds cap) {
+    if (!p.cap_useful(cap)) return false;
+    if (cap >= p.period_floor_s) caps.push_back(cap);
+    return true;
+  };
   for (int pos = 0; pos < p.C; ++pos) {
     for (const DpMesh& m : p.meshes[pos])
       for (int l = 0; l < p.L; ++l)
         for (int l1 = l + 1; l1 <= p.L; ++l1) {
           if (m.view.static_bytes(l, l1) > p.usable[pos]) break;
-          for (Recompute r : p.recompute) caps.push_back(m.view.compute_s(l, l1, r));
+          bool any = false;
+          for (Recompute r : p.recompute) any = add(m.view.compute_s(l, l1, r)) || any;
+          if (!any) break;
         }
     for (const DpMixed& x : p.mixed[pos])
       for (int l = 0; l < p.L; ++l)
@@ -103,16 +112,16 @@ std::vector<Seconds> candidate_caps(const DpProblem& p) {
             break;
           const Seconds fastest = x.view.split(l, l1).slowest_s;  // without recomputation
           if (p.beaten(fastest, x.view.end_s(l, l1))) break;
-          for (Recompute r : p.recompute)
-            caps.push_back(r == Recompute::kNone ? fastest : x.view.split(l, l1, r).slowest_s);
+          for (Recompute r : p.recompute) add(r == Recompute::kNone ? fastest : x.view.split(l, l1, r).slowest_s);
         }
     if (p.any_mixed)
-      for (int q = pos + 1; q < p.C; ++q) caps.insert(caps.end(), p.path_cut(pos, q).begin(), p.path_cut(pos, q).end());
-    for (int l = 0; l + 1 < p.L; ++l) {
-      if (p.devices_per_node[pos] > 1) caps.push_back(p.cut_intra_s[pos][l]);
-      if (p.devices[pos] > p.devices_per_node[pos]) caps.push_back(p.cut_inter_s[pos][l]);
       for (int q = pos + 1; q < p.C; ++q)
-        if (p.linked[pos][q]) caps.push_back(p.cut_cross_s[pos * p.C + q][l]);
+        for (Seconds c : p.path_cut(pos, q)) add(c);
+    for (int l = 0; l + 1 < p.L; ++l) {
+      if (p.devices_per_node[pos] > 1) add(p.cut_intra_s[pos][l]);
+      if (p.devices[pos] > p.devices_per_node[pos]) add(p.cut_inter_s[pos][l]);
+      for (int q = pos + 1; q < p.C; ++q)
+        if (p.linked[pos][q]) add(p.cut_cross_s[pos * p.C + q][l]);
     }
   }
   std::sort(caps.begin(), caps.end());
@@ -148,7 +157,8 @@ Seconds min_feasible_period_bound(const DpProblem& p) {
   return bound;
 }
 
-DpTable::DpTable(const DpProblem& problem, int threads) : p_(problem), lanes_(std::max(1, threads)) {
+DpTable::DpTable(const DpProblem& problem, int threads)
+    : p_(problem), lanes_(std::max(1, threads)), pool_(static_cast<int>(lanes_.size())) {
   const size_t states = static_cast<size_t>(p_.L) * p_.C * (p_.max_devices + 1) * 2;
   off_.assign(states, 0);
   cnt_.assign(states, 0);
@@ -165,6 +175,9 @@ DpTable::DpTable(const DpProblem& problem, int threads) : p_(problem), lanes_(st
   down_e_.assign(up_.size(), 0.0);
   xup_.assign(up_.size(), 0.0);
   xup_e_.assign(up_.size(), 0.0);
+  next_filled_.assign(static_cast<size_t>(p_.L + 1) * p_.C, p_.L);
+  if (p_.require_mixed)
+    for (auto* v : {&upm_, &downm_, &upm_e_, &downm_e_}) v->assign(up_.size(), 0.0);
   for (const auto& meshes : p_.meshes) max_meshes_ = std::max(max_meshes_, static_cast<int>(meshes.size()));
   row_first_.assign(static_cast<size_t>(p_.C) * max_meshes_, 0);
   row_count_.assign(row_first_.size(), 0);
@@ -191,20 +204,18 @@ DpTable::Least DpTable::least_of(const Entry* first, size_t count) {
 // x dominates y when no upstream completion can make y better: the upstream part adds
 // the same amount to both sums and replaces e by max(e, E) for some E >= 0, so x must
 // not lose for E = 0 (sum + e) nor for E large (sum), and x's launch count must not be
-// larger (more memory upstream).
-static bool dominates(double xs, double xe, int xn, double ys, double ye, int yn) {
-  return xn <= yn && xs <= ys && xs + xe <= ys + ye;
+// larger (more memory upstream). Nor may x lack the mixed stage y has (require_mixed:
+// x's completions are then held to a stronger bound). Feasibility probes compare the
+// launch count only.
+bool DpTable::dominates(const Entry& x, const Entry& y, bool feasibility_only) {
+  if (x.n > y.n || x.mixed < y.mixed) return false;
+  return feasibility_only || (x.sum <= y.sum && x.sum + x.e <= y.sum + y.e);
 }
 
 void DpTable::offer(std::vector<Entry>& front, const Entry& c) const {
-  if (feasibility_only_) {
-    if (front.empty() || c.n < front[0].n) front.assign(1, c);
-    return;
-  }
   for (const Entry& x : front)
-    if (dominates(x.sum, x.e, x.n, c.sum, c.e, c.n)) return;
-  front.erase(std::remove_if(front.begin(), front.end(),
-                             [&](const Entry& x) { return dominates(c.sum, c.e, c.n, x.sum, x.e, x.n); }),
+    if (dominates(x, c, feasibility_only_)) return;
+  front.erase(std::remove_if(front.begin(), front.end(), [&](const Entry& x) { return dominates(c, x, feasibility_only_); }),
               front.end());
   front.push_back(c);
 }
@@ -218,6 +229,9 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
   const Bytes usable = p_.usable[pos];
   const auto& meshes = p_.meshes[pos];
   const double up = up_[at(l, pos, offset)], up_e = up_e_[at(l, pos, offset)];
+  // The bound for entries without a mixed stage (require_mixed: an upstream part has one).
+  const double upm = p_.require_mixed ? upm_[at(l, pos, offset)] : up;
+  const double upm_e = p_.require_mixed ? upm_e_[at(l, pos, offset)] : up_e;
   if (!std::isfinite(up)) {  // no upstream part reaches this state
     lane.counts.insert(lane.counts.end(), {0, 0, 0, 0});
     return;
@@ -232,7 +246,15 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
     const std::vector<Seconds>& same_cut = same_crosses_nodes ? p_.cut_inter_s[pos] : p_.cut_intra_s[pos];
     const Row* rows = rows_.data() + row_first_[pos * max_meshes_ + mi];
     const int len = row_count_[pos * max_meshes_ + mi];
-    for (int l1 = l + 1; l1 <= l + len; ++l1) {
+    // The next stage heads this position (devices left) or the next one (every device
+    // used; the last position's stage ends the model): the stage ends only where that
+    // position has entries, or at the model's end.
+    const int next_pos = u1 > 0 ? pos : (p_.allow_idle ? -1 : pos + 1);
+    auto next_end = [&](int l1) {
+      if (next_pos < 0 || l1 > p_.L) return l1;
+      return next_pos == p_.C ? p_.L : next_filled(l1, next_pos);
+    };
+    for (int l1 = next_end(l + 1); l1 <= l + len; l1 = next_end(l1 + 1)) {
       const Row& row = rows[l1 - l - 1];  // within the cap and the static memory
       // Extends every entry of a downstream front through a link of time c, once per mode
       // that fits (the fronts keep what no other entry dominates: a slower mode survives
@@ -255,8 +277,8 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
             const int n = std::min(x.n + delta, p_.B);
             if (sr + n * ar > usable) continue;
             const double sum = x.sum + tr + 2 * c, e = std::max(x.e, e_head);
-            if (sum + up + std::max(e, up_e) >= prune_at) continue;
-            offer(scratch[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode});
+            if (sum + (x.mixed ? up : upm) + std::max(e, x.mixed ? up_e : upm_e) >= prune_at) continue;
+            offer(scratch[att], Entry{sum, e, n, k, l, pos, u, static_cast<std::int16_t>(mi), mode, x.mixed});
           }
         }
       };
@@ -282,7 +304,7 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
         for (int r = 0; r < modes; ++r) {
           if (row.t[r] > cap || row.work[r] + row.act[r] > usable) continue;
           offer(scratch[row.t[r] == cap && !feasibility_only_ ? 1 : 0],
-                Entry{row.t[r], row.e, 1, -1, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r)});
+                Entry{row.t[r], row.e, 1, -1, l, pos, u, static_cast<std::int16_t>(mi), mode_of(r), 0});
         }
       } else {
         for (int pos1 = pos + 1; pos1 < p_.C; ++pos1) {
@@ -321,9 +343,9 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
 }
 
 void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
-  // Threads pay off on wide layers only (starting one costs tens of microseconds). The
-  // states' work is uneven (a mesh fits only aligned offsets), so lanes take the next
-  // job as they finish and note which job each front belongs to.
+  // Threads pay off on wide layers only (waking one costs microseconds). The states'
+  // work is uneven (a mesh fits only aligned offsets), so lanes take the next job as
+  // they finish and note which job each front belongs to.
   build_rows(l, cap);
   const int T = jobs_.size() >= 64 ? static_cast<int>(lanes_.size()) : 1;
   std::atomic<size_t> next{0};
@@ -341,10 +363,10 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
         fill_state<false>(l, jobs_[j].first, jobs_[j].second, cap, prune_at, lane);
     }
   };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < T; ++t) pool.emplace_back(work, t);
-  work(0);
-  for (auto& th : pool) th.join();
+  if (T == 1)
+    work(0);
+  else
+    pool_.run(work);
   // Append in job order, whatever lane filled a job: the same table for any thread count.
   for (int t = 0; t < T; ++t) {
     size_t at = 0;
@@ -401,9 +423,16 @@ DpOutcome DpTable::run(Seconds cap, double prune_at) {
   std::fill(mcnt_.begin(), mcnt_.end(), 0);
   std::fill(xcnt_.begin(), xcnt_.end(), 0);
   if (cap != bound_cap_) bound_upstream(cap);
+  for (int pos = 0; pos < p_.C; ++pos) next_filled_[p_.L * p_.C + pos] = p_.L;
   for (int l = p_.L - 1; l >= 0; --l) {
     fill_layer(l, cap, prune_at);
-    for (int pos = 0; pos < p_.C; ++pos) fill_merged(l, pos);
+    for (int pos = 0; pos < p_.C; ++pos) {
+      fill_merged(l, pos);
+      bool any = false;
+      for (int u = 1; u <= p_.devices[pos] && !any; ++u)
+        for (int att = 0; att < 2; ++att) any = any || cnt_[state(l, pos, u, att)] + xcnt_[state(l, pos, u, att)] > 0;
+      next_filled_[l * p_.C + pos] = any ? l : next_filled_[(l + 1) * p_.C + pos];
+    }
   }
   DpOutcome out;
   auto consider = [&](int first, int count, int att) {

@@ -21,6 +21,7 @@
 #include "harp/planner/harp_search.h"
 #include "harp/cost/mixed_stage.h"
 #include "harp/cost/stage_costs.h"
+#include "lane_pool.h"
 
 namespace harp::planner {
 
@@ -72,6 +73,13 @@ struct DpProblem {
   // and whole options: prune_mixed_stages).
   double incumbent_s = std::numeric_limits<double>::infinity();
   Seconds period_floor_s = 0;
+  // Only plans holding a mixed stage are searched (those without one were, before: the
+  // incumbent is their optimum). A partial plan without one is kept only while some
+  // upstream part holding one could complete it below the bound (DpTable's upm_), and
+  // never dominates a partial plan with one.
+  bool require_mixed = false;
+  // Whether a plan whose period is `cap` could beat the incumbent at all.
+  bool cap_useful(Seconds cap) const { return (B - 1) * cap < incumbent_s * (1 + 1e-12); }
   bool beaten(Seconds t, Seconds e) const {
     return t + (B - 1) * std::max(t, period_floor_s) + e > incumbent_s * (1 + 1e-12);
   }
@@ -150,7 +158,8 @@ class DpTable {
   // per state, the smallest launch count, which is all that memory feasibility needs.
   // Returns the entry of one such plan (for placements()), or -1.
   int feasible(Seconds cap);
-  // No plan with every t, c <= cap has a smaller sum + e (the relaxation of up_).
+  // No plan with every t, c <= cap has a smaller sum + e (the relaxation of up_; with
+  // DpProblem::require_mixed, no plan holding a mixed stage).
   double lower_bound(Seconds cap);
   // The pipeline an entry of the last run describes, head first.
   std::vector<Placement> placements(int entry) const;
@@ -162,6 +171,7 @@ class DpTable {
     int l, pos, u;
     std::int16_t mesh;
     std::int8_t recompute;  // the head stage's Recompute
+    std::int8_t mixed;      // the entry's stages include a mixed one
   };
   // The least sum, e and launch count over a front's entries (each on its own): a front
   // none of whose entries can pass a check is skipped whole.
@@ -187,6 +197,7 @@ class DpTable {
     size_t first;
     int index;
   };
+  static bool dominates(const Entry& x, const Entry& y, bool feasibility_only);
   void offer(std::vector<Entry>& front, const Entry& candidate) const;
   // kMulti: several recomputation modes; false: the one mode of the problem, with the
   // mode loop gone at compile time (the search's hot path stays as fast as before).
@@ -210,6 +221,10 @@ class DpTable {
   // Fills up_ for a cap (see up_).
   void bound_upstream(Seconds cap);
   int at(int l, int pos, int offset) const { return (l * p_.C + pos) * (p_.max_devices + 1) + offset; }
+  // The first layer l1 >= l (l <= L) where some state of position pos has entries in
+  // this run (L when none): stages ending elsewhere have nothing to extend, but the
+  // model's end.
+  int next_filled(int l, int pos) const { return next_filled_[l * p_.C + pos]; }
 
   const DpProblem& p_;
   std::vector<Entry> entries_;
@@ -218,6 +233,7 @@ class DpTable {
   std::vector<Least> least_, mleast_;  // per state, per merged
   std::vector<Entry> scratch_[2];
   std::vector<Lane> lanes_;
+  LanePool pool_;  // one lane per Lane
   std::vector<std::pair<int, int>> jobs_;  // every layer's states (pos, u), in fill order
   std::vector<Where> where_;
   // up_[at(l, pos, o)]: no upstream part (the stages before a head stage that starts at
@@ -234,6 +250,9 @@ class DpTable {
   // The upstream parts that end with a mixed stage, their link out included (bound_mixed),
   // folded into up_ when its layer comes.
   std::vector<double> xup_, xup_e_;
+  // DpProblem::require_mixed: up_, down_ and their e over the parts holding a mixed
+  // stage only (empty otherwise).
+  std::vector<double> upm_, downm_, upm_e_, downm_e_;
   // A stage's figures for one start layer, mesh and end (build_rows).
   struct Row {
     Seconds t[kRecomputeModes], t_min, t_fits, e;  // t_fits: fastest mode that holds one microbatch
@@ -259,6 +278,7 @@ class DpTable {
   std::vector<const MixedRow*> mixed_at_;  // per slot: layer l's rows
   std::vector<int> mixed_count_;           // per slot: how many are within the cap
   int max_mixed_ = 0;
+  std::vector<int> next_filled_;  // per (l, pos), l <= L: see next_filled()
   std::vector<int> xoff_, xcnt_;  // per state: the front of its mixed head stages
   std::vector<Least> xleast_;
   std::vector<int> row_first_, row_count_;  // per pos * max_meshes_ + mesh

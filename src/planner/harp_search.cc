@@ -198,8 +198,12 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   std::vector<DpProblem> problems;
   for (const auto& order : subcluster_orders(costs.cluster(), options.fixed_order)) {
     DpProblem problem = make_dp_problem(costs, order, options);
-    // With nothing to gain from a mixed stage, this order's plain search already ran.
-    if (plain && plain->feasible && !prune_mixed_stages(problem, plain->iteration_s)) continue;
+    if (plain) {
+      // The plans without mixed stages were searched: only those holding one are here.
+      // With nothing to gain from a mixed stage, the order is done.
+      problem.require_mixed = true;
+      if (plain->feasible && !prune_mixed_stages(problem, plain->iteration_s)) continue;
+    }
     if (problem.valid) problems.push_back(std::move(problem));
   }
   // Candidates of a harp search also come from the same search under standard 1F1B's
@@ -209,7 +213,13 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
   if (options.candidates > 0 && options.schedule == plan::ScheduleKind::kHarp1F1B) {
     SearchOptions standard = options;
     standard.schedule = plan::ScheduleKind::k1F1B;
-    for (size_t i = 0; i < harp_problems; ++i) problems.push_back(make_dp_problem(costs, problems[i].order, standard));
+    for (size_t i = 0; i < harp_problems; ++i) {
+      DpProblem problem = make_dp_problem(costs, problems[i].order, standard);
+      // As its harp problem: plans holding a mixed stage that may beat the plain one.
+      problem.require_mixed = problems[i].require_mixed;
+      if (plain && plain->feasible && !prune_mixed_stages(problem, plain->iteration_s)) continue;
+      problems.push_back(std::move(problem));
+    }
   }
   std::vector<CapSearchResult> found(problems.size());
   const int cores =
@@ -264,6 +274,15 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
     plain->stats.dp_runs += result.stats.dp_runs;
     plain->stats.states_visited += result.stats.states_visited;
     result = std::move(*plain);
+  } else if (plain && plain->feasible && options.candidates > 0) {
+    // The candidates: the answer, then the plans both searches met (the second met
+    // only plans with a mixed stage), by closed-form T.
+    auto& c = result.candidates;
+    c.insert(c.end(), std::make_move_iterator(plain->candidates.begin()), std::make_move_iterator(plain->candidates.end()));
+    std::stable_sort(c.begin() + 1, c.end(), [](const plan::Plan& a, const plan::Plan& b) {
+      return a.predicted.iteration_s < b.predicted.iteration_s;
+    });
+    if (static_cast<int>(c.size()) > options.candidates) c.resize(options.candidates);
   }
   result.stats.wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
