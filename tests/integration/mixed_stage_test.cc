@@ -137,9 +137,65 @@ TEST(MixedStage, TheSearchTakesItOverAFastLinkOnly) {
       EXPECT_TRUE(took);
       EXPECT_LT(with.plan.predicted.iteration_s, without.plan.predicted.iteration_s * 0.9);
       EXPECT_LT(simulated_s(with.plan), simulated_s(without.plan) * 0.9);
+      // The candidates a schedule choice weighs: the plans both searches met (the second
+      // meets only plans with a mixed stage), by closed-form T.
+      SearchOptions weighed = mixed;
+      weighed.candidates = 16;
+      const StrategyResult c = run_strategy(pr, plan::Strategy::kHarp, weighed);
+      ASSERT_FALSE(c.candidates.empty());
+      EXPECT_TRUE(std::any_of(c.candidates.begin(), c.candidates.end(), [](const plan::Plan& p) {
+        return std::none_of(p.stages.begin(), p.stages.end(), [](const plan::Stage& s) { return s.mixed(); });
+      }));
+      for (size_t i = 1; i < c.candidates.size(); ++i)
+        EXPECT_LE(c.candidates[i - 1].predicted.iteration_s, c.candidates[i].predicted.iteration_s);
     } else {
       EXPECT_FALSE(took) << plan::plan_to_json(with.plan).dump();
     }
+  }
+}
+
+// The second search (plans holding a mixed stage) on several lanes fills the same tables
+// as on one: the plan, its time and the counts, on a cluster wide enough for the lanes
+// (72 devices: each layer has 72 states) where the answer holds a mixed stage; 3 lanes
+// on 2 cores too.
+TEST(MixedStage, EveryCoreGivesTheOneCorePlan) {
+  auto doc = parse_yaml_text(R"(
+subclusters:
+  - {name: f, device: A100-80GB, nodes: 2, devices_per_node: 8,
+     intra_node: {bandwidth_gbps: 2400, latency_us: 5}, inter_node: {bandwidth_gbps: 200, latency_us: 10}}
+  - {name: s, device: V100-32GB, nodes: 7, devices_per_node: 8,
+     intra_node: {bandwidth_gbps: 1200, latency_us: 5}, inter_node: {bandwidth_gbps: 200, latency_us: 10}}
+links:
+  - {between: [f, s], bandwidth_gbps: 200, latency_ms: 0.01}
+)",
+                             "wide.yaml");
+  HARP_ASSERT_OK(doc.status());
+  auto cluster = cluster::parse_cluster(*doc, "wide.yaml");
+  HARP_ASSERT_OK(cluster.status());
+  auto model = model::load_model("gpt-350m", 1);
+  HARP_ASSERT_OK(model.status());
+  const PlanningProblem pr = problem_from_model(*cluster, *model, cost::CostConfig{}, nullptr, 2, 8, 8);
+  std::string first_stages;
+  SearchStats first;
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE(std::to_string(threads) + " lanes");
+    SearchOptions options;
+    options.mixed_stages = true;
+    options.threads = threads;
+    const StrategyResult r = run_strategy(pr, plan::Strategy::kHarp, options);
+    ASSERT_TRUE(r.feasible) << r.reason;
+    const std::string stages = plan::plan_to_json(r.plan)["stages"].dump();
+    if (threads == 1) {
+      EXPECT_TRUE(std::any_of(r.plan.stages.begin(), r.plan.stages.end(), [](const plan::Stage& s) { return s.mixed(); }))
+          << stages;
+      first_stages = stages;
+      first = r.stats;
+      continue;
+    }
+    EXPECT_EQ(stages, first_stages);
+    EXPECT_EQ(r.stats.dp_runs, first.dp_runs);
+    EXPECT_EQ(r.stats.states_visited, first.states_visited);
+    EXPECT_EQ(r.stats.front_entries, first.front_entries);
   }
 }
 
