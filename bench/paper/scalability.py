@@ -6,7 +6,8 @@ simulated  four pools in a chain (H100, A100-80GB, A100-40GB, V100; 10 Gbit/s be
            them), n nodes of 8 GPUs each, GPT-76B: k = 4 (242 layers) against GPUs, and
            k = 1 ... 4 on 256 GPUs against layers; 128 microbatches of 8, analytic costs.
            Each point is one `harp plan` process (its search time, from the plan, and
-           the process's wall time, parsing and cost tables included).
+           the process's wall time, parsing and cost tables included); each GPU point
+           also with `--mixed-stages true` (both searches: without, then with them).
 measured   nothing to train: the measured side of planning cost is the profiler's, in
            granularity.py (zero-redundant against per-layer, timed on this machine).
 
@@ -38,28 +39,34 @@ def cluster_yaml(nodes):
     return "\n".join(lines) + "\n"
 
 
-def point(harp, d, nodes, k):
+def point(harp, d, nodes, k, mixed=False):
     cl = pl.write(os.path.join(d, "pools_%d.cluster.yaml" % nodes), cluster_yaml(nodes))
     job = pl.write(os.path.join(d, "gpt76b_%d_k%d.job.yaml" % (nodes, k)), pl.job_yaml(cl, "gpt-76b", 128, 8, k))
     start = time.perf_counter()
     p = json.loads(pl.run([harp, "plan", "--job", job, "--json"]))
     wall = time.perf_counter() - start
-    return dict(gpus=4 * 8 * nodes, layers=60 * k + 2, k=k, search_s=p["search"]["wall_s"], process_s=wall,
-                dp_runs=p["search"]["dp_runs"], dp_states=p["search"]["dp_states"],
-                stages=len(p["stages"]), iteration_s=p["predicted"]["iteration_s"])
+    row = dict(gpus=4 * 8 * nodes, layers=60 * k + 2, k=k, search_s=p["search"]["wall_s"], process_s=wall,
+               dp_runs=p["search"]["dp_runs"], dp_states=p["search"]["dp_states"],
+               stages=len(p["stages"]), iteration_s=p["predicted"]["iteration_s"], mixed_search_s="",
+               mixed_iteration_s="")
+    if mixed:
+        m = json.loads(pl.run([harp, "plan", "--job", job, "--json", "--mixed-stages", "true"]))
+        row.update(mixed_search_s=m["search"]["wall_s"], mixed_iteration_s=m["predicted"]["iteration_s"])
+    return row
 
 
 def simulated(a):
     d = os.path.join(a.out, "scalability_simulated")
     rows = []
     for nodes in [int(n) for n in a.nodes.split(",")]:
-        rows.append(dict(sweep="gpus", **point(a.harp, d, nodes, 4)))
+        rows.append(dict(sweep="gpus", **point(a.harp, d, nodes, 4, mixed=True)))
     for k in (1, 2, 3):  # k = 4 on 256 GPUs is in the GPU sweep
         rows.append(dict(sweep="layers", **point(a.harp, d, 8, k)))
     for r in rows:
+        mixed = "" if r["mixed_search_s"] == "" else "  with mixed stages %8.1f ms" % (1e3 * r["mixed_search_s"])
         print("simulated %-6s %5d GPUs  %3d layers  search %8.1f ms (process %6.2f s)  %d DP runs, %d states, "
-              "%d stages" % (r["sweep"], r["gpus"], r["layers"], 1e3 * r["search_s"], r["process_s"], r["dp_runs"],
-                             r["dp_states"], r["stages"]), flush=True)
+              "%d stages%s" % (r["sweep"], r["gpus"], r["layers"], 1e3 * r["search_s"], r["process_s"], r["dp_runs"],
+                               r["dp_states"], r["stages"], mixed), flush=True)
     tb.write_csv(os.path.join(a.out, "scalability_simulated.csv"), rows)
     by_gpus = [r for r in rows if r["sweep"] == "gpus"]
     by_layers = sorted([r for r in rows if r["layers"] and r["gpus"] == 256], key=lambda r: r["layers"])
@@ -68,6 +75,7 @@ def simulated(a):
                   "GPUs (log scale; layers curve: 62 ... 242 layers on 256 GPUs, plotted at layers x 16)",
                   "search time (s)",
                   [("against GPUs (242 layers)", [(r["gpus"], r["search_s"]) for r in by_gpus], False),
+                   ("the same, mixed stages searched too", [(r["gpus"], r["mixed_search_s"]) for r in by_gpus], False),
                    ("against layers (256 GPUs)", [(16 * r["layers"], r["search_s"]) for r in by_layers], True)],
                   log_x=True, note="the paper's planner: %g s of DP and %g s of profiling (GPT scale, see "
                   "docs/evaluation.md)" % (PAPER_DP_S, PAPER_PROFILE_S))

@@ -10,11 +10,14 @@
 namespace harp::planner {
 namespace {
 
-// The first tight run's bound: 10% above the lower bound, the slack doubling after each
-// miss, the bound given up for prune_at after kMaxTightRuns.
+// The first tight run's bound: 10% above the lower bound, the same slack added again after
+// each miss, the bound given up for prune_at after kMaxTightRuns. Added, not doubled: a
+// run's states grow steeply with its bound, so overshooting the optimum costs more than
+// one more run below it (GPT-76B on the 1024 GPUs of bench/paper/scalability.py: R / lb =
+// 1.24; the last run at 1.3 lb keeps 49,597 states, doubling's at 1.4 lb kept 86,828).
 constexpr double kFirstSlack = 0.1;
-constexpr int kMaxTightRuns = 4;
-constexpr int kFloorTightRuns = 2;  // at the floor cap, before the probes take over
+constexpr int kMaxTightRuns = 8;
+constexpr int kFloorTightRuns = 3;  // at the floor cap (up to 1.3 lb), before the probes take over
 
 }  // namespace
 
@@ -47,7 +50,7 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   // Tight runs at caps[i]. A run bounded by g finds every plan below g, and is much
   // cheaper than one at prune_at when g is close to the relaxation's lower bound lb
   // (DpTable::lower_bound): most partial plans are dropped. Bounds go from
-  // lb (1 + kFirstSlack) up, the slack doubling, kMaxTightRuns of them at most, then
+  // lb (1 + kFirstSlack) up, a slack more each time, kMaxTightRuns of them at most, then
   // (`finish`) prune_at itself. Returns the first outcome `done` accepts, else the last
   // run's. The outcome stays in `tight`, with its table, while no other run follows, so
   // a later call for the same cap goes on from it.
@@ -66,6 +69,12 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
     // (neighbouring caps have alike gaps); a prune_at within twice that is tight enough.
     const double first = lb * std::max(1 + kFirstSlack, gap * (1 + kFirstSlack / 2));
     double g = lb > 0 && prune_at > lb + 2 * (first - lb) ? first : prune_at;
+    // After a miss at `miss`: a slack more, or prune_at itself where the bound after that
+    // would pass it (a run just below prune_at costs nearly as much as one at it).
+    auto next_bound = [&](double miss) {
+      const double step = first > lb ? first - lb : miss - lb;
+      return miss + 2 * step < prune_at ? miss + step : prune_at;
+    };
     int tries = 0;
     if (tight.cap == i) {  // go on from the last run at this cap
       tries = tight.tries;
@@ -74,7 +83,7 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
       if (settled && tight.table_valid) return tight.out;
       if (!settled) {  // nothing below tight.g: the next bound (a probe since leaves that true)
         if (tries >= max_tries && !finish) return tight.out;
-        g = tries < max_tries ? std::min(prune_at, lb + (g - lb) * 2) : prune_at;
+        g = tries < max_tries ? std::min(prune_at, next_bound(g)) : prune_at;
       }
     }
     for (;;) {
@@ -84,7 +93,7 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
       result.front_entries += tight.out.entries;
       if (done(tight.out, g) || g >= prune_at) return tight.out;
       if (tries >= max_tries && !finish) return tight.out;
-      g = tries < max_tries ? std::min(prune_at, lb + (g - lb) * 2) : prune_at;
+      g = tries < max_tries ? std::min(prune_at, next_bound(g)) : prune_at;
     }
   };
   // Runs the DP at caps[i]; records R and updates the best plan from both outcomes.
@@ -136,11 +145,13 @@ CapSearchResult search_caps(const DpProblem& problem, const ProgressFn& progress
   };
   // The floor cap is often feasible: any plan a tight run finds there proves it, with no
   // probe, and evaluate() goes on from that run.
-  // With a plan to beat, only plans below it matter there too (prune_at as evaluate's).
+  // With a plan to beat, only plans below it matter there too (prune_at as evaluate's),
+  // and the tight runs go on up to that bound: the probes below look for a first plan,
+  // and there is one.
   const double floor_prune = std::isfinite(best) ? best - B1 * caps[lo] : inf;
-  const bool floor_feasible =
-      run_tight(lo, floor_prune, kFloorTightRuns, false, [](const DpOutcome& o, double g) { return o.relaxed < g; })
-          .relaxed < inf;
+  const bool floor_feasible = run_tight(lo, floor_prune, kFloorTightRuns, std::isfinite(best),
+                                        [](const DpOutcome& o, double g) { return o.relaxed < g; })
+                                  .relaxed < inf;
   // A run bounded by the plan to beat that finds nothing (or no relaxed plan at all)
   // shows that no plan with every t and c within caps[lo] beats it: the caps above are
   // searched without probes (they look for a first plan, and there is one).

@@ -166,8 +166,10 @@ DpTable::DpTable(const DpProblem& problem, int threads)
   mleast_.assign(static_cast<size_t>(p_.L) * p_.C * 2, Least{});
   moff_.assign(static_cast<size_t>(p_.L) * p_.C * 2, 0);
   mcnt_.assign(static_cast<size_t>(p_.L) * p_.C * 2, 0);
-  for (int pos = 0; pos < p_.C; ++pos)
+  for (int pos = 0; pos < p_.C; ++pos) {
+    job_first_.push_back(static_cast<int>(jobs_.size()));
     for (int u = 1; u <= p_.devices[pos]; ++u) jobs_.emplace_back(pos, u);
+  }
   where_.resize(jobs_.size());
   up_.assign(static_cast<size_t>(p_.L + 1) * p_.C * (p_.max_devices + 1), 0.0);
   down_.assign(up_.size(), 0.0);
@@ -176,6 +178,7 @@ DpTable::DpTable(const DpProblem& problem, int threads)
   xup_.assign(up_.size(), 0.0);
   xup_e_.assign(up_.size(), 0.0);
   next_filled_.assign(static_cast<size_t>(p_.L + 1) * p_.C, p_.L);
+  next_state_.assign(up_.size(), p_.L);
   if (p_.require_mixed)
     for (auto* v : {&upm_, &downm_, &upm_e_, &downm_e_}) v->assign(up_.size(), 0.0);
   for (const auto& meshes : p_.meshes) max_meshes_ = std::max(max_meshes_, static_cast<int>(meshes.size()));
@@ -246,13 +249,14 @@ void DpTable::fill_state(int l, int pos, int u, Seconds cap, double prune_at, La
     const std::vector<Seconds>& same_cut = same_crosses_nodes ? p_.cut_inter_s[pos] : p_.cut_intra_s[pos];
     const Row* rows = rows_.data() + row_first_[pos * max_meshes_ + mi];
     const int len = row_count_[pos * max_meshes_ + mi];
-    // The next stage heads this position (devices left) or the next one (every device
-    // used; the last position's stage ends the model): the stage ends only where that
-    // position has entries, or at the model's end.
+    // The next stage heads this position on its u1 devices left, or the next position
+    // on all of them (every device used; after the last position the model ends): this
+    // stage ends only where that state has entries, or at the model's end.
     const int next_pos = u1 > 0 ? pos : (p_.allow_idle ? -1 : pos + 1);
+    const int next_u = u1 > 0 ? u1 : (next_pos >= 0 && next_pos < p_.C ? p_.devices[next_pos] : 0);
     auto next_end = [&](int l1) {
       if (next_pos < 0 || l1 > p_.L) return l1;
-      return next_pos == p_.C ? p_.L : next_filled(l1, next_pos);
+      return next_pos == p_.C ? p_.L : next_state_[at(l1, next_pos, next_u)];
     };
     for (int l1 = next_end(l + 1); l1 <= l + len; l1 = next_end(l1 + 1)) {
       const Row& row = rows[l1 - l - 1];  // within the cap and the static memory
@@ -347,7 +351,13 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
   // work is uneven (a mesh fits only aligned offsets), so lanes take the next job as
   // they finish and note which job each front belongs to.
   build_rows(l, cap);
-  const int T = jobs_.size() >= 64 ? static_cast<int>(lanes_.size()) : 1;
+  // Only the positions where a stage can reach a successor with entries (the others'
+  // fronts stay empty: run() zeroed their counts).
+  live_jobs_.clear();
+  for (int pos = 0; pos < p_.C; ++pos)
+    if (may_have_entries(l, pos))
+      for (int j = job_first_[pos]; j < job_first_[pos] + p_.devices[pos]; ++j) live_jobs_.push_back(j);
+  const int T = live_jobs_.size() >= 64 ? static_cast<int>(lanes_.size()) : 1;
   std::atomic<size_t> next{0};
   auto work = [&](int t) {
     Lane& lane = lanes_[t];
@@ -355,8 +365,9 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
     lane.counts.clear();
     lane.jobs.clear();
     lane.states = 0;
-    for (size_t j = next++; j < jobs_.size(); j = next++) {
-      lane.jobs.push_back(static_cast<int>(j));
+    for (size_t k = next++; k < live_jobs_.size(); k = next++) {
+      const int j = live_jobs_[k];
+      lane.jobs.push_back(j);
       if (p_.recompute.size() > 1)
         fill_state<true>(l, jobs_[j].first, jobs_[j].second, cap, prune_at, lane);
       else
@@ -376,7 +387,7 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
     }
     states_ += lanes_[t].states;
   }
-  for (size_t j = 0; j < jobs_.size(); ++j) {
+  for (const int j : live_jobs_) {
     const Lane& lane = lanes_[where_[j].lane];
     size_t from = where_[j].first;
     for (int f = 0; f < 4; ++f) {
@@ -390,6 +401,23 @@ void DpTable::fill_layer(int l, Seconds cap, double prune_at) {
       from += static_cast<size_t>(n);
     }
   }
+}
+
+bool DpTable::may_have_entries(int l, int pos) const {
+  if (p_.allow_idle) return true;
+  const int L = p_.L;
+  // Whether position q has entries at some layer in (l, reach], before the model's end.
+  auto reaches = [&](int q, int reach) {
+    return q < p_.C && next_filled(l + 1, q) < L && next_filled(l + 1, q) <= reach;
+  };
+  int reach = l;  // the farthest a regular stage starting here ends
+  for (size_t mi = 0; mi < p_.meshes[pos].size(); ++mi) reach = std::max(reach, l + row_count_[pos * max_meshes_ + mi]);
+  // Next: this position (devices left), the next one (every device used), or the end.
+  if (reach > l && (reaches(pos, reach) || reaches(pos + 1, reach) || (pos == p_.C - 1 && reach >= L))) return true;
+  if (!p_.any_mixed || pos + 1 >= p_.C) return false;
+  int xreach = l;  // the same for the mixed stages that start here, heading pos + 1 or pos + 2 next
+  for (size_t k = 0; k < p_.mixed[pos].size(); ++k) xreach = std::max(xreach, l + mixed_count_[pos * max_mixed_ + k]);
+  return xreach > l && (reaches(pos + 1, xreach) || reaches(pos + 2, xreach) || (pos + 1 == p_.C - 1 && xreach >= L));
 }
 
 void DpTable::fill_merged(int l, int pos) {
@@ -423,14 +451,21 @@ DpOutcome DpTable::run(Seconds cap, double prune_at) {
   std::fill(mcnt_.begin(), mcnt_.end(), 0);
   std::fill(xcnt_.begin(), xcnt_.end(), 0);
   if (cap != bound_cap_) bound_upstream(cap);
-  for (int pos = 0; pos < p_.C; ++pos) next_filled_[p_.L * p_.C + pos] = p_.L;
+  for (int pos = 0; pos < p_.C; ++pos) {
+    next_filled_[p_.L * p_.C + pos] = p_.L;
+    for (int u = 1; u <= p_.devices[pos]; ++u) next_state_[at(p_.L, pos, u)] = p_.L;
+  }
   for (int l = p_.L - 1; l >= 0; --l) {
     fill_layer(l, cap, prune_at);
     for (int pos = 0; pos < p_.C; ++pos) {
       fill_merged(l, pos);
       bool any = false;
-      for (int u = 1; u <= p_.devices[pos] && !any; ++u)
-        for (int att = 0; att < 2; ++att) any = any || cnt_[state(l, pos, u, att)] + xcnt_[state(l, pos, u, att)] > 0;
+      for (int u = 1; u <= p_.devices[pos]; ++u) {
+        const bool filled = cnt_[state(l, pos, u, 0)] + cnt_[state(l, pos, u, 1)] + xcnt_[state(l, pos, u, 0)] +
+                                xcnt_[state(l, pos, u, 1)] > 0;
+        next_state_[at(l, pos, u)] = filled ? l : next_state_[at(l + 1, pos, u)];
+        any = any || filled;
+      }
       next_filled_[l * p_.C + pos] = any ? l : next_filled_[(l + 1) * p_.C + pos];
     }
   }

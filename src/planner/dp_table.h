@@ -206,6 +206,9 @@ class DpTable {
   void fill_state(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const;
   // Fills every state (pos, u) of layer l, on the lanes, then appends them in order.
   void fill_layer(int l, Seconds cap, double prune_at);
+  // Whether a stage (regular or mixed) starting at layer l on pos can end where its
+  // successor has entries in this run, or at the model's end (after build_rows(l)).
+  bool may_have_entries(int l, int pos) const;
   // The mixed stages that head state (l, pos, u) (dp_mixed.cc): into lane.scratch[2, 3].
   void fill_mixed_heads(int l, int pos, int u, Seconds cap, double prune_at, Lane& lane) const;
   // Points mixed_at_ and mixed_count_ at the rows of the mixed stages that start at
@@ -235,6 +238,8 @@ class DpTable {
   std::vector<Lane> lanes_;
   LanePool pool_;  // one lane per Lane
   std::vector<std::pair<int, int>> jobs_;  // every layer's states (pos, u), in fill order
+  std::vector<int> job_first_;             // per position: its first job
+  std::vector<int> live_jobs_;             // the layer's jobs that may get entries (fill_layer)
   std::vector<Where> where_;
   // up_[at(l, pos, o)]: no upstream part (the stages before a head stage that starts at
   // layer l on device index o of position pos, and their links, the one into the head
@@ -279,6 +284,7 @@ class DpTable {
   std::vector<int> mixed_count_;           // per slot: how many are within the cap
   int max_mixed_ = 0;
   std::vector<int> next_filled_;  // per (l, pos), l <= L: see next_filled()
+  std::vector<int> next_state_;   // at(l, pos, u): the same for the one state (pos, u)
   std::vector<int> xoff_, xcnt_;  // per state: the front of its mixed head stages
   std::vector<Least> xleast_;
   std::vector<int> row_first_, row_count_;  // per pos * max_meshes_ + mesh
