@@ -105,7 +105,8 @@ struct DpProblem {
   }
 };
 
-// Builds the problem for one subcluster order. `valid` is false when the order cannot
+// Builds the problem for one subcluster order (dp_problem.cc, as are mesh_sizes,
+// candidate_caps and min_feasible_period_bound). `valid` is false when the order cannot
 // hold a pipeline (consecutive subclusters not linked while every device must be used).
 DpProblem make_dp_problem(const StageCosts& costs, const std::vector<int>& order,
                           const SearchOptions& options);

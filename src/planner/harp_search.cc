@@ -195,16 +195,16 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
     HARP_ASSIGN_OR_RETURN(SearchResult r, search_pipeline(costs, o));
     plain = std::move(r);
   }
+  // After it, only plans holding a mixed stage are searched; false: none can beat it there.
+  auto worth_searching = [&](DpProblem& problem) {
+    if (!plain) return true;
+    problem.require_mixed = true;
+    return !plain->feasible || prune_mixed_stages(problem, plain->iteration_s);
+  };
   std::vector<DpProblem> problems;
   for (const auto& order : subcluster_orders(costs.cluster(), options.fixed_order)) {
     DpProblem problem = make_dp_problem(costs, order, options);
-    if (plain) {
-      // The plans without mixed stages were searched: only those holding one are here.
-      // With nothing to gain from a mixed stage, the order is done.
-      problem.require_mixed = true;
-      if (plain->feasible && !prune_mixed_stages(problem, plain->iteration_s)) continue;
-    }
-    if (problem.valid) problems.push_back(std::move(problem));
+    if (worth_searching(problem) && problem.valid) problems.push_back(std::move(problem));
   }
   // Candidates of a harp search also come from the same search under standard 1F1B's
   // counts: plans that fit only with fewer microbatches in flight (then run by 1f1b or
@@ -215,10 +215,7 @@ StatusOr<SearchResult> search_pipeline(const StageCosts& costs, const SearchOpti
     standard.schedule = plan::ScheduleKind::k1F1B;
     for (size_t i = 0; i < harp_problems; ++i) {
       DpProblem problem = make_dp_problem(costs, problems[i].order, standard);
-      // As its harp problem: plans holding a mixed stage that may beat the plain one.
-      problem.require_mixed = problems[i].require_mixed;
-      if (plain && plain->feasible && !prune_mixed_stages(problem, plain->iteration_s)) continue;
-      problems.push_back(std::move(problem));
+      if (worth_searching(problem)) problems.push_back(std::move(problem));
     }
   }
   std::vector<CapSearchResult> found(problems.size());

@@ -8,6 +8,7 @@
 #include "testutil/status.h"
 
 #include "harp/cluster/cluster_io.h"
+#include "harp/common/check.h"
 #include "harp/common/document.h"
 #include "harp/cost/comm_cost.h"
 #include "harp/plan/plan_io.h"
@@ -16,6 +17,14 @@
 
 namespace harp::planner {
 namespace {
+
+cluster::Cluster cluster_of(const std::string& yaml, const std::string& name) {
+  auto doc = parse_yaml_text(yaml, name);
+  HARP_CHECK(doc.ok()) << doc.status().to_string();
+  auto c = cluster::parse_cluster(*doc, name);
+  HARP_CHECK(c.ok()) << c.status().to_string();
+  return *c;
+}
 
 // One A100 beside two V100s (one node), a link between them of `gbps`, and a third pool
 // of one V100 behind a 10 Gbit/s link.
@@ -28,10 +37,7 @@ cluster::Cluster three_pools(double gbps) {
                            "links:\n"
                            "  - {between: [f, s], bandwidth_gbps: " + std::to_string(gbps) + ", latency_ms: 0.01}\n"
                            "  - {between: [s, x], bandwidth_gbps: 10, latency_ms: 0.1}\n";
-  auto doc = parse_yaml_text(yaml, "three.yaml");
-  auto c = cluster::parse_cluster(*doc, "three.yaml");
-  EXPECT_TRUE(c.ok()) << c.status().to_string();
-  return *c;
+  return cluster_of(yaml, "three.yaml");
 }
 
 PlanningProblem problem(const cluster::Cluster& c, int microbatches, int microbatch_size) {
@@ -159,7 +165,7 @@ TEST(MixedStage, TheSearchTakesItOverAFastLinkOnly) {
 // (72 devices: each layer has 72 states) where the answer holds a mixed stage; 3 lanes
 // on 2 cores too.
 TEST(MixedStage, EveryCoreGivesTheOneCorePlan) {
-  auto doc = parse_yaml_text(R"(
+  const cluster::Cluster cluster = cluster_of(R"(
 subclusters:
   - {name: f, device: A100-80GB, nodes: 2, devices_per_node: 8,
      intra_node: {bandwidth_gbps: 2400, latency_us: 5}, inter_node: {bandwidth_gbps: 200, latency_us: 10}}
@@ -168,13 +174,10 @@ subclusters:
 links:
   - {between: [f, s], bandwidth_gbps: 200, latency_ms: 0.01}
 )",
-                             "wide.yaml");
-  HARP_ASSERT_OK(doc.status());
-  auto cluster = cluster::parse_cluster(*doc, "wide.yaml");
-  HARP_ASSERT_OK(cluster.status());
+                                              "wide.yaml");
   auto model = model::load_model("gpt-350m", 1);
   HARP_ASSERT_OK(model.status());
-  const PlanningProblem pr = problem_from_model(*cluster, *model, cost::CostConfig{}, nullptr, 2, 8, 8);
+  const PlanningProblem pr = problem_from_model(cluster, *model, cost::CostConfig{}, nullptr, 2, 8, 8);
   std::string first_stages;
   SearchStats first;
   for (int threads : {1, 2, 3}) {
