@@ -5,17 +5,30 @@ BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 BUILD_TYPE ?= Release
 
-# Debian packages: the core needs the first line; the runtime libtorch (CPU, Gloo) and
-# OpenBLAS (without it libtorch falls back to a reference BLAS, 10x slower); SentencePiece
-# for harp data prepare; oneDNN (the library libtorch links) for the runtime's float32
-# products; Python torch, numpy and sentencepiece for the independent
-# reference checks of the tests.
+# Debian packages: the core needs the first line; python3-venv for the virtual environment
+# that holds PyTorch (below); SentencePiece for harp data prepare; oneDNN for the runtime's
+# float32 products on the CPU; Debian's Python torch 1.13, numpy and sentencepiece for the
+# independent reference checks of the tests (a PyTorch other than the one harp links) and
+# the 1.13 column of the runtime benches.
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev libcli11-dev \
-                libtorch-dev libgloo-dev libopenblas0-pthread libdnnl-dev \
+                python3-venv libdnnl-dev \
                 libgtest-dev libgmock-dev libbenchmark-dev \
                 libsentencepiece-dev python3-torch python3-numpy python3-sentencepiece
 
-.PHONY: all deps configure build tools test demo bench bench-limits bench-generate bench-testbed bench-replan bench-replan-link evaluation clean
+# The libtorch the runtime links: PyPI's torch wheel (CUDA 13.0, NCCL; its libtorch runs on
+# the CPU as well), pinned, in a project-local virtual environment that is reused once there
+# (about 3 GB downloaded, 4.7 GB on disk). 2.11.0 is the PyTorch of the GPU machines the
+# project is lent and the newest wheel built for CUDA 13.0, this machine's toolkit
+# (docs/runtime.md, "Building against libtorch"). TORCH_PREFIX=<dir with TorchConfig.cmake>
+# builds against another libtorch 2.x instead (scripts/gpu_check.sh: the machine's own).
+TORCH_VERSION := 2.11.0
+NUMPY_VERSION := 2.4.6
+VENV ?= .venv
+TORCH_PREFIX ?=
+HARP_REQUIRE_CUDA ?= OFF
+TORCH_STAMP := $(VENV)/.harp-torch-$(TORCH_VERSION)
+
+.PHONY: all deps torch configure build tools test demo bench bench-limits bench-generate bench-testbed bench-replan bench-replan-link evaluation clean
 
 all: build
 
@@ -29,8 +42,21 @@ deps:
 	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
-configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE)
+# /usr/bin/python3 is Debian's (the wheel is cp311); python3 on PATH may be another.
+$(TORCH_STAMP): | deps
+	@echo "installing PyTorch $(TORCH_VERSION) from PyPI into $(VENV) (about 3 GB, once)"
+	rm -rf $(VENV)
+	/usr/bin/python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --no-cache-dir --progress-bar off --disable-pip-version-check \
+	  torch==$(TORCH_VERSION) numpy==$(NUMPY_VERSION)
+	$(VENV)/bin/python -c 'import torch; assert torch.__version__.split("+")[0] == "$(TORCH_VERSION)", torch.__version__'
+	touch $@
+
+torch: $(if $(TORCH_PREFIX),,$(TORCH_STAMP))
+
+configure: deps torch
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHARP_WITH_TORCH=ON -DHARP_REQUIRE_CUDA=$(HARP_REQUIRE_CUDA) \
+	  -DCMAKE_PREFIX_PATH="$(if $(TORCH_PREFIX),$(TORCH_PREFIX),$$($(VENV)/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'))"
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)

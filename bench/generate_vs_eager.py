@@ -4,10 +4,13 @@ decoding with a KV cache on one thread, for the tiny presets (gpt-tiny, llama-ti
 50257). Each model is a Hugging Face folder written here with random weights (normal
 0.02 x 8, so that greedy choices are not ties); `harp generate --hf` reads it, and the
 eager side is this file's own PyTorch forward with a cache of torch.cat'ed keys and values
-(as Hugging Face's eager attention keeps them), run by Debian's python3-torch with OpenBLAS
-pinned to one thread. Decode speed: new tokens after the first over the time they took,
-the median of several runs of each side, alternated;
-both sides also report whether their greedy tokens agree.
+(as Hugging Face's eager attention keeps them), run by the PyTorch harp links (the
+pinned PyPI torch in .venv: eager, and torch.compile of the forward in its default mode
+with dynamic shapes, warmed up on a first decode of the same length that is not timed)
+and by Debian's python3-torch 1.13 (eager, OpenBLAS pinned to one thread, the earlier
+baseline). Decode speed: new tokens after the first over the time they took, the median
+of several runs of each side, alternated; every side also reports whether its greedy
+tokens agree with harp's.
 
 Writes out/bench_generate/generate_vs_eager.csv and .svg. Run on an idle machine:
   /usr/bin/python3 bench/generate_vs_eager.py [--harp build/src/cli/harp] [--steps NEW_TOKENS]
@@ -87,7 +90,7 @@ EAGER = r'''
 import json, math, struct, sys, time
 import numpy as np, torch
 import torch.nn.functional as F
-folder, prompt, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+folder, prompt, n, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 torch.set_num_threads(1)
 cfg = json.load(open(folder + "/config.json"))
 raw = open(folder + "/model.safetensors", "rb").read()
@@ -145,53 +148,70 @@ def forward(ids, past):
     if gpt: y = F.layer_norm(x[-1:], (H,), w["transformer.ln_f.weight"], w["transformer.ln_f.bias"], 1e-5); head = w["transformer.wte.weight"]
     else: y = rms(x[-1:], w["model.norm.weight"]); head = w["lm_head.weight"]
     return F.linear(y, head)[0]
+if mode == "compile":  # the tensors in, the cache as state: one graph per decode step's shape
+    forward = torch.compile(forward, dynamic=True)
 ids = [int(c) for c in prompt.encode()]
-out = []
-with torch.no_grad():
-    t0 = time.perf_counter()
-    nxt = int(torch.argmax(forward(ids, 0))); out.append(nxt)
-    t1 = time.perf_counter()
-    for _ in range(n - 1):
-        nxt = int(torch.argmax(forward([nxt], len(ids) + len(out) - 1))); out.append(nxt)
-    t2 = time.perf_counter()
-print(json.dumps({"tokens": out, "tokens_per_s": (n - 1) / (t2 - t1)}))
+def decode():
+    out = []
+    for i in range(L): cache[i] = None
+    with torch.no_grad():
+        nxt = int(torch.argmax(forward(ids, 0))); out.append(nxt)
+        t1 = time.perf_counter()
+        for _ in range(n - 1):
+            nxt = int(torch.argmax(forward([nxt], len(ids) + len(out) - 1))); out.append(nxt)
+        t2 = time.perf_counter()
+    return out, (n - 1) / (t2 - t1)
+if mode == "compile": decode()  # compiles (not timed)
+out, rate = decode()
+print(json.dumps({"tokens": out, "tokens_per_s": rate, "torch": torch.__version__}))
 '''
+
+
+TORCH_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "bin", "python")
+SIDES = [("pytorch-2.11-eager", TORCH_PYTHON, "eager"), ("pytorch-2.11-compile", TORCH_PYTHON, "compile"),
+         ("pytorch-1.13-eager", "/usr/bin/python3", "eager")]
 
 
 def main():
     a = bench_args("bench_generate", 64)
     rows = []
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    sides = [side for side in SIDES if os.path.exists(side[1])]
     for name, cfg in MODELS.items():
         folder = os.path.join(a.out, name)
         write_model(folder, cfg)
         window = cfg.get("n_positions", cfg.get("max_position_embeddings"))
         n = min(a.steps, window - len(PROMPT.encode()))  # inside the context: every token from the cache
         # The model half of harp generate (harp-train generate-tokens) prints the new ids:
-        # compared with eager's. Its speed line is what harp generate prints. Each side runs
-        # `repeats` times, and the median speed counts (a tiny model's 20 tokens take ms).
+        # compared with each PyTorch's. Its speed line is what harp generate prints. Each side
+        # runs `repeats` times, and the median speed counts (a tiny model's 20 tokens take ms).
         repeats = 3 if cfg.get("n_embd", cfg.get("hidden_size")) > 256 else 7
         prompt_ids = " ".join(str(b) for b in PROMPT.encode())
-        harp_rates, eager_rates = [], []
+        harp_rates, rates, tokens = [], {side[0]: [] for side in sides}, {}
         for _ in range(repeats):
             r = subprocess.run([os.path.join(os.path.dirname(a.harp), "harp-train"), "generate-tokens", "--hf", folder,
                                 "--temperature", "0", "--max-new-tokens", str(n), "--threads", "1"], input=prompt_ids,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, check=True)
             harp_ids = [int(t) for t in r.stdout.split("\n# ")[0].split()]
             harp_rates.append(float(re.search(r"at ([0-9.]+) tokens/s", r.stdout).group(1)))
-            eager = json.loads(subprocess.run(["/usr/bin/python3", "-c", EAGER, folder, PROMPT, str(n)],
-                                              stdout=subprocess.PIPE, text=True, env=env, check=True).stdout)
-            eager_rates.append(eager["tokens_per_s"])
+            for side, python, mode in sides:
+                out = json.loads(subprocess.run([python, "-c", EAGER, folder, PROMPT, str(n), mode],
+                                                stdout=subprocess.PIPE, text=True, env=env, check=True).stdout)
+                rates[side].append(out["tokens_per_s"])
+                tokens[side] = out["tokens"]
         harp_rate = statistics.median(harp_rates)
-        eager["tokens_per_s"] = statistics.median(eager_rates)
-        same = sum(1 for x, y in zip(harp_ids, eager["tokens"]) if x == y)
-        rows.append({"model": name, "new_tokens": n, "harp_tokens_per_s": round(harp_rate, 1),
-                     "eager_tokens_per_s": round(eager["tokens_per_s"], 1),
-                     "ratio": round(harp_rate / eager["tokens_per_s"], 2), "same_greedy_tokens": same})
-        print("%-11s %4d new tokens: harp %8.1f tokens/s, eager PyTorch %8.1f tokens/s: %.2fx; greedy tokens equal: %d of %d" %
-              (name, n, harp_rate, eager["tokens_per_s"], harp_rate / eager["tokens_per_s"], same, n))
-    write_results(a.out, "generate_vs_eager", rows, "Greedy decode on one thread: harp generate / eager PyTorch",
-                  "model", "ratio")
+        row = {"model": name, "new_tokens": n, "harp_tokens_per_s": round(harp_rate, 1)}
+        line = "%-11s %4d new tokens: harp %8.1f tokens/s" % (name, n, harp_rate)
+        for side, _, _ in sides:
+            rate = statistics.median(rates[side])
+            same = sum(1 for x, y in zip(harp_ids, tokens[side]) if x == y)
+            row.update({side + "_tokens_per_s": round(rate, 1), "ratio_vs_" + side: round(harp_rate / rate, 2),
+                        "same_greedy_tokens_" + side: same})
+            line += "; %s %8.1f (%.2fx, greedy tokens equal %d of %d)" % (side, rate, harp_rate / rate, same, n)
+        rows.append(row)
+        print(line, flush=True)
+    write_results(a.out, "generate_vs_eager", rows, "Greedy decode on one thread: harp generate / PyTorch " +
+                  sides[0][0].split("-")[1] + " eager", "model", "ratio_vs_" + sides[0][0])
 
 
 if __name__ == "__main__":

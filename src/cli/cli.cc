@@ -46,6 +46,17 @@ int Context::fail(const char* command, const std::exception& e) {
 
 namespace {
 
+std::string (*g_version_details)() = nullptr;
+
+std::string version_text() {
+  std::string text = std::string("harp ") + HARP_VERSION;
+  if (g_version_details != nullptr)
+    text += "\n" + g_version_details();
+  else
+    text += " (the runtime's libtorch, CUDA, cuDNN and NCCL: harp-train --version)";
+  return text;
+}
+
 std::vector<std::pair<std::string, AddCommand>>& registered() {
   static std::vector<std::pair<std::string, AddCommand>> commands;
   return commands;
@@ -60,7 +71,7 @@ void add_torch_stand_in(CLI::App& app, Context& ctx, const std::string& name, co
   cmd->prefix_command();
   cmd->callback([&ctx, name] {
     ctx.err << "harp " << name << ": this build has no runtime (libtorch was not found when it was built); "
-               "install libtorch-dev and rebuild (make build)\n";
+               "build with `make build`, which installs the pinned PyTorch into .venv\n";
     ctx.rc = kExitUsage;
   });
 }
@@ -68,6 +79,8 @@ void add_torch_stand_in(CLI::App& app, Context& ctx, const std::string& name, co
 void build_app(CLI::App& app, Context& ctx) {
   app.require_subcommand(1, 1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  app.set_version_flag("--version", version_text,
+                       "Print harp's version (harp-train's also names its libtorch, CUDA, cuDNN and NCCL)");
   add_cluster_command(app, ctx);
   add_model_command(app, ctx);
   add_schedule_command(app, ctx);
@@ -108,6 +121,8 @@ std::string harp_train_path() {
   const size_t slash = path.rfind('/');
   return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) + "/harp-train";
 }
+
+void set_version_details(std::string (*details)()) { g_version_details = details; }
 
 void register_command(const char* name, AddCommand add) {
   for (const auto& [n, a] : registered())
@@ -150,6 +165,9 @@ int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err)
   } catch (const std::bad_alloc&) {
     err << "harp: " << kOutOfMemory << "\n";
     return kExitInput;
+  } catch (const CLI::CallForVersion& e) {
+    out << e.what() << "\n";
+    return kExitOk;
   } catch (const CLI::CallForHelp&) {
     out << app.help();
     return kExitOk;

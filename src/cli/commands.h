@@ -66,6 +66,9 @@ StatusOr<model::ModelSpec> plan_model(const plan::Plan& p, const std::string& pl
 std::string harp_train_path();
 using AddCommand = void (*)(CLI::App& root, Context& ctx);
 void register_command(const char* name, AddCommand add);
+// What `--version` prints after its "harp <version>" line: harp-train sets the libtorch,
+// CUDA, cuDNN and NCCL versions it was built with (runtime/build_info.h).
+void set_version_details(std::string (*details)());
 
 // In harp_train_cli (links the runtime; only when built with libtorch).
 void add_train_command(CLI::App& root, Context& ctx);

@@ -3,25 +3,20 @@
 // schedule orders every pair's messages consistently (docs/schedule_format.md) and the
 // tag only helps debugging.
 //
-// libtorch 1.13's groups derive from c10d::ProcessGroup, 2.x's from c10d::Backend: the
-// groups are held through that base, whose send, recv, allreduce and barrier have the
-// same shape in both. ProcessGroupNCCL.hpp compiles to nothing unless USE_C10D_NCCL is
+// The groups are held through c10d::Backend, the base of Gloo's and NCCL's process groups
+// (libtorch 2.x). ProcessGroupNCCL.hpp compiles to nothing unless USE_C10D_NCCL is
 // defined (src/CMakeLists.txt defines it for a CUDA libtorch).
 #include "harp/runtime/comm/comm.h"
 
 #include "harp/launch/worker_env.h"
 
+#include <cstdlib>
 #include <map>
 #include <utility>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/version.h>
-#if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
-#else
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#endif
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -29,14 +24,22 @@
 namespace harp::runtime {
 namespace {
 
+// libtorch 2.x records every Gloo and NCCL operation in a process-wide flight recorder (a
+// ring buffer read when debugging hangs). Its recording made a run of many small
+// all-reduces crawl here (Equivalence.UnevenDataParallelShares: 4 s without it, not done
+// after 10 minutes with it, the rank threads inside FlightRecorder::recordWithResetEnabled),
+// so it is off unless asked for: TORCH_FR_BUFFER_SIZE (or its older name
+// TORCH_NCCL_TRACE_BUFFER_SIZE) set in the environment turns it on as libtorch documents.
+// Set at load time, before any thread or group exists.
+const bool kFlightRecorderOff = [] {
+  if (std::getenv("TORCH_FR_BUFFER_SIZE") == nullptr && std::getenv("TORCH_NCCL_TRACE_BUFFER_SIZE") == nullptr)
+    setenv("TORCH_FR_BUFFER_SIZE", "0", 1);
+  return true;
+}();
+
 using Gloo = c10d::ProcessGroupGloo;
-#if TORCH_VERSION_MAJOR >= 2
 using Group = c10d::Backend;
-#else
-using Group = c10d::ProcessGroup;
-#endif
-// c10d::ProcessGroup::Work in 1.13, c10d::Work in 2.x: take it from the API itself.
-using WorkPtr = decltype(std::declval<Group&>().barrier());
+using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
                                     int rank, int size, std::chrono::milliseconds timeout) {

@@ -55,7 +55,8 @@ void set_compute_threads(int threads, torch::Dtype dtype) {
   using SetThreads = void (*)(int);
   auto set_blas = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
   // float32 products in oneDNN and bf16 ones in libtorch's oneDNN both run on torch's
-  // OpenMP pool; only float64 (or a build without oneDNN) leaves them to OpenBLAS.
+  // OpenMP pool, as MKL does; only an OpenBLAS libtorch's float64 (or float32 without
+  // oneDNN) leaves them to OpenBLAS's own threads.
   const bool on_torch_pool =
       dtype == torch::kBFloat16 || dtype == torch::kHalf || (dtype == torch::kFloat32 && onednn_available());
   const bool blas = set_blas != nullptr && !on_torch_pool;

@@ -10,12 +10,6 @@
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
-#include <torch/version.h>
-
-// libtorch 2.3 made Allocator::allocate non-const and added copy_data.
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
-#define HARP_ALLOCATOR_2_3 1
-#endif
 
 namespace harp::runtime {
 namespace {
@@ -35,11 +29,7 @@ void counted_free(void* p) {
 // The data pointer is its own context (raw_deleter), as libtorch's default CPU
 // allocator does.
 struct CountingAllocator final : c10::Allocator {
-#ifdef HARP_ALLOCATOR_2_3
   c10::DataPtr allocate(size_t n) override {
-#else
-  c10::DataPtr allocate(size_t n) const override {
-#endif
     char* base = static_cast<char*>(c10::alloc_cpu(n + kHeader));
     *reinterpret_cast<size_t*>(base) = n;
     const long long live = g_live += static_cast<long long>(n);
@@ -50,11 +40,9 @@ struct CountingAllocator final : c10::Allocator {
     return {p, p, &counted_free, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &counted_free; }
-#ifdef HARP_ALLOCATOR_2_3
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
   }
-#endif
 };
 
 }  // namespace

@@ -70,6 +70,36 @@ HARP_VECTOR_CLONES void gelu_backward_span(const float* x, const float* dy, floa
   }
 }
 
+constexpr std::int64_t kElementGrain = 1 << 14;
+
+struct GeluTanh : public torch::autograd::Function<GeluTanh> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
+    const torch::Tensor xc = x.contiguous();
+    torch::Tensor y = torch::empty_like(xc);
+    const float* in = xc.data_ptr<float>();
+    float* out = y.data_ptr<float>();
+    at::parallel_for(0, xc.numel(), kElementGrain, [&](std::int64_t begin, std::int64_t end) {
+      gelu_forward_span(in + begin, out + begin, end - begin);
+    });
+    ctx->save_for_backward({xc});
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad) {
+    const torch::Tensor x = ctx->get_saved_variables()[0];
+    const torch::Tensor dy = grad[0].contiguous();
+    torch::Tensor dx = torch::empty_like(x);
+    const float *in = x.data_ptr<float>(), *g = dy.data_ptr<float>();
+    float* out = dx.data_ptr<float>();
+    at::parallel_for(0, x.numel(), kElementGrain, [&](std::int64_t begin, std::int64_t end) {
+      gelu_backward_span(in + begin, g + begin, out + begin, end - begin);
+    });
+    return {dx};
+  }
+};
+
+#ifdef HARP_WITH_ONEDNN
+
 // Each row i of the scores [s, s] becomes softmax over columns j <= i, zero beyond.
 HARP_VECTOR_CLONES void causal_softmax_rows(float* p, std::int64_t s) {
   for (std::int64_t i = 0; i < s; ++i) {
@@ -103,36 +133,6 @@ HARP_VECTOR_CLONES void causal_softmax_backward_rows(const float* p, float* dp, 
     for (std::int64_t j = i + 1; j < s; ++j) dr[j] = 0.0f;
   }
 }
-
-constexpr std::int64_t kElementGrain = 1 << 14;
-
-struct GeluTanh : public torch::autograd::Function<GeluTanh> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
-    const torch::Tensor xc = x.contiguous();
-    torch::Tensor y = torch::empty_like(xc);
-    const float* in = xc.data_ptr<float>();
-    float* out = y.data_ptr<float>();
-    at::parallel_for(0, xc.numel(), kElementGrain, [&](std::int64_t begin, std::int64_t end) {
-      gelu_forward_span(in + begin, out + begin, end - begin);
-    });
-    ctx->save_for_backward({xc});
-    return y;
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
-                                                 torch::autograd::variable_list grad) {
-    const torch::Tensor x = ctx->get_saved_variables()[0];
-    const torch::Tensor dy = grad[0].contiguous();
-    torch::Tensor dx = torch::empty_like(x);
-    const float *in = x.data_ptr<float>(), *g = dy.data_ptr<float>();
-    float* out = dx.data_ptr<float>();
-    at::parallel_for(0, x.numel(), kElementGrain, [&](std::int64_t begin, std::int64_t end) {
-      gelu_backward_span(in + begin, g + begin, out + begin, end - begin);
-    });
-    return {dx};
-  }
-};
-
-#ifdef HARP_WITH_ONEDNN
 
 // One of q, k, v (or a gradient laid out like it): element (sample, token, head, e) at
 // data[sample * sb + token * st + head * sh + e].

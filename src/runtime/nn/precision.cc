@@ -1,39 +1,18 @@
 // AutocastGuard over libtorch's autocast state, and LossScaler (see precision.h).
-// libtorch 2.4 made the per-device functions generic (set_autocast_enabled(device, on),
-// ...) and deprecated the CPU and GPU ones.
+// libtorch's per-device autocast state (set_autocast_enabled(device, on), ...; 2.4 on).
 #include "harp/runtime/nn/precision.h"
 
 #include <algorithm>
 
 #include <ATen/autocast_mode.h>
-#include <torch/version.h>
 
 namespace harp::runtime {
 namespace {
 
-#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
 bool enabled(c10::DeviceType d) { return at::autocast::is_autocast_enabled(d); }
 void set_enabled(c10::DeviceType d, bool on) { at::autocast::set_autocast_enabled(d, on); }
 at::ScalarType dtype_of(c10::DeviceType d) { return at::autocast::get_autocast_dtype(d); }
 void set_dtype(c10::DeviceType d, at::ScalarType t) { at::autocast::set_autocast_dtype(d, t); }
-#else
-bool enabled(c10::DeviceType d) { return d == c10::DeviceType::CPU ? at::autocast::is_cpu_enabled() : at::autocast::is_enabled(); }
-void set_enabled(c10::DeviceType d, bool on) {
-  if (d == c10::DeviceType::CPU)
-    at::autocast::set_cpu_enabled(on);
-  else
-    at::autocast::set_enabled(on);
-}
-at::ScalarType dtype_of(c10::DeviceType d) {
-  return d == c10::DeviceType::CPU ? at::autocast::get_autocast_cpu_dtype() : at::autocast::get_autocast_gpu_dtype();
-}
-void set_dtype(c10::DeviceType d, at::ScalarType t) {
-  if (d == c10::DeviceType::CPU)
-    at::autocast::set_autocast_cpu_dtype(t);
-  else
-    at::autocast::set_autocast_gpu_dtype(t);
-}
-#endif
 
 }  // namespace
 

@@ -273,6 +273,7 @@ TEST(Cli, TestbedDeviceSlowdownIsWhereTheRanksReadIt) {
 
 TEST(Cli, FlagSurfaceIsFrozen) {
   std::vector<std::string> expected = {
+      "harp --version",
       "harp cluster show file",
       "harp model show model",
       "harp model show --granularity",

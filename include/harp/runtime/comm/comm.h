@@ -44,8 +44,8 @@ class C10dTransport : public Transport {
   Transfer isend(torch::Tensor& t, int peer, int tag, const std::string& what) override;
   Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) override;
   void allreduce_dp(torch::Tensor& t, const std::string& what) override;
-  // A ring over the group's point-to-point channel on Gloo (libtorch 1.13's Gloo has no
-  // reduce-scatter): dp - 1 rounds, each member sending one chunk to the next; NCCL's own
+  // A ring over the group's point-to-point channel on Gloo (written when libtorch 1.13's
+  // Gloo had no reduce-scatter, and kept: tested equal to one process): dp - 1 rounds, each member sending one chunk to the next; NCCL's own
   // on CUDA. Each member sends (dp - 1)/dp of `flat`, as in half of a ring all-reduce.
   void reduce_scatter_dp(torch::Tensor& flat, torch::Tensor& shard, const std::string& what) override;
   void all_gather_dp(torch::Tensor& shard, torch::Tensor& flat, const std::string& what) override;
@@ -54,7 +54,7 @@ class C10dTransport : public Transport {
   void allreduce_world(torch::Tensor& t, const std::string& what) override;
   void barrier(const std::string& what) override;
   double round_trip(int peer, std::int64_t bytes, bool initiator, const std::string& what) override;
-  // Gloo in libtorch 1.13 cannot cancel pending work: later calls throw, and peers
+  // Pending Gloo work is not cancelled: later calls throw, and peers
   // notice when this process exits and its sockets close.
   void abort(const std::string& reason) override;
 

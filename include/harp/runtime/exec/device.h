@@ -28,9 +28,10 @@ void set_current_device(const torch::Device& device);
 // Gives this process `threads` cores for compute, without nesting two thread pools
 // (measured here: 2 torch threads + 2 BLAS threads made a step 2.4x slower). float32
 // products run in oneDNN (linear.h) and bf16 ones in libtorch's oneDNN, both on torch's
-// OpenMP intra-op pool: torch gets the threads and OpenBLAS one. float64 (and float32 in
-// a build without oneDNN) spends most of a step in OpenBLAS's gemm (Debian's libtorch has
-// no MKL): BLAS gets the threads and torch's pool one.
+// OpenMP intra-op pool: torch gets the threads. PyPI's libtorch computes its own products
+// (float64; float32 in a build without oneDNN) in MKL on that same pool. A libtorch on
+// OpenBLAS (Debian's) spends most of a float64 step in OpenBLAS's gemm: there BLAS gets
+// the threads and torch's pool one.
 void set_compute_threads(int threads, torch::Dtype dtype = torch::kFloat32);
 
 }  // namespace harp::runtime

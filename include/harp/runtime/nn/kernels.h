@@ -1,6 +1,6 @@
 // The runtime's fused CPU kernels for the element-wise and attention parts of a block
 // (the products are linear.h's). Each is an autograd function over float32 CPU tensors
-// that does in one pass what libtorch 1.13 does in several:
+// that does in one pass what libtorch eager does in several:
 //
 // - gelu_tanh: GELU with the tanh approximation, computed as x σ(2u) with
 //   u = √(2/π) (x + 0.044715 x³) (the same function: ½ (1 + tanh u) = σ(2u)), with a

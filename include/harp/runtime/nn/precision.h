@@ -2,8 +2,8 @@
 // float64, bfloat16 or float16; bfloat16 and float16 mean float32 parameters, gradients
 // and AdamW state (the master weights) with the forward under libtorch's autocast to that
 // dtype (matrix products in it, the loss and the norms' statistics in float32), and the
-// tensors crossing stage cuts in it. libtorch 1.13's CPU autocast supports bf16 only, so
-// float16 is the CUDA path; it comes with dynamic loss scaling (LossScaler), which runs
+// tensors crossing stage cuts in it. float16 is the CUDA path (refused on the CPU, whose
+// autocast supported bf16 only when this was written, under libtorch 1.13); it comes with dynamic loss scaling (LossScaler), which runs
 // and is tested on any dtype.
 #pragma once
 
