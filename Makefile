@@ -9,17 +9,18 @@ BUILD_TYPE ?= Release
 # that holds PyTorch (below); SentencePiece for harp data prepare; oneDNN for the runtime's
 # float32 products on the CPU; Debian's Python torch 1.13, numpy and sentencepiece for the
 # independent reference checks of the tests (a PyTorch other than the one harp links) and
-# the 1.13 column of the runtime benches.
+# the 1.13 column of the benches, with OpenBLAS (without it 1.13 falls back to a
+# reference BLAS, 10x slower).
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev libcli11-dev \
-                python3-venv libdnnl-dev \
+                python3-venv libdnnl-dev libopenblas0-pthread \
                 libgtest-dev libgmock-dev libbenchmark-dev \
                 libsentencepiece-dev python3-torch python3-numpy python3-sentencepiece
 
 # The libtorch the runtime links: PyPI's torch wheel (CUDA 13.0, NCCL; its libtorch runs on
 # the CPU as well), pinned, in a project-local virtual environment that is reused once there
-# (about 3 GB downloaded, 4.7 GB on disk). 2.11.0 is the PyTorch of the GPU machines the
-# project is lent and the newest wheel built for CUDA 13.0, this machine's toolkit
-# (docs/runtime.md, "Building against libtorch"). TORCH_PREFIX=<dir with TorchConfig.cmake>
+# (about 2.7 GB downloaded, 4.7 GB on disk). 2.11.0 is the PyTorch of the GPU machines the
+# project is lent, built for CUDA 13.0 (this machine's toolkit) with the NCCL whose header
+# the toolkit carries (docs/runtime.md, "Building against libtorch"). TORCH_PREFIX=<dir with TorchConfig.cmake>
 # builds against another libtorch 2.x instead (scripts/gpu_check.sh: the machine's own).
 TORCH_VERSION := 2.11.0
 NUMPY_VERSION := 2.4.6
@@ -44,7 +45,7 @@ deps:
 
 # /usr/bin/python3 is Debian's (the wheel is cp311); python3 on PATH may be another.
 $(TORCH_STAMP): | deps
-	@echo "installing PyTorch $(TORCH_VERSION) from PyPI into $(VENV) (about 3 GB, once)"
+	@echo "installing PyTorch $(TORCH_VERSION) from PyPI into $(VENV) (2.7 GB, once)"
 	rm -rf $(VENV)
 	/usr/bin/python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --no-cache-dir --progress-bar off --disable-pip-version-check \
@@ -77,7 +78,8 @@ bench: build
 	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
 	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
 
-# harp generate against an eager PyTorch loop, one thread (docs/runtime.md, Generation; ~80 s).
+# harp generate against PyTorch 2.11 eager and torch.compile and 1.13 eager, one thread
+# (docs/runtime.md, Generation; ~4 min).
 bench-generate: build
 	/usr/bin/python3 bench/generate_vs_eager.py --harp $(BUILD)/src/cli/harp
 

@@ -6,7 +6,8 @@ decoding with a KV cache on one thread, for the tiny presets (gpt-tiny, llama-ti
 eager side is this file's own PyTorch forward with a cache of torch.cat'ed keys and values
 (as Hugging Face's eager attention keeps them), run by the PyTorch harp links (the
 pinned PyPI torch in .venv: eager, and torch.compile of the forward in its default mode
-with dynamic shapes, warmed up on a first decode of the same length that is not timed)
+with dynamic shapes, warmed up on a first decode of the same length that is not timed;
+one such process a model, its compile taking 20-60 s here)
 and by Debian's python3-torch 1.13 (eager, OpenBLAS pinned to one thread, the earlier
 baseline). Decode speed: new tokens after the first over the time they took, the median
 of several runs of each side, alternated; every side also reports whether its greedy
@@ -188,13 +189,15 @@ def main():
         repeats = 3 if cfg.get("n_embd", cfg.get("hidden_size")) > 256 else 7
         prompt_ids = " ".join(str(b) for b in PROMPT.encode())
         harp_rates, rates, tokens = [], {side[0]: [] for side in sides}, {}
-        for _ in range(repeats):
+        for repeat in range(repeats):
             r = subprocess.run([os.path.join(os.path.dirname(a.harp), "harp-train"), "generate-tokens", "--hf", folder,
                                 "--temperature", "0", "--max-new-tokens", str(n), "--threads", "1"], input=prompt_ids,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, check=True)
             harp_ids = [int(t) for t in r.stdout.split("\n# ")[0].split()]
             harp_rates.append(float(re.search(r"at ([0-9.]+) tokens/s", r.stdout).group(1)))
             for side, python, mode in sides:
+                if mode == "compile" and repeat > 0:
+                    continue  # one compiled process a model: its compile takes 20-60 s here
                 out = json.loads(subprocess.run([python, "-c", EAGER, folder, PROMPT, str(n), mode],
                                                 stdout=subprocess.PIPE, text=True, env=env, check=True).stdout)
                 rates[side].append(out["tokens_per_s"])

@@ -151,10 +151,12 @@ def main():
             r = step()
             s = r["median_s"]
             rows.append({"system": system, "threads": threads, "config": config, "torch": r["torch"],
-                         "median_step_s": s, "first_step_s": r.get("first_s", ""), "tokens_per_s": tokens / s})
+                         "median_step_s": s, "first_step_s": r.get("first_s", ""), "tokens_per_s": tokens / s,
+                         "last_step_loss": r.get("loss", "")})
             print("%-20s %d thread(s) %-38s %.3f s/step, %6.0f tokens/s%s" %
                   (system, threads, config, s, tokens / s,
-                   ", first step %.1f s" % r["first_s"] if "first_s" in r else ""), flush=True)
+                   ", first step %.1f s, last step's loss %.6f" % (r["first_s"], r["loss"]) if "first_s" in r else ""),
+                  flush=True)
     by = {}  # the best configuration of each system at each thread count
     for r in rows:
         by[(r["system"], r["threads"])] = max(by.get((r["system"], r["threads"]), 0), r["tokens_per_s"])

@@ -4,7 +4,7 @@
 // computes exactly what two one-piece layers compute, without the copies of the joined
 // tensor between them: any cut reproduces the unpartitioned forward bit for bit. Omits
 // dropout. Attention is the fused CPU kernel (kernels.h) where it applies, else libtorch's
-// operations (attention.cc; SDPA is not in libtorch 1.13).
+// operations (attention.cc; written for libtorch 1.13, which had no SDPA).
 #include "harp/runtime/nn/gpt.h"
 
 #include <cmath>
