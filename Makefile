@@ -20,8 +20,8 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev lib
 # the CPU as well), pinned, in a project-local virtual environment that is reused once there
 # (about 2.7 GB downloaded, 4.7 GB on disk). 2.11.0 is the PyTorch of the GPU machines the
 # project is lent, built for CUDA 13.0 (this machine's toolkit) with the NCCL whose header
-# the toolkit carries (docs/runtime.md, "Building against libtorch"). TORCH_PREFIX=<dir with TorchConfig.cmake>
-# builds against another libtorch 2.x instead (scripts/gpu_check.sh: the machine's own).
+# the toolkit carries (docs/runtime.md, "Building against libtorch").
+# TORCH_PREFIX=<dir with TorchConfig.cmake> builds against another libtorch 2.x instead.
 TORCH_VERSION := 2.11.0
 NUMPY_VERSION := 2.4.6
 VENV ?= .venv

@@ -7,6 +7,10 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_HARP = os.path.join(ROOT, "build", "src", "cli", "harp")
+# The PyTorch harp links (make installs the pinned PyPI torch here) and Debian's
+# python3-torch 1.13, the earlier baseline.
+TORCH_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")
+DEBIAN_PYTHON = "/usr/bin/python3"
 
 
 def write_csv(path, rows):

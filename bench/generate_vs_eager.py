@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from bench_util import bench_args, write_results
+from bench_util import DEBIAN_PYTHON, TORCH_PYTHON, bench_args, write_results
 
 MODELS = {
     "gpt-tiny": {"model_type": "gpt2", "n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 32, "vocab_size": 256},
@@ -168,9 +168,8 @@ print(json.dumps({"tokens": out, "tokens_per_s": rate, "torch": torch.__version_
 '''
 
 
-TORCH_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "bin", "python")
 SIDES = [("pytorch-2.11-eager", TORCH_PYTHON, "eager"), ("pytorch-2.11-compile", TORCH_PYTHON, "compile"),
-         ("pytorch-1.13-eager", "/usr/bin/python3", "eager")]
+         ("pytorch-1.13-eager", DEBIAN_PYTHON, "eager")]
 
 
 def main():

@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 
-from bench_util import ROOT, bar_chart, bench_args, run, write, write_csv
+from bench_util import DEBIAN_PYTHON, ROOT, TORCH_PYTHON, bar_chart, bench_args, run, write, write_csv
 
 MODEL = os.path.join(ROOT, "examples", "models", "gpt_small_cpu.json")
 M, MBS = 8, 4
@@ -94,10 +94,6 @@ def harp_step_s(harp, out, threads, steps):
     run([harp, "train", "--plan", plan, "--model", MODEL, "--steps", str(steps), "--data", "synthetic",
          "--threads", str(threads), "--out", run_dir, "--quiet"], env=env)
     return json.load(open(os.path.join(run_dir, "summary.json")))["measured_median_s"]
-
-
-TORCH_PYTHON = os.path.join(ROOT, ".venv", "bin", "python")  # make installs the pinned torch here
-DEBIAN_PYTHON = "/usr/bin/python3"  # python3-torch 1.13
 
 
 def torch_step(python, mode, torch_threads, blas_threads, steps):

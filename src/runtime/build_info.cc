@@ -1,6 +1,6 @@
 // build_info (see build_info.h). The CUDA, cuDNN and NCCL figures come from libtorch's
-// CUDA hooks and NCCL wrapper, so the torch-free CPU build and this file are the same code;
-// the toolkit and NCCL header versions come from CMake (src/CMakeLists.txt).
+// CUDA hooks and NCCL wrapper, so one file serves a CPU and a CUDA libtorch; the toolkit
+// and NCCL header versions come from CMake (src/CMakeLists.txt).
 #include "harp/runtime/build_info.h"
 
 #include <exception>
@@ -32,35 +32,48 @@ std::string three(long long major, long long minor, long long patch) {
   return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(patch);
 }
 
-}  // namespace
-
+#ifdef USE_C10D_NCCL
+// "2.28.9" from libtorch's NCCL version (torch::cuda::nccl::version(): major << 32 |
+// minor << 16 | patch).
 std::string nccl_version_string(unsigned long long code) {
   return three(static_cast<long long>(code >> 32), static_cast<long long>(code >> 16 & 0xffff),
                static_cast<long long>(code & 0xffff));
 }
+#endif
 
+// "13.0" from CUDA's version (major * 1000 + minor * 10).
 std::string cuda_version_string(long long code) {
   return std::to_string(code / 1000) + "." + std::to_string(code % 1000 / 10);
 }
 
+// "9.19.0" from cuDNN's (major * 10000 + minor * 100 + patch from 9 on, major * 1000 +
+// minor * 100 + patch before).
 std::string cudnn_version_string(long long code) {
   if (code >= 90000) return three(code / 10000, code / 100 % 100, code % 100);
   return three(code / 1000, code / 100 % 10, code % 100);
 }
 
+// libtorch's CUDA runtime version, 0 for a CPU libtorch (whose hooks throw).
+long long cudart_version(const at::CUDAHooksInterface& cuda) {
+  try {
+    return cuda.versionCUDART();
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+}  // namespace
+
 std::string build_info() {
   std::ostringstream o;
   o << "libtorch " << TORCH_VERSION << " (C++ ABI " << (_GLIBCXX_USE_CXX11_ABI ? "cxx11" : "pre-cxx11") << ")\n";
   const at::CUDAHooksInterface& cuda = at::detail::getCUDAHooks();
-  bool cuda_built = false;
-  try {
-    cuda_built = cuda.versionCUDART() > 0;
-  } catch (const std::exception&) {
-  }
+  const long long cudart = cudart_version(cuda);
+  const bool cuda_built = cudart > 0;
   if (!cuda_built) {
     o << "CUDA: none (a CPU libtorch)\n";
   } else {
-    o << "CUDA " << or_reason([&] { return cuda_version_string(cuda.versionCUDART()); }) << " (libtorch's runtime)";
+    o << "CUDA " << cuda_version_string(cudart) << " (libtorch's runtime)";
 #ifdef HARP_CUDA_TOOLKIT_VERSION
     o << ", harp compiled with the CUDA toolkit " << HARP_CUDA_TOOLKIT_VERSION;
 #endif

@@ -13,11 +13,4 @@ namespace harp::runtime {
 // version that cannot be read says why.
 std::string build_info();
 
-// "2.28.9" from libtorch's NCCL version (torch::cuda::nccl::version(): major << 32 |
-// minor << 16 | patch); "13.0" from CUDA's (major * 1000 + minor * 10); "9.19.0" from
-// cuDNN's (major * 10000 + minor * 100 + patch from 9 on, major * 1000 + ... before).
-std::string nccl_version_string(unsigned long long code);
-std::string cuda_version_string(long long code);
-std::string cudnn_version_string(long long code);
-
 }  // namespace harp::runtime

@@ -45,8 +45,9 @@ class C10dTransport : public Transport {
   Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) override;
   void allreduce_dp(torch::Tensor& t, const std::string& what) override;
   // A ring over the group's point-to-point channel on Gloo (written when libtorch 1.13's
-  // Gloo had no reduce-scatter, and kept: tested equal to one process): dp - 1 rounds, each member sending one chunk to the next; NCCL's own
-  // on CUDA. Each member sends (dp - 1)/dp of `flat`, as in half of a ring all-reduce.
+  // Gloo had no reduce-scatter, and kept: tested equal to one process): dp - 1 rounds,
+  // each member sending one chunk to the next; NCCL's own on CUDA. Each member sends
+  // (dp - 1)/dp of `flat`, as in half of a ring all-reduce.
   void reduce_scatter_dp(torch::Tensor& flat, torch::Tensor& shard, const std::string& what) override;
   void all_gather_dp(torch::Tensor& shard, torch::Tensor& flat, const std::string& what) override;
   void allreduce_tp(torch::Tensor& t, const std::string& what) override;

@@ -3,8 +3,8 @@
 // and AdamW state (the master weights) with the forward under libtorch's autocast to that
 // dtype (matrix products in it, the loss and the norms' statistics in float32), and the
 // tensors crossing stage cuts in it. float16 is the CUDA path (refused on the CPU, whose
-// autocast supported bf16 only when this was written, under libtorch 1.13); it comes with dynamic loss scaling (LossScaler), which runs
-// and is tested on any dtype.
+// autocast supported bf16 only when this was written, under libtorch 1.13); it comes with
+// dynamic loss scaling (LossScaler), which runs and is tested on any dtype.
 #pragma once
 
 #include <torch/torch.h>
