@@ -57,7 +57,8 @@ torch: $(if $(TORCH_PREFIX),,$(TORCH_STAMP))
 
 configure: deps torch
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHARP_WITH_TORCH=ON -DHARP_REQUIRE_CUDA=$(HARP_REQUIRE_CUDA) \
-	  -DCMAKE_PREFIX_PATH="$(if $(TORCH_PREFIX),$(TORCH_PREFIX),$$($(VENV)/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'))"
+	  -DCMAKE_PREFIX_PATH="$(if $(TORCH_PREFIX),$(TORCH_PREFIX),$$($(VENV)/bin/python -c 'import torch.utils; print(torch.utils.cmake_prefix_path)'))" \
+	  $(if $(TORCH_PREFIX),,-DHARP_TORCH_PYTHON=$(abspath $(VENV))/bin/python)
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)

@@ -2,9 +2,13 @@
 // run's checkpoint as Hugging Face GPT-2 or LLaMA weights (OUT/model.safetensors, OUT/config.json;
 // runtime/hf_weights.h), whatever plan layout it was trained with: checkpoints hold
 // global parameter names.
+// `harp export --plan PLAN --to pytorch-pipelining -o DIR [--schedule KIND]`: the plan for
+// PyTorch's pipeline runtime (export_pytorch.h); with --checkpoint, the weights as well
+// (DIR/weights/).
 #include <filesystem>
 
 #include "commands.h"
+#include "export_pytorch.h"
 #include "run_checkpoint.h"
 #include "validators.h"
 #include "harp/plan/plan_io.h"
@@ -38,34 +42,78 @@ StatusOr<RunCheckpoint> read_run_checkpoint(const std::string& checkpoint, const
 namespace {
 
 struct Opts {
-  std::string checkpoint, plan_file, model, format = "safetensors", output;
+  std::string checkpoint, plan_file, model, format = "safetensors", output, to, schedule;
   int step = 0;  // 0: the latest
 };
 
-int run_export(const Opts& o, Context& ctx) {
+// The checkpoint's weights as Hugging Face files in `dir`.
+int export_weights(const Opts& o, const std::string& dir, Context& ctx) {
   auto run = read_run_checkpoint(o.checkpoint, o.plan_file, o.model, o.step);
   if (!run.ok()) return ctx.fail("export", run.status());
-  Status s = runtime::export_hf(run->model, run->tensors, o.output);
+  Status s = runtime::export_hf(run->model, run->tensors, dir);
   if (!s.ok()) return ctx.fail("export", s);
-  ctx.out << "wrote " << o.output << "/model.safetensors and config.json ("
+  ctx.out << "wrote " << dir << "/model.safetensors and config.json ("
           << runtime::hf_config(run->model)["architectures"][0].get<std::string>() << ", " << run->model.gpt.name
           << ", step " << run->step << ")\n";
   return kExitOk;
 }
 
+int export_plan(const Opts& o, Context& ctx) {
+  auto p = plan::load_plan(o.plan_file);
+  if (!p.ok()) return ctx.fail("export", p.status());
+  // As harp train --schedule runs it: the plan under another schedule kind.
+  if (!o.schedule.empty() && !plan::parse_schedule_kind(o.schedule, &p->schedule)) {
+    ctx.err << "harp export: --schedule " << o.schedule.substr(0, 40)
+            << ": unknown; use gpipe, 1f1b, harp-1f1b, zb-h1, zb-h2 or harp-zb\n";
+    return kExitUsage;
+  }
+  auto m = plan_model(*p, o.plan_file, o.model, 0);
+  if (!m.ok() && m.status().message().empty()) {
+    ctx.err << "harp export: " << o.plan_file << ": the plan names no model; pass --model PRESET|FILE\n";
+    return kExitUsage;
+  }
+  if (!m.ok()) return ctx.fail("export", m.status());
+  if (Status s = export_pytorch_pipelining(*p, o.plan_file, *m, o.output, ctx.out); !s.ok())
+    return ctx.fail("export", s);
+  return o.checkpoint.empty() ? kExitOk : export_weights(o, o.output + "/weights", ctx);
+}
+
+int run_export(const Opts& o, Context& ctx) {
+  if (!o.to.empty()) return export_plan(o, ctx);
+  if (o.checkpoint.empty()) {
+    ctx.err << "harp export: --checkpoint is required (or --to pytorch-pipelining to export the plan)\n";
+    return kExitUsage;
+  }
+  if (!o.schedule.empty()) {
+    ctx.err << "harp export: --schedule applies to --to pytorch-pipelining only\n";
+    return kExitUsage;
+  }
+  return export_weights(o, o.output, ctx);
+}
+
 }  // namespace
 
 void add_export_command(CLI::App& root, Context& ctx) {
-  auto* cmd = root.add_subcommand("export", "Write a checkpoint as Hugging Face safetensors");
+  auto* cmd = root.add_subcommand(
+      "export", "Write a checkpoint as Hugging Face safetensors, or a plan for PyTorch's pipeline runtime");
   auto o = std::make_shared<Opts>();
-  cmd->add_option("--checkpoint", o->checkpoint, "A run's folder (--out of harp train) or its checkpoints/")
-      ->required();
-  cmd->add_option("--plan", o->plan_file, "The plan the run trained (its model)")->required();
+  cmd->add_option("--checkpoint", o->checkpoint,
+                  "A run's folder (--out of harp train) or its checkpoints/ (required without --to)");
+  cmd->add_option("--plan", o->plan_file, "The plan the run trained (its model), or the plan to export")->required();
+  cmd->add_option("--to", o->to,
+                  "pytorch-pipelining: the plan's per-stage action lists as PyTorch pipelining's schedule CSV, "
+                  "with a manifest of layers and ranks (docs/pytorch.md)")
+      ->check(CLI::IsMember({"pytorch-pipelining"}));
+  cmd->add_option("--schedule", o->schedule,
+                  "With --to: export the plan under another schedule (as harp train --schedule runs it)");
   cmd->add_option("--model", o->model, "Model preset or file (default: the plan's)");
   cmd->add_option("--step", o->step, "Checkpoint step (default: the latest)")->check(whole(1));
   cmd->add_option("--format", o->format, "safetensors (Hugging Face GPT-2 or LLaMA names and config.json)")
       ->check(CLI::IsMember({"safetensors"}));
-  cmd->add_option("-o,--output", o->output, "Folder to write model.safetensors and config.json into")->required();
+  cmd->add_option("-o,--output", o->output,
+                  "Folder to write model.safetensors and config.json into (with --to: the export; weights/ "
+                  "holds the checkpoint's when --checkpoint is given)")
+      ->required();
   cmd->callback([o, &ctx] { ctx.rc = run_export(*o, ctx); });
 }
 

@@ -169,7 +169,7 @@ struct Plan {
 
   int num_stages() const { return static_cast<int>(stages.size()); }
   // Every device some stage uses, in increasing id: rank r runs the r-th (the runtime's
-  // rank layout, runtime/transport.h).
+  // rank layout, plan/rank_layout.h).
   std::vector<int> used_devices() const;
 };
 
