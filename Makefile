@@ -29,7 +29,7 @@ TORCH_PREFIX ?=
 HARP_REQUIRE_CUDA ?= OFF
 TORCH_STAMP := $(VENV)/.harp-torch-$(TORCH_VERSION)
 
-.PHONY: all deps torch configure build tools test demo bench bench-limits bench-generate bench-testbed bench-replan bench-replan-link evaluation clean
+.PHONY: all deps torch configure build tools test demo bench bench-pytorch bench-limits bench-generate bench-testbed bench-replan bench-replan-link evaluation clean
 
 all: build
 
@@ -72,6 +72,10 @@ test: build
 
 demo: tools
 	BUILD=$(BUILD) ./scripts/demo.sh
+
+# One plan, harp's runtime and PyTorch's pipeline runtime side by side (about 2 minutes).
+bench-pytorch: build
+	python3 bench/pytorch_pipelining.py --harp $(BUILD)/src/cli/harp
 
 bench: build
 	$(BUILD)/bench/sim_bench

@@ -61,6 +61,9 @@ def parse_args():
     p.add_argument("--grad-clip", type=float, default=1.0, help="max global gradient norm; 0: off")
     p.add_argument("--device", default="cpu", help="cpu (Gloo) or cuda (NCCL, cuda:LOCAL_RANK)")
     p.add_argument("--threads", type=int, default=1, help="intra-op threads per rank (CPU)")
+    p.add_argument("--emulate", action="store_true",
+                   help="apply the plan's emulated slowdowns (as harp train --emulate: a compute of a device f times "
+                        "slower waits until f times its CPU time has passed)")
     p.add_argument("--out", default="", help="folder for metrics.jsonl and summary.json (rank 0)")
     p.add_argument("--quiet", action="store_true")
     return p.parse_args()
@@ -75,10 +78,33 @@ class HarpStage(PipelineStage):
     """A PipelineStage whose sends and receives move each neighbour replica its samples
     (the manifest's exchanges) instead of one whole tensor to one peer."""
 
-    def __init__(self, module, me, num_stages, device, group, input_meta, output_meta):
+    def __init__(self, module, me, num_stages, device, group, input_meta, output_meta, slowdown=1.0):
         super().__init__(module, me["stage"], num_stages, device, input_args=input_meta, output_args=output_meta,
                          group=group)
         self.me = me
+        self.slowdown = slowdown
+        self.busy_s = [0.0, 0.0]  # forward, backward (B, or I and W) in this step
+
+    def _timed(self, which, compute, *args, **kwargs):
+        """The compute, timed; on an emulated slower device it then waits until `slowdown`
+        times the thread's CPU time for it has passed (harp's runtime/exec/emulation.h)."""
+        wall, cpu = time.perf_counter(), time.thread_time()
+        out = compute(*args, **kwargs)
+        if self.slowdown > 1.0:
+            left = wall + self.slowdown * (time.thread_time() - cpu) - time.perf_counter()
+            if left > 0:
+                time.sleep(left)
+        self.busy_s[which] += time.perf_counter() - wall
+        return out
+
+    def forward_one_chunk(self, *args, **kwargs):
+        return self._timed(0, super().forward_one_chunk, *args, **kwargs)
+
+    def backward_one_chunk(self, *args, **kwargs):
+        return self._timed(1, super().backward_one_chunk, *args, **kwargs)
+
+    def backward_weight_one_chunk(self, *args, **kwargs):
+        return self._timed(1, super().backward_weight_one_chunk, *args, **kwargs)
 
     def _get_init_p2p_neighbors_ops(self):
         # The runtime's warm-up exchange assumes one peer per neighbouring stage in the
@@ -186,7 +212,8 @@ def main():
                torch.empty(share, s_len, manifest["layers"][first - 1]["output_shape"][-1], device="meta"))
     out_meta = torch.empty(share, s_len, cfg["vocab"] if me["stage"] == S - 1 else layers[-1]["output_shape"][-1],
                            device="meta")
-    stage = HarpStage(module, me, S, device, pp_group, in_meta, out_meta)
+    stage = HarpStage(module, me, S, device, pp_group, in_meta, out_meta,
+                      me["emulated_slowdown"] if args.emulate else 1.0)
     global_tokens = B * b * s_len
 
     def loss_fn(logits, targets):
@@ -238,8 +265,10 @@ def main():
         metrics = open(os.path.join(args.out, "metrics.jsonl"), "w")
     step_seconds = []
     losses_out = []
+    busy = torch.zeros(2 * S, dtype=torch.float64)  # per stage: forward, backward seconds (replica 0)
     for step in range(args.steps):
         begin = time.perf_counter()
+        stage.busy_s = [0.0, 0.0]
         optimizer.zero_grad(set_to_none=False)
         batch = None
         if me["stage"] in (0, S - 1):  # this replica's samples of every microbatch, microbatch-major
@@ -267,6 +296,9 @@ def main():
         losses_out.append(loss)
         if step > 0:
             step_seconds.append(seconds)
+            if me["dp_rank"] == 0:
+                busy[me["stage"]] += stage.busy_s[0]
+                busy[S + me["stage"]] += stage.busy_s[1]
         if rank == 0:
             tokens_per_step = B * b * s_len
             if not args.quiet:
@@ -277,6 +309,7 @@ def main():
                                           "lr": lr, "iteration_s": seconds, "tokens": tokens_per_step,
                                           "runtime": "torch.distributed.pipelining"}) + "\n")
                 metrics.flush()
+    dist.all_reduce(busy)  # every stage's compute, for rank 0's summary
     if writer:
         metrics.close()
         timed = sorted(step_seconds)
@@ -288,7 +321,10 @@ def main():
                    "runtime": "torch.distributed.pipelining %s" % torch.__version__,
                    "predicted_s": predicted, "closed_form_s": manifest["closed_form_s"],
                    "measured_median_s": median, "measured_mean_s": sum(timed) / n if n else 0.0,
-                   "error": (predicted - median) / median if median > 0 else 0.0, "final_loss": losses_out[-1]}
+                   "error": (predicted - median) / median if median > 0 else 0.0, "final_loss": losses_out[-1],
+                   # Per stage and microbatch, measured (replica 0; emulated waits included).
+                   "measured_fwd_s": [busy[i].item() / max(n, 1) / B for i in range(S)],
+                   "measured_bwd_s": [busy[S + i].item() / max(n, 1) / B for i in range(S)]}
         tmp = os.path.join(args.out, "summary.json.tmp")
         with open(tmp, "w") as fh:
             json.dump(summary, fh, indent=1)

@@ -129,6 +129,9 @@ Status export_pytorch_pipelining(const plan::Plan& p, const std::string& plan_fi
                      {"dp_rank", d},
                      {"tp_rank", t},
                      {"device", l.rank_device[r]},
+                     {"emulated_slowdown", d < static_cast<int>(p.stages[s].replica_slowdowns.size())
+                                               ? p.stages[s].replica_slowdowns[d]
+                                               : p.stages[s].emulated_slowdown},
                      {"samples", {l.first_sample(s, d), l.samples_of(s, d)}},
                      {"dp_group", l.dp_group()},
                      {"tp_group", l.tp_group()},

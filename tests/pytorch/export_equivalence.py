@@ -56,6 +56,36 @@ def step_records(run_dir):
     return out
 
 
+ALL_KINDS = ("gpipe", "1f1b", "harp-1f1b", "zb-h1", "zb-h2", "harp-zb")
+
+
+def same_lowering_as_pytorch(harp, work, plan_file, env):
+    """harp's lowered lists (schedule.csv) are what PyTorch's own lowering makes of the
+    export's compute-only lists (its _add_reduce_grad and _add_send_recv), for every kind."""
+    import csv
+    from torch.distributed.pipelining.schedules import _Action, _add_reduce_grad, _add_send_recv
+    for kind in ALL_KINDS:
+        export = os.path.join(work, "lowering-" + kind)
+        run([harp, "export", "--plan", plan_file, "--schedule", kind, "--to", "pytorch-pipelining", "-o", export],
+            env=env)
+        with open(os.path.join(export, "manifest.json")) as fh:
+            m = json.load(fh)
+        with open(os.path.join(export, "schedule_compute_only.csv")) as fh:
+            compute = [[_Action.from_str(a) for a in row] for row in csv.reader(fh)]
+        with open(os.path.join(export, "schedule.csv")) as fh:
+            ours = [[str(_Action.from_str(a)) for a in row] for row in csv.reader(fh)]
+        S = m["num_stages"]
+        lowered = _add_send_recv({r: _add_reduce_grad(compute[r], m["microbatches"]) for r in range(S)},
+                                 stage_to_rank=lambda s: s, num_stages=S)
+        theirs = [[str(a) for a in lowered[r]] for r in range(S)]
+        if theirs != ours:
+            for r in range(S):
+                if theirs[r] != ours[r]:
+                    sys.exit("FAILED: %s: stage %d's list differs from PyTorch's lowering:\n harp    %s\n PyTorch %s"
+                             % (kind, r, " ".join(ours[r]), " ".join(theirs[r])))
+        print("%-9s lowered lists identical to PyTorch's lowering (%d actions)" % (kind, sum(len(r) for r in ours)))
+
+
 def refused(cmd, code, words, env):
     """`cmd` exits with `code` and says `words` in one message."""
     print("+ " + " ".join(cmd), flush=True)
@@ -143,6 +173,15 @@ def main():
             sys.exit("FAILED: %s: the loss did not move over %d steps" % (kind, STEPS))
         print(run([harp, "trace", "runs", harp_dir, torch_dir, "--baseline", os.path.basename(harp_dir)], env=env))
     refusals(harp, source, work, p, python, env)
+    same_lowering_as_pytorch(harp, work, p, env)
+    # And a deeper pipeline with more microbatches and uneven stages.
+    deep = plan(vocab)
+    deep["microbatches"] = 12
+    deep["stages"] = [{"fwd_s": 0.01 * (1 + i % 3), "bwd_s": 0.02 * (1 + i % 2), "comm_s": 0.02 if i < 4 else 0.0,
+                       "crosses_nodes": i % 2 == 0, "layers": [2 * i, 2 * i + 2], "devices": [i]} for i in range(5)]
+    with open(os.path.join(work, "deep.json"), "w") as fh:
+        json.dump(deep, fh)
+    same_lowering_as_pytorch(harp, work, os.path.join(work, "deep.json"), env)
     if counts["harp-1f1b"] == counts["1f1b"]:
         sys.exit("FAILED: harp-1f1b launches as 1F1B does (%s): the plan does not tell them apart" % counts["1f1b"])
     print("launch counts: %s" % counts)
