@@ -8,8 +8,12 @@ residual tensor crosses a cut) with dp 2 on the middle stage, 4 ranks: from the 
 Hugging Face weights (a harp checkpoint exported by `harp export --to pytorch-pipelining
 --checkpoint`) and the same token file, `harp launch ... harp train` and `torchrun
 examples/pytorch/train_pipelined.py` on the export train 5 steps in float32, and their
-losses agree within 1e-5 under standard 1F1B, harp-1f1b and the split-backward ZB-H1.
-Then `harp trace runs` reads both runs' summaries side by side.
+losses agree within 1e-5 under standard 1F1B, harp-1f1b and the split-backward ZB-H1;
+a LLaMA of the same layout under ZB-H1 too. `harp trace runs` reads both runs' summaries
+side by side. harp's lowered lists equal PyTorch's own lowering (_add_send_recv) of the
+exported compute lists for all six schedule kinds, on this plan and a 5-stage one. What
+the export and the example refuse (a plan without layers, an unknown schedule, a launch
+of the wrong size, tensor parallelism in the example) exits with one message.
 """
 
 import json
@@ -24,11 +28,14 @@ STEPS = 5
 SCHEDULES = ("1f1b", "harp-1f1b", "zb-h1")
 
 
-def plan(vocab):
+def plan(vocab, family="gpt"):
     """4 ranks: stage 0 on device 0, stage 1 (dp 2) on 1 and 2, stage 2 on 3; slow links,
-    so harp-1f1b launches more microbatches than standard 1F1B."""
-    model = {"family": "gpt", "name": "custom", "num_blocks": 2, "hidden": 32, "heads": 4, "seq_len": 16,
-             "vocab": vocab, "ffn_hidden": 128, "granularity": 4, "tied_embeddings": True}
+    so harp-1f1b launches more microbatches than standard 1F1B. GPT tied; LLaMA untied with
+    grouped-query attention (2 key/value heads of 4)."""
+    model = {"family": family, "name": "custom", "num_blocks": 2, "hidden": 32, "heads": 4, "seq_len": 16,
+             "vocab": vocab, "ffn_hidden": 128, "granularity": 4, "tied_embeddings": family == "gpt"}
+    if family == "llama":
+        model.update({"kv_heads": 2, "ffn_hidden": 64, "rope_theta": 10000.0})
     stage = {"fwd_s": 0.01, "bwd_s": 0.02, "comm_s": 0.03, "crosses_nodes": True}
     return {"version": 1, "microbatches": 6, "microbatch_size": 4, "schedule": "1f1b", "granularity": 4,
             "model_config": model,
@@ -112,7 +119,63 @@ def refusals(harp, source, work, plan_file, python, env):
     # The export's ranks against the launch's: 4 needed, 2 started.
     refused([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
              os.path.join(source, "examples", "pytorch", "train_pipelined.py"), "--export",
-             os.path.join(work, "export-1f1b")], 1, ["the plan needs 4 ranks but WORLD_SIZE is 2"], env)
+             os.path.join(work, "plan-export-1f1b")], 1, ["the plan needs 4 ranks but WORLD_SIZE is 2"], env)
+    # Tensor parallelism inside a stage: exported, and refused by the example in one line.
+    with open(plan_file) as fh:
+        tp = json.load(fh)
+    tp["stages"][1].update(dp=1, tp=2)
+    tp_file, tp_export = os.path.join(work, "tp.json"), os.path.join(work, "tp-export")
+    with open(tp_file, "w") as fh:
+        json.dump(tp, fh)
+    run([harp, "export", "--plan", tp_file, "--to", "pytorch-pipelining", "-o", tp_export], env=env)
+    refused([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+             os.path.join(source, "examples", "pytorch", "train_pipelined.py"), "--export", tp_export], 1,
+            ["stage 1 has tp 2: tensor parallelism inside a stage is not part of this example"], env)
+
+
+def compare(harp, source, work, p, data, kinds, counts, env):
+    """Trains plan `p` with harp launch and with the PyTorch script under each of `kinds`
+    from the same weights; returns the largest loss difference (exits on one too large)."""
+    name = os.path.splitext(os.path.basename(p))[0]
+    common = ["--data", data, "--threads", "1", "--quiet"]
+    # The starting weights: one step of harp train, exported with the plan.
+    init = os.path.join(work, name + "-init")
+    run([harp, "launch", "--nproc", "4", "--", harp, "train", "--plan", p, "--steps", "1", "--checkpoint-every", "1",
+         "--out", init] + common, env=env)
+    run([harp, "export", "--plan", p, "--to", "pytorch-pipelining", "--checkpoint", init, "--output", init + "-export"],
+        env=env)
+    weights = os.path.join(init + "-export", "weights")
+    worst = 0.0
+    for kind in kinds:
+        export = os.path.join(work, "%s-export-%s" % (name, kind))
+        print(run([harp, "export", "--plan", p, "--schedule", kind, "--to", "pytorch-pipelining", "--output", export],
+                  env=env).strip())
+        with open(os.path.join(export, "manifest.json")) as fh:
+            manifest = json.load(fh)
+        counts[kind] = [s["launch_count"] for s in manifest["stages"]]
+        train = ["--steps", str(STEPS), "--warmup-steps", "2", "--lr", "1e-2", "--init-from", weights] + common
+        harp_dir = os.path.join(work, "%s-harp-%s" % (name, kind))
+        torch_dir = os.path.join(work, "%s-torch-%s" % (name, kind))
+        run([harp, "launch", "--nproc", "4", "--", harp, "train", "--plan", p, "--schedule", kind, "--out", harp_dir]
+            + train, env=env)
+        run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+             os.path.join(source, "examples", "pytorch", "train_pipelined.py"), "--export", export, "--out", torch_dir]
+            + train, env=env)
+        ours, theirs = step_records(harp_dir), step_records(torch_dir)
+        if len(ours) != STEPS or len(theirs) != STEPS:
+            sys.exit("FAILED: %s: %d harp steps, %d PyTorch steps, expected %d" % (kind, len(ours), len(theirs), STEPS))
+        for a, b in zip(ours, theirs):
+            diff = abs(a["loss"] - b["loss"])
+            worst = max(worst, diff)
+            print("%s %-9s step %d: harp loss %.8f, PyTorch %.8f, |diff| %.2e; grad norm %.6f vs %.6f"
+                  % (name, kind, a["step"], a["loss"], b["loss"], diff, a["grad_norm"], b["grad_norm"]))
+            if not diff <= TOLERANCE:
+                sys.exit("FAILED: %s step %d: losses differ by %.3g (> %g)" % (kind, a["step"], diff, TOLERANCE))
+        # The losses move: a run that trained nothing would agree trivially.
+        if not abs(ours[-1]["loss"] - ours[0]["loss"]) > 1e-2:
+            sys.exit("FAILED: %s: the loss did not move over %d steps" % (kind, STEPS))
+        print(run([harp, "trace", "runs", harp_dir, torch_dir, "--baseline", os.path.basename(harp_dir)], env=env))
+    return worst
 
 
 def main():
@@ -133,45 +196,12 @@ def main():
     with open(os.path.join(work, "tokens.bin"), "wb") as fh:
         fh.write(tokens)
     p, data = os.path.join(work, "plan.json"), os.path.join(work, "tokens.bin")
-    common = ["--data", data, "--threads", "1", "--quiet"]
-
-    # The starting weights: one step of harp train, exported with the plan.
-    run([harp, "launch", "--nproc", "4", "--", harp, "train", "--plan", p, "--steps", "1", "--checkpoint-every", "1",
-         "--out", os.path.join(work, "init")] + common, env=env)
-    run([harp, "export", "--plan", p, "--to", "pytorch-pipelining", "--checkpoint", os.path.join(work, "init"),
-         "--output", os.path.join(work, "export-init")], env=env)
-    weights = os.path.join(work, "export-init", "weights")
-
-    worst = 0.0
     counts = {}
-    for kind in SCHEDULES:
-        export = os.path.join(work, "export-" + kind)
-        print(run([harp, "export", "--plan", p, "--schedule", kind, "--to", "pytorch-pipelining", "--output", export],
-                  env=env).strip())
-        with open(os.path.join(export, "manifest.json")) as fh:
-            manifest = json.load(fh)
-        counts[kind] = [s["launch_count"] for s in manifest["stages"]]
-        train = ["--steps", str(STEPS), "--warmup-steps", "2", "--lr", "1e-2", "--init-from", weights] + common
-        harp_dir, torch_dir = os.path.join(work, "harp-" + kind), os.path.join(work, "torch-" + kind)
-        run([harp, "launch", "--nproc", "4", "--", harp, "train", "--plan", p, "--schedule", kind, "--out", harp_dir]
-            + train, env=env)
-        run([python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
-             os.path.join(source, "examples", "pytorch", "train_pipelined.py"), "--export", export, "--out", torch_dir]
-            + train, env=env)
-        ours, theirs = step_records(harp_dir), step_records(torch_dir)
-        if len(ours) != STEPS or len(theirs) != STEPS:
-            sys.exit("FAILED: %s: %d harp steps, %d PyTorch steps, expected %d" % (kind, len(ours), len(theirs), STEPS))
-        for a, b in zip(ours, theirs):
-            diff = abs(a["loss"] - b["loss"])
-            worst = max(worst, diff)
-            print("%-9s step %d: harp loss %.8f, PyTorch %.8f, |diff| %.2e; grad norm %.6f vs %.6f"
-                  % (kind, a["step"], a["loss"], b["loss"], diff, a["grad_norm"], b["grad_norm"]))
-            if not diff <= TOLERANCE:
-                sys.exit("FAILED: %s step %d: losses differ by %.3g (> %g)" % (kind, a["step"], diff, TOLERANCE))
-        # The losses move: a run that trained nothing would agree trivially.
-        if not abs(ours[-1]["loss"] - ours[0]["loss"]) > 1e-2:
-            sys.exit("FAILED: %s: the loss did not move over %d steps" % (kind, STEPS))
-        print(run([harp, "trace", "runs", harp_dir, torch_dir, "--baseline", os.path.basename(harp_dir)], env=env))
+    worst = compare(harp, source, work, p, data, SCHEDULES, counts, env)
+    # LLaMA (RMSNorm, rotary positions, grouped-query attention, SwiGLU, untied head).
+    with open(os.path.join(work, "llama.json"), "w") as fh:
+        json.dump(plan(vocab, "llama"), fh)
+    worst = max(worst, compare(harp, source, work, os.path.join(work, "llama.json"), data, ("zb-h1",), {}, env))
     refusals(harp, source, work, p, python, env)
     same_lowering_as_pytorch(harp, work, p, env)
     # And a deeper pipeline with more microbatches and uneven stages.
@@ -185,8 +215,8 @@ def main():
     if counts["harp-1f1b"] == counts["1f1b"]:
         sys.exit("FAILED: harp-1f1b launches as 1F1B does (%s): the plan does not tell them apart" % counts["1f1b"])
     print("launch counts: %s" % counts)
-    print("OK: %d schedules x %d steps, largest loss difference %.2e (tolerance %g)"
-          % (len(SCHEDULES), STEPS, worst, TOLERANCE))
+    print("OK: GPT under %d schedules and LLaMA under zb-h1, %d steps each, largest loss difference %.2e "
+          "(tolerance %g)" % (len(SCHEDULES), STEPS, worst, TOLERANCE))
 
 
 if __name__ == "__main__":
