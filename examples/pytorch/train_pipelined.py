@@ -70,7 +70,9 @@ def parse_args():
 
 
 def fail(message):
-    print("train_pipelined.py: " + message, file=sys.stderr)
+    """Every rank exits 1; rank 0 says why (once, not once per rank)."""
+    if int(os.environ.get("RANK", 0)) == 0:
+        print("train_pipelined.py: " + message, file=sys.stderr)
     sys.exit(1)
 
 
