@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 
 from bench_util import ROOT, TORCH_PYTHON, DEFAULT_HARP, bar_chart, corpus, run, write_csv
 
@@ -26,13 +27,9 @@ SCHEDULES = ("harp-1f1b", "1f1b")
 
 
 def losses(run_dir):
-    out = []
-    with open(os.path.join(run_dir, "metrics.jsonl")) as fh:
-        for line in fh:
-            j = json.loads(line)
-            if "loss" in j and "step" in j:
-                out.append(j["loss"])
-    return out
+    sys.path.insert(0, os.path.dirname(SCRIPT))
+    import harp_model
+    return [j["loss"] for j in harp_model.read_step_metrics(run_dir)]
 
 
 def simulated(harp, plan, kind, times, path, env):

@@ -46,6 +46,12 @@ def plan(vocab, family="gpt"):
                        dict(stage, layers=[6, 10], devices=[3], comm_s=0.0)]}
 
 
+def read_step_metrics(run_dir):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch"))
+    import harp_model
+    return harp_model.read_step_metrics(run_dir)
+
+
 def run(cmd, timeout=300, env=None):
     print("+ " + " ".join(cmd), flush=True)
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, env=env)
@@ -55,14 +61,6 @@ def run(cmd, timeout=300, env=None):
     return r.stdout
 
 
-def step_records(run_dir):
-    out = []
-    with open(os.path.join(run_dir, "metrics.jsonl")) as fh:
-        for line in fh:
-            j = json.loads(line)
-            if "loss" in j and "step" in j:
-                out.append(j)
-    return out
 
 
 
@@ -162,7 +160,7 @@ def compare(harp, source, work, p, data, kinds, counts, env):
         run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
              os.path.join(source, "examples", "pytorch", "train_pipelined.py"), "--export", export, "--out", torch_dir]
             + train, env=env)
-        ours, theirs = step_records(harp_dir), step_records(torch_dir)
+        ours, theirs = read_step_metrics(harp_dir), read_step_metrics(torch_dir)
         if len(ours) != STEPS or len(theirs) != STEPS:
             sys.exit("FAILED: %s: %d harp steps, %d PyTorch steps, expected %d" % (kind, len(ours), len(theirs), STEPS))
         for a, b in zip(ours, theirs):
