@@ -154,9 +154,14 @@ Status export_pytorch_pipelining(const plan::Plan& p, const std::string& plan_fi
   HARP_RETURN_IF_ERROR(
       write_text_file_atomic(out_dir + "/schedule_compute_only.csv", schedule_csv(lowered.lowered, true)));
   HARP_RETURN_IF_ERROR(write_text_file_atomic(out_dir + "/manifest.json", m.dump(1) + "\n"));
+  size_t written = 0;  // without STEP
+  for (const auto& row : lowered.lowered.actions)
+    for (const schedule::Action& a : row) written += a.kind != schedule::ActionKind::kStep;
   out << "wrote " << out_dir << "/manifest.json, schedule.csv and schedule_compute_only.csv (" << p.num_stages()
       << " stages, " << world << " ranks, " << plan::schedule_kind_name(p.schedule) << ", "
-      << lowered.lowered.total_actions() << " actions); run it with torchrun --nproc-per-node " << world
+      << written << " actions); run it with torchrun "
+      << (world <= 16 ? "--nproc-per-node " + std::to_string(world)
+                      : "(" + std::to_string(world) + " ranks in all: --nnodes x --nproc-per-node)")
       << " examples/pytorch/train_pipelined.py --export " << out_dir << "\n";
   return Status();
 }
