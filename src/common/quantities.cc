@@ -53,7 +53,8 @@ Status check_quantity(const Quantity& q, double v, const std::string& file, cons
 
 double read_quantity(FieldReader& r, const std::string& key, const Quantity& q, std::optional<double> def) {
   const bool given = r.has(key);
-  const double v = r.number(key, def);
+  // -0.0 is zero: read as 0, so that every rule and message sees (and prints) one zero.
+  const double v = r.number(key, def) + 0.0;
   if (given && !r.failed() && !in_range(q, v)) r.fail(quantity_error(q, v, r.file(), r.path_of(key)));
   return v;
 }

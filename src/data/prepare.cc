@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -44,14 +45,10 @@ Status write_all(int fd, const std::string& bytes, const std::string& name) {
   return Status();
 }
 
-// Where a piece may end: just after the last newline that a non-space character
-// follows (0: nowhere in `text`, read on).
-size_t cut_point(const std::string& text) {
-  for (size_t i = text.size(); i-- > 1;) {
-    const char c = text[i];
-    if (text[i - 1] == '\n' && c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\v' && c != '\f') return i;
-  }
-  return 0;
+// Whether a piece may end at `i`: just after a newline that a non-space character follows.
+bool cut_at(const std::string& text, size_t i) {
+  const char c = text[i];
+  return text[i - 1] == '\n' && c != ' ' && c != '\t' && c != '\n' && c != '\r' && c != '\v' && c != '\f';
 }
 
 StatusOr<TempFile> open_temp(const std::string& target) {
@@ -102,6 +99,7 @@ StatusOr<PrepareResult> prepare_tokens(const Tokenizer& tokenizer, const Prepare
 
   std::int64_t count = 0, read_bytes = 0;
   std::string text, bytes;
+  size_t last_cut = 0;  // the last place in `text` a piece may end (0: none yet)
   std::vector<char> buf(static_cast<size_t>(std::max<std::int64_t>(o.piece_bytes, 1 << 12)));
   auto encode = [&](std::string_view piece) -> Status {
     const std::vector<std::uint32_t> ids = tokenizer.encode(piece);
@@ -121,13 +119,31 @@ StatusOr<PrepareResult> prepare_tokens(const Tokenizer& tokenizer, const Prepare
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return io_error(shown_path(o.input) + ": read failed: " + std::strerror(errno));
     eof = n == 0;
+    const size_t seen = text.size();
     text.append(buf.data(), static_cast<size_t>(n));
     read_bytes += n;
     if (read_bytes > kMaxTextBytes) return io_error(shown_path(o.input) + ": grew past the limit while being read");
-    const size_t cut = eof ? text.size() : cut_point(text);
+    // Each new byte is looked at once. `text` starts where a piece may start, so a
+    // stretch runs from the last place to cut (or 0) to the next.
+    auto too_long = [&](size_t end) {
+      return invalid_argument(shown_path(o.input) + ": " + std::to_string(end - last_cut) + " bytes from byte " +
+                              std::to_string(read_bytes - static_cast<std::int64_t>(text.size() - last_cut)) +
+                              " on hold no newline followed by text, over the limit of " +
+                              std::to_string(o.max_uncut_bytes) +
+                              " (docs/file_formats.md, Limits): text is tokenised in pieces cut at such newlines "
+                              "and a stretch without one is held whole; break the text into lines");
+    };
+    for (size_t i = std::max<size_t>(seen, 1); i < text.size(); ++i) {
+      if (!cut_at(text, i)) continue;
+      if (static_cast<std::int64_t>(i - last_cut) > o.max_uncut_bytes) return too_long(i);
+      last_cut = i;
+    }
+    if (static_cast<std::int64_t>(text.size() - last_cut) > o.max_uncut_bytes) return too_long(text.size());
+    const size_t cut = eof ? text.size() : last_cut;
     if (cut == 0 || (!eof && static_cast<std::int64_t>(text.size()) < o.piece_bytes)) continue;
     HARP_RETURN_IF_ERROR(encode(std::string_view(text).substr(0, cut)));
     text.erase(0, cut);
+    last_cut = 0;
     if (o.progress) o.progress(read_bytes, st.st_size);
   }
   if (read_bytes == 0) return invalid_argument(shown_path(o.input) + ": input is empty; nothing to tokenise");

@@ -3,7 +3,9 @@
 // means the same thing on every machine that reads it.
 #include "harp/data/token_file.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -106,6 +108,23 @@ const char* token_format_name(TokenFormat format) {
     case TokenFormat::kLlmc32: return "llm.c uint32";
   }
   return "?";
+}
+
+std::uint32_t MappedTokens::largest() const {
+  const std::int64_t block = (std::int64_t{64} << 20) / width_;  // tokens per 64 MiB
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  std::uint32_t best = 0;
+  for (std::int64_t begin = 0; begin < count_; begin += block) {
+    const std::int64_t end = std::min(count_, begin + block);
+    for (std::int64_t i = begin; i < end; ++i) best = std::max(best, at(i));
+    // Whole pages inside this block (a page the next block shares stays): clean pages of a
+    // private read-only mapping, so dropping them loses nothing; a later read faults
+    // them in again from the file.
+    const auto first = (reinterpret_cast<std::uintptr_t>(tokens_ + begin * width_) + page - 1) / page * page;
+    const auto last = reinterpret_cast<std::uintptr_t>(tokens_ + end * width_) / page * page;
+    if (last > first) ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+  }
+  return best;
 }
 
 MappedTokens::~MappedTokens() {

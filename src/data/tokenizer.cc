@@ -238,11 +238,17 @@ class BpeTokenizer : public Tokenizer {
 StatusOr<std::unordered_map<std::string, std::uint32_t>> parse_vocab(const Json& vocab, const std::string& where) {
   if (!vocab.is_object()) return invalid_argument(where + ": is not an object {token: id}");
   std::unordered_map<std::string, std::uint32_t> out;
+  std::unordered_map<std::uint32_t, std::string> token_of;  // ids are one-to-one: decoding needs it
   for (const auto& [token, id] : vocab.items()) {
     if (!id.is_number_integer() || id.get<std::int64_t>() < 0 || id.get<std::int64_t>() > 0x7FFFFFFF)
       return invalid_argument(where + ": token \"" + token.substr(0, 40) + "\" has id " + id.dump().substr(0, 40) +
                               "; ids are integers in [0, 2^31)");
-    out[token] = static_cast<std::uint32_t>(id.get<std::int64_t>());
+    const auto value = static_cast<std::uint32_t>(id.get<std::int64_t>());
+    if (const auto [it, fresh] = token_of.emplace(value, token); !fresh)
+      return invalid_argument(where + ": tokens \"" + it->second.substr(0, 40) + "\" and \"" + token.substr(0, 40) +
+                              "\" share id " + std::to_string(value) +
+                              "; each id must name one token (decoding maps ids back to text); fix the vocabulary");
+    out[token] = value;
   }
   if (out.empty()) return invalid_argument(where + ": is empty");
   return out;
@@ -310,26 +316,48 @@ StatusOr<std::unique_ptr<Tokenizer>> load_bpe(const std::string& vocab_json, con
                   fs::path(vocab_json).filename().string() + " + " + fs::path(merges_txt).filename().string());
 }
 
+// A member of a tokenizer.json object that should be text (`fallback` when absent), or
+// an error naming `path.key` and what it holds instead.
+StatusOr<std::string> text_member(const Json& object, const char* key, const std::string& path,
+                                  const std::string& fallback = std::string()) {
+  if (!object.is_object() || !object.contains(key)) return fallback;
+  const Json& v = object[key];
+  if (!v.is_string())
+    return invalid_argument(path + "." + key + " = " + v.dump().substr(0, 60) +
+                            ": must be text (a string); is it a Hugging Face tokenizer.json?");
+  return v.get<std::string>();
+}
+
+// Whether a pre-tokenizer step is GPT-2's: ByteLevel with its regex (use_regex true or
+// absent). Errors name a type or use_regex of the wrong kind.
+StatusOr<bool> is_byte_level(const Json& step, const std::string& path) {
+  HARP_ASSIGN_OR_RETURN(const std::string type, text_member(step, "type", path));
+  if (type != "ByteLevel") return false;
+  if (!step.contains("use_regex")) return true;
+  if (!step["use_regex"].is_boolean())
+    return invalid_argument(path + ".use_regex = " + step["use_regex"].dump().substr(0, 60) +
+                            ": must be true or false");
+  return step["use_regex"].get<bool>();
+}
+
 StatusOr<std::unique_ptr<Tokenizer>> load_bpe_tokenizer_json(const std::string& path) {
   HARP_ASSIGN_OR_RETURN(Json doc, load_document(path));
   const std::string where = shown_path(path);
   if (!doc.is_object() || !doc.contains("model") || !doc["model"].is_object())
     return invalid_argument(where + ": has no \"model\" object; is it a Hugging Face tokenizer.json?");
   const Json& model = doc["model"];
-  const std::string type = model.value("type", std::string());
+  HARP_ASSIGN_OR_RETURN(const std::string type, text_member(model, "type", where + ": model"));
   if (type != "BPE")
     return invalid_argument(where + ": model.type is \"" + type.substr(0, 40) +
                             "\"; only BPE is read from tokenizer.json (pass a SentencePiece tokenizer.model for "
                             "Unigram models)");
   // GPT-2's pre-tokenizer: ByteLevel (alone, or the only step of a Sequence).
   const Json pre = doc.value("pre_tokenizer", Json());
-  auto is_byte_level = [](const Json& p) {
-    return p.is_object() && p.value("type", std::string()) == "ByteLevel" && p.value("use_regex", true);
-  };
-  bool byte_level = is_byte_level(pre);
-  if (!byte_level && pre.is_object() && pre.value("type", std::string()) == "Sequence" &&
-      pre.value("pretokenizers", Json()).is_array() && pre["pretokenizers"].size() == 1)
-    byte_level = is_byte_level(pre["pretokenizers"][0]);
+  HARP_ASSIGN_OR_RETURN(bool byte_level, is_byte_level(pre, where + ": pre_tokenizer"));
+  if (!byte_level && pre.is_object() && pre.value("type", Json()) == "Sequence" &&
+      pre.value("pretokenizers", Json()).is_array() && pre["pretokenizers"].size() == 1) {
+    HARP_ASSIGN_OR_RETURN(byte_level, is_byte_level(pre["pretokenizers"][0], where + ": pre_tokenizer.pretokenizers[0]"));
+  }
   if (!byte_level)
     return invalid_argument(where + ": pre_tokenizer is " + pre.dump().substr(0, 80) +
                             "; only GPT-2's (ByteLevel with its regex) is implemented; other splits (e.g. "

@@ -15,7 +15,13 @@ StatusOr<std::pair<Json, std::string>> section(const Json& node, const std::stri
     if (node.get_ref<const std::string&>().empty())
       return field_error(job_file, key, "''", "must name a file, or hold the section inline",
                          "write `" + key + ": path/to/" + key + ".yaml`");
-    std::string path = resolve_relative_to(job_file, node.get<std::string>());
+    // Read as every text field is (FieldReader::string): a NUL byte is refused naming the
+    // job's field, not the file name it would cut short.
+    const Json field = Json::object({{key, node}});  // FieldReader keeps a reference
+    FieldReader text(field, job_file, "");
+    const std::string name = text.string(key);
+    HARP_RETURN_IF_ERROR(text.finish());
+    std::string path = resolve_relative_to(job_file, name);
     HARP_ASSIGN_OR_RETURN(Json doc, load_document(path));
     return std::make_pair(doc, path);
   }

@@ -4,6 +4,7 @@
 
 #include "harp/common/fields.h"
 #include "harp/common/quantities.h"
+#include "harp/model/model_spec.h"
 #include "harp/plan/closed_form.h"
 
 namespace harp::plan {
@@ -195,6 +196,10 @@ StatusOr<Plan> parse_plan(const Json& node, const std::string& file) {
     if (!mc->is_object())
       r.fail("model_config", mc->dump(), "must be an object (the model spec)",
              "leave it as harp plan wrote it, or remove it and pass --model to harp train");
+    else if (auto model = model::parse_model(*mc, file, "model_config"); !model.ok())
+      // Read as harp train reads it, so that every command refuses what it would (an
+      // unknown key, a bad value), not only the ones that build the model.
+      r.fail(model.status());
     else
       p.model_config = *mc;
   }

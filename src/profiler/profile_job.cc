@@ -7,6 +7,7 @@
 #include <map>
 
 #include "harp/common/format.h"
+#include "harp/common/memory_limit.h"
 #include "harp/profile/unique_layers.h"
 #include "harp/runtime/exec/device.h"
 #include "harp/runtime/nn/trainable.h"
@@ -54,13 +55,15 @@ Status check_memory(const job::Job& job, const std::vector<int>& sizes) {
     bytes += kBytesPerParam * (static_cast<double>(l.param_count) + tied);
     acts = std::max(acts, kActivationFactor * l.activation_bytes * largest);
   }
-  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (have > 0 && bytes + acts > kProfileMemoryShare * have)
-    return failed_precondition(fmt("%s: measuring %s needs about %.1f GiB (one layer per signature with its "
-                                   "optimizer state, and activations at microbatch size %d), this machine has "
-                                   "%.1f GiB; profile on a larger machine, or with smaller --microbatch-sizes",
-                                   job.file.c_str(), m.gpt.name.c_str(), (bytes + acts) / (1 << 30), largest,
-                                   have / (1 << 30)));
+  // Physical memory, or less where a cgroup or `ulimit -v` limits this process: a run
+  // under such a limit is refused here, not killed minutes into measuring.
+  const MemoryLimit have = usable_memory();
+  if (have.bytes > 0 && bytes + acts > kProfileMemoryShare * have.bytes)
+    return infeasible(fmt("%s: measuring %s needs about %.1f GiB (one layer per signature with its optimizer "
+                          "state, and activations at microbatch size %d), and this process may use %.1f GiB (%s); "
+                          "profile on a larger machine or under a higher limit, or with smaller --microbatch-sizes",
+                          job.file.c_str(), m.gpt.name.c_str(), (bytes + acts) / (1 << 30), largest,
+                          have.bytes / (1 << 30), have.source.c_str()));
   return Status();
 }
 

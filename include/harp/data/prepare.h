@@ -4,7 +4,9 @@
 // GPT-2 and SentencePiece tokenisation all start afresh, so the tokens equal those of
 // the whole text: tests/data/prepare_test.cc), and the tokens are written as they come to
 // a temporary file renamed into place at the end. Peak memory is one piece's text and
-// tokens, whatever the file's size (up to kMaxTextBytes).
+// tokens, whatever the file's size (up to kMaxTextBytes); a stretch of text with no such
+// newline may be at most max_uncut_bytes (kMaxUncutBytes), else the text is refused
+// naming where the stretch starts: it would have to be held and encoded whole.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,9 @@
 namespace harp::data {
 
 inline constexpr std::int64_t kMaxTextBytes = 1ll << 30;  // docs/file_formats.md, Limits
+// The longest stretch of text without a place to cut a piece (a newline a non-space
+// character follows): its tokens are held at once (4 bytes each, one per byte at worst).
+inline constexpr std::int64_t kMaxUncutBytes = 64ll << 20;
 
 struct PrepareOptions {
   std::string input;       // a regular text file, 1 byte to kMaxTextBytes
@@ -26,6 +31,7 @@ struct PrepareOptions {
   double val_fraction = 0;  // the last fraction of the tokens go to val_output
   std::string val_output;
   std::int64_t piece_bytes = 16ll << 20;  // text per encode call (tests use small pieces)
+  std::int64_t max_uncut_bytes = kMaxUncutBytes;  // tests use a small bound
   // Called after each piece with the bytes read so far and the file's size.
   std::function<void(std::int64_t, std::int64_t)> progress;
 };

@@ -51,6 +51,10 @@ class MappedTokens {
 
   TokenFormat format() const { return format_; }
   std::int64_t size() const { return count_; }
+  // The largest id in the file, read a block at a time with each block released from
+  // the process's resident memory once read (madvise): a file of any size is scanned in
+  // a bounded resident set (docs/file_formats.md, Limits).
+  std::uint32_t largest() const;
   std::uint32_t at(std::int64_t i) const {
     const unsigned char* p = tokens_ + i * width_;
     return width_ == 2 ? static_cast<std::uint32_t>(p[0] | (p[1] << 8))

@@ -51,8 +51,7 @@ class MappedSource : public TokenSource {
 StatusOr<std::unique_ptr<TokenSource>> open_token_file(const std::string& path) {
   auto tokens = data::MappedTokens::open(path);
   if (!tokens.ok()) return tokens.status();
-  std::uint32_t largest = 0;
-  for (std::int64_t i = 0, n = (*tokens)->size(); i < n; ++i) largest = std::max(largest, (*tokens)->at(i));
+  const std::uint32_t largest = (*tokens)->largest();
   if (largest >= (1u << 31) - 1)
     return invalid_argument(path + ": holds token id " + std::to_string(largest) + "; ids are below 2^31 - 1");
   return std::unique_ptr<TokenSource>(std::make_unique<MappedSource>(std::move(*tokens), static_cast<int>(largest) + 1));

@@ -16,6 +16,7 @@
 
 #include "harp/common/check.h"
 #include "harp/common/document.h"
+#include "harp/common/memory_limit.h"
 #include "harp/common/fields.h"
 #include "harp/common/sha256.h"
 
@@ -71,12 +72,6 @@ Status write_tensor_file(const std::string& path, const NamedTensors& tensors, l
 
 namespace {
 
-// Physical memory of this machine, bytes (0 if unknown).
-std::uint64_t physical_memory() {
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && page > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(page) : 0;
-}
-
 // Reads a file front to back in pieces, hashing what it reads.
 class HashedReader {
  public:
@@ -124,10 +119,10 @@ StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* coun
   if (size > static_cast<std::uint64_t>(kMaxCheckpointFileBytes))
     return io_error(shown_path(path) + ": is " + std::to_string(size) + " bytes, over the limit of " +
                     std::to_string(kMaxCheckpointFileBytes) + " bytes for a checkpoint file");
-  if (const std::uint64_t mem = physical_memory(); mem > 0 && size > mem)
-    return io_error(shown_path(path) + ": holds " + std::to_string(size >> 20) + " MiB of tensors but this machine has " +
-                    std::to_string(mem >> 20) + " MiB of memory; resume on a machine with more, or on more "
-                    "stages (each rank reads its stage's files)");
+  if (const MemoryLimit mem = usable_memory(); mem.bytes > 0 && static_cast<double>(size) > mem.bytes)
+    return io_error(shown_path(path) + ": holds " + std::to_string(size >> 20) + " MiB of tensors but this process may use " +
+                    std::to_string(static_cast<std::uint64_t>(mem.bytes) >> 20) + " MiB (" + mem.source +
+                    "); resume on a machine with more, or on more stages (each rank reads its stage's files)");
   const size_t magic = std::strlen(kMagic);
   if (size < magic + kDigestChars) return corrupt("bad header");
   const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);

@@ -360,7 +360,7 @@ TEST(Hardening, AStageFileLargerThanMemoryIsRefusedBeforeReading) {
   fs::resize_file(f, static_cast<std::uintmax_t>(pages) * static_cast<std::uintmax_t>(page) + (1ull << 30));
   auto r = runtime::read_tensor_file(f, nullptr);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("this machine has"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("this process may use"), std::string::npos) << r.status().message();
 }
 
 // Every size limit of docs/file_formats.md refused one past its value, before reading
@@ -424,6 +424,49 @@ TEST(Hardening, ALibraryExceptionIsOneLine) {
   EXPECT_EQ(ctx.fail("train", Fake()), 1);
   EXPECT_EQ(lines(err.str()), 1) << err.str();
   EXPECT_NE(err.str().find("out of memory"), std::string::npos) << err.str();
+}
+
+// Third round (issue 49). A memory limit is read before any work: under `ulimit -v`
+// below what harp-train maps just to start (was: the loader's "failed to map segment",
+// exit 127), and under a cgroup's limit below what profiling the model needs (was: 47 s
+// of measuring, then killed): one line naming the limit and what is needed, exit 3.
+TEST(Hardening, MemoryLimitsAreReadBeforeAnyWork) {
+  TempDir d;
+  write(d.file("one.yaml"), "version: 1\nname: one\nsubclusters:\n  - {name: a, device: cpu, nodes: 1, devices_per_node: 1}\n");
+  write(d.file("job.yaml"), "version: 1\ncluster: one.yaml\nmodel: {family: gpt, preset: gpt-1.3b, granularity: 2}\n"
+                            "planner: {microbatches: 8, microbatch_size: 1}\n");
+  auto run_under = [&](const std::string& prefix) {
+    const std::string cmd = "cd '" + d.path() + "' && " + prefix + " '" + kHarp +
+                            "' profile --job job.yaml -o p.json >out.txt 2>err.txt";
+    const int status = std::system(("sh -c \"" + cmd + "\"").c_str());
+    return CliResult{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read(d.file("out.txt")),
+                     read(d.file("err.txt"))};
+  };
+  CliResult r = run_under("ulimit -v 2097152 &&");
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_ONE_LINE(r);
+  EXPECT_NE(r.err.find("the address-space limit (ulimit -v) is 2 GiB"), std::string::npos) << r.err;
+  EXPECT_FALSE(fs::exists(d.file("p.json")));
+
+  // A cgroup of 2 GiB (v2 memory.max, else v1 memory.limit_in_bytes), made for the test.
+  const std::string name = "harp-test-" + std::to_string(::getpid());
+  std::string group, procs;
+  if (fs::exists("/sys/fs/cgroup/cgroup.controllers")) {
+    group = "/sys/fs/cgroup/" + name;
+    std::error_code ec;
+    if (fs::create_directory(group, ec)) std::ofstream(group + "/memory.max") << (2ll << 30);
+  } else if (fs::exists("/sys/fs/cgroup/memory")) {
+    group = "/sys/fs/cgroup/memory/" + name;
+    std::error_code ec;
+    if (fs::create_directory(group, ec)) std::ofstream(group + "/memory.limit_in_bytes") << (2ll << 30);
+  }
+  if (group.empty() || !fs::exists(group + "/cgroup.procs")) GTEST_SKIP() << "no cgroup can be made here (not root?)";
+  r = run_under("echo \\$\\$ > " + group + "/cgroup.procs && exec");
+  ::rmdir(group.c_str());
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_ONE_LINE(r);
+  EXPECT_NE(r.err.find("measuring gpt-1.3b needs about"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("this process may use 2.0 GiB (the cgroup's memory limit)"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -204,6 +204,38 @@ TEST(Tokenizer, BadFilesAreRefusedNamingTheEntry) {
   }
 }
 
+// Found by the third hardening sweep: a vocabulary whose ids are not one-to-one was
+// accepted (decoding cannot map the shared id back), and a field of the wrong kind where
+// text or a flag belongs crashed; each is one message naming the field.
+TEST(Tokenizer, SharedIdsAndMistypedFieldsAreRefusedNamingThem) {
+  const std::string d = dir("bad_kinds");
+  auto error = [](const std::string& path) {
+    auto t = load_tokenizer(path);
+    return t.ok() ? std::string("loaded") : t.status().message();
+  };
+  std::ofstream(d + "/vocab.json") << R"({"a": 0, "b": 1, "c": 1})";
+  std::ofstream(d + "/merges.txt") << "#version: 0.2\n";
+  EXPECT_NE(error(d).find("tokens \"b\" and \"c\" share id 1"), std::string::npos) << error(d);
+  std::filesystem::remove(d + "/vocab.json");
+  std::filesystem::remove(d + "/merges.txt");
+  const std::string json = d + "/tokenizer.json";
+  std::ofstream(json) << R"({"pre_tokenizer": {"type": "ByteLevel"},
+      "model": {"type": "BPE", "vocab": {"x": 7, "y": 7}, "merges": []}})";
+  EXPECT_NE(error(json).find("model.vocab: tokens \"x\" and \"y\" share id 7"), std::string::npos) << error(json);
+  std::ofstream(json) << R"({"model": {"type": {"name": "BPE"}, "vocab": {}}})";
+  EXPECT_NE(error(json).find("model.type = {\"name\":\"BPE\"}: must be text"), std::string::npos) << error(json);
+  std::ofstream(json) << R"({"pre_tokenizer": {"type": 3}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+  EXPECT_NE(error(json).find("pre_tokenizer.type = 3: must be text"), std::string::npos) << error(json);
+  std::ofstream(json) << R"({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": []}]},
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+  EXPECT_NE(error(json).find("pre_tokenizer.pretokenizers[0].type = []: must be text"), std::string::npos)
+      << error(json);
+  std::ofstream(json) << R"({"pre_tokenizer": {"type": "ByteLevel", "use_regex": "yes"},
+      "model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}})";
+  EXPECT_NE(error(json).find("pre_tokenizer.use_regex = \"yes\": must be true or false"), std::string::npos)
+      << error(json);
+}
+
 }  // namespace
 }  // namespace harp::data
 
@@ -253,6 +285,37 @@ TEST(Prepare, PiecesGiveTheWholeTextsTokens) {
     const std::vector<std::uint32_t> whole = t->encode(text);
     for (std::int64_t piece : {4096, 10000, 1 << 20}) EXPECT_EQ(prepared(*t, text, piece), whole) << piece;
   }
+}
+
+// A stretch of text with no newline to cut at is held whole, so it is bounded: at the
+// bound it is tokenised as the whole text; one byte past it, refused naming where the
+// stretch starts (was: a 900 MB single-line text ran out of memory under 2 GiB).
+TEST(Prepare, AStretchWithoutANewlineIsBounded) {
+  const std::string head = "first line\nsecond line\n";
+  const std::string stretch(10000, 'x');  // read in 4 KiB blocks: the bound holds across reads
+  const std::string text = head + stretch + "\nlast\n";
+  const std::string d = dir("prepare_uncut");
+  std::ofstream(d + "/text.txt", std::ios::binary) << text;
+  auto bytes = byte_tokenizer();
+  PrepareOptions o;
+  o.input = d + "/text.txt";
+  o.output = d + "/out.bin";
+  o.piece_bytes = 16;
+  // The longest stretch: from the cut after "second line\n" to the one before "last".
+  const auto longest = static_cast<std::int64_t>(stretch.size() + 1);
+  o.max_uncut_bytes = longest;
+  HARP_ASSERT_OK(prepare_tokens(*bytes, o));
+  auto back = read_tokens(o.output);
+  HARP_ASSERT_OK(back);
+  EXPECT_EQ(back->ids, bytes->encode(text));
+  o.max_uncut_bytes = longest - 1;
+  auto refused = prepare_tokens(*bytes, o);
+  ASSERT_FALSE(refused.ok());
+  const std::string& m = refused.status().message();
+  EXPECT_NE(m.find("text.txt: "), std::string::npos) << m;
+  EXPECT_NE(m.find(" bytes from byte " + std::to_string(head.size()) + " on hold no newline"), std::string::npos) << m;
+  EXPECT_NE(m.find("over the limit of " + std::to_string(longest - 1)), std::string::npos) << m;
+  EXPECT_NE(m.find("break the text into lines"), std::string::npos) << m;
 }
 
 }  // namespace

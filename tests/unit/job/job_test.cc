@@ -36,6 +36,15 @@ TEST(Job, BadSectionsNameTheirPath) {
             std::string::npos);
   EXPECT_NE(bad("cluster: missing.yaml\nmodel: {preset: gpt-tiny}\n").find("missing.yaml"),
             std::string::npos);
+  // A section's file name with a NUL byte names the job's field (was: only the cut-short
+  // file name, "c.yaml...: the file name contains a NUL byte").
+  for (const char* key : {"cluster", "model"}) {
+    const std::string yaml = std::string(key) == "cluster" ? std::string("cluster: \"c.yaml\\0x\"\nmodel: {preset: gpt-tiny}\n")
+                                                           : cl + "model: \"m.yaml\\0x\"\n";
+    const std::string m = bad(yaml);
+    EXPECT_NE(m.find(std::string("job.yaml: ") + key + " = "), std::string::npos) << m;
+    EXPECT_NE(m.find("contains a NUL byte"), std::string::npos) << m;
+  }
 }
 
 // A one-device gpt-tiny job with the sections `more`.

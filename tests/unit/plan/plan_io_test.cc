@@ -2,6 +2,8 @@
 // closed form matches hand arithmetic, and every bad input class gets its message.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "testutil/status.h"
 
 #include "harp/plan/closed_form.h"
@@ -201,7 +203,8 @@ TEST(PlanIo, RuntimeFieldsRoundTrip) {
   p.microbatches = 4;
   p.microbatch_size = 4;
   p.granularity = 2;
-  p.model_config = {{"family", "gpt"}, {"name", "custom"}, {"num_blocks", 2}, {"granularity", 2}};
+  p.model_config = {{"family", "gpt"}, {"name", "custom"}, {"num_blocks", 2}, {"hidden", 32},
+                    {"heads", 4},        {"seq_len", 16},     {"vocab", 64},     {"granularity", 2}};
   p.cost_source = "analytic roofline";
   for (int i = 0; i < 2; ++i) {
     Stage s;
@@ -255,6 +258,46 @@ TEST(PlanIo, RuntimeFieldsRoundTrip) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("stages[0].peak_tflops"), std::string::npos)
       << refused.status().message();
+}
+
+// -0.0 is read as 0 wherever a time is read: accepted where 0 is, refused where 0 is,
+// printed as 0.0 (was: "bwd_s = -0.0" in one rule, the same zero accepted by another).
+TEST(PlanIo, NegativeZeroIsZero) {
+  Json doc = {{"version", 1}, {"microbatches", 2}, {"schedule", "1f1b"},
+              {"stages", {{{"fwd_s", 0.01}, {"bwd_s", -0.0}}}}};
+  auto p = parse_plan(doc, "z.json");
+  HARP_ASSERT_OK(p);
+  EXPECT_FALSE(std::signbit(p->stages[0].bwd_s));
+  doc["stages"][0]["fwd_s"] = -0.0;
+  auto refused = parse_plan(doc, "z.json");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("stages[0].bwd_s = 0.0: fwd_s + bwd_s must be greater than 0"),
+            std::string::npos)
+      << refused.status().message();
+}
+
+// A plan's model_config is read as harp train reads it, whichever command loads the plan:
+// an unknown key (a typo) or a bad value is refused naming it (was: harp simulate exit 0).
+TEST(PlanIo, ModelConfigIsReadByTheModelsReader) {
+  Plan p;
+  p.microbatches = 2;
+  p.model_config = {{"family", "gpt"}, {"name", "custom"}, {"num_blocks", 2}, {"hidden", 32},
+                    {"heads", 4},        {"seq_len", 16},     {"vocab", 64},     {"granularity", 2}};
+  Stage s;
+  s.fwd_s = 1;
+  s.bwd_s = 2;
+  p.stages = {s};
+  HARP_ASSERT_OK(parse_plan(plan_to_json(p), "p.json"));
+  for (const auto& [key, value] : std::vector<std::pair<std::string, Json>>{{"bogus_key", 3}, {"heads", 5}}) {
+    Json bad = plan_to_json(p);
+    bad["model_config"][key] = value;
+    auto refused = parse_plan(bad, "p.json");
+    ASSERT_FALSE(refused.ok()) << key;
+    const std::string& m = refused.status().message();
+    EXPECT_NE(m.find("p.json"), std::string::npos) << m;
+    EXPECT_NE(m.find("model_config"), std::string::npos) << m;
+    EXPECT_NE(m.find(key), std::string::npos) << m;
+  }
 }
 
 }  // namespace

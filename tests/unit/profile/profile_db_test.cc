@@ -218,6 +218,23 @@ TEST(ProfileDbPlanning, CalibrationFromARunScalesEachDeviceTypeToItsMeasuredStag
   auto refused = planner::plan_job(job, r);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.status().message().find("trained another model"), std::string::npos) << refused.status().message();
+  // A measured time of zero, written -0.0 too, is refused naming its field, forward as
+  // backward (was: a forward one named only the device, "has a zero ... stage time").
+  measured.model_fingerprint = first.result.plan.model_fingerprint;
+  for (const char* key : {"fwd_s", "bwd_s"}) {
+    Json doc = plan::plan_to_json(measured);
+    doc["stages"][0][key] = -0.0;
+    doc["stages"][0]["fwd_s"] = std::string(key) == "fwd_s" ? -0.0 : 1.0;  // fwd_s + bwd_s > 0 holds
+    doc["stages"][0].erase("bwd_weight_s");  // else bwd_weight_s > bwd_s (0.0) is said first
+    HARP_ASSERT_OK(write_text_file_atomic(dir + "/zero.json", doc.dump()));
+    r.calibrate_file = dir + "/zero.json";
+    refused = planner::plan_job(job, r);
+    ASSERT_FALSE(refused.ok()) << key;
+    EXPECT_NE(refused.status().message().find(std::string("stages[0].") + key + " = 0.0: a measured stage time "
+                                              "must be greater than 0"),
+              std::string::npos)
+        << refused.status().message();
+  }
 }
 
 }  // namespace
