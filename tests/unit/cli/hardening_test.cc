@@ -98,6 +98,14 @@ TEST(Hardening, EnvironmentNumbersAreReadWholeAndInRange) {
         << r.err;
     EXPECT_ONE_LINE(r);
   }
+  // With --device cuda as well (cuda:LOCAL_RANK is the rank's device; the third round's
+  // case, on a machine with or without a GPU): the variable is named, not the device.
+  CliResult c = sh("LOCAL_RANK=-1", {"train", "--plan", d.file("p.json"), "--steps", "1", "--out", d.file("o"),
+                                     "--quiet", "--device", "cuda"},
+                   d.path());
+  EXPECT_EQ(c.rc, 1);
+  EXPECT_NE(c.err.find("LOCAL_RANK = '-1': must be a whole number from 0"), std::string::npos) << c.err;
+  EXPECT_ONE_LINE(c);
   CliResult r = sh("HARP_STORE_FILE=" + d.path(), {"train", "--plan", d.file("p.json"), "--steps", "1", "--out",
                                                     d.file("o"), "--quiet"},
                    d.path());
