@@ -356,7 +356,8 @@ StatusOr<std::unique_ptr<Tokenizer>> load_bpe_tokenizer_json(const std::string& 
   HARP_ASSIGN_OR_RETURN(bool byte_level, is_byte_level(pre, where + ": pre_tokenizer"));
   if (!byte_level && pre.is_object() && pre.value("type", Json()) == "Sequence" &&
       pre.value("pretokenizers", Json()).is_array() && pre["pretokenizers"].size() == 1) {
-    HARP_ASSIGN_OR_RETURN(byte_level, is_byte_level(pre["pretokenizers"][0], where + ": pre_tokenizer.pretokenizers[0]"));
+    HARP_ASSIGN_OR_RETURN(byte_level,
+                          is_byte_level(pre["pretokenizers"][0], where + ": pre_tokenizer.pretokenizers[0]"));
   }
   if (!byte_level)
     return invalid_argument(where + ": pre_tokenizer is " + pre.dump().substr(0, 80) +

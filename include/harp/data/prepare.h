@@ -2,7 +2,7 @@
 // last fraction into a validation file) in bounded memory. The text is read and encoded
 // in pieces cut after a newline that a non-space character follows (where byte-level,
 // GPT-2 and SentencePiece tokenisation all start afresh, so the tokens equal those of
-// the whole text: tests/data/prepare_test.cc), and the tokens are written as they come to
+// the whole text: tests/unit/data/tokenizer_test.cc), and the tokens are written as they come to
 // a temporary file renamed into place at the end. Peak memory is one piece's text and
 // tokens, whatever the file's size (up to kMaxTextBytes); a stretch of text with no such
 // newline may be at most max_uncut_bytes (kMaxUncutBytes), else the text is refused

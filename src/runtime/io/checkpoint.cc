@@ -120,7 +120,8 @@ StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* coun
     return io_error(shown_path(path) + ": is " + std::to_string(size) + " bytes, over the limit of " +
                     std::to_string(kMaxCheckpointFileBytes) + " bytes for a checkpoint file");
   if (const MemoryLimit mem = usable_memory(); mem.bytes > 0 && static_cast<double>(size) > mem.bytes)
-    return io_error(shown_path(path) + ": holds " + std::to_string(size >> 20) + " MiB of tensors but this process may use " +
+    return io_error(shown_path(path) + ": holds " + std::to_string(size >> 20) +
+                    " MiB of tensors but this process may use " +
                     std::to_string(static_cast<std::uint64_t>(mem.bytes) >> 20) + " MiB (" + mem.source +
                     "); resume on a machine with more, or on more stages (each rank reads its stage's files)");
   const size_t magic = std::strlen(kMagic);

@@ -440,7 +440,8 @@ TEST(Hardening, ALibraryExceptionIsOneLine) {
 // of measuring, then killed): one line naming the limit and what is needed, exit 3.
 TEST(Hardening, MemoryLimitsAreReadBeforeAnyWork) {
   TempDir d;
-  write(d.file("one.yaml"), "version: 1\nname: one\nsubclusters:\n  - {name: a, device: cpu, nodes: 1, devices_per_node: 1}\n");
+  write(d.file("one.yaml"),
+        "version: 1\nname: one\nsubclusters:\n  - {name: a, device: cpu, nodes: 1, devices_per_node: 1}\n");
   write(d.file("job.yaml"), "version: 1\ncluster: one.yaml\nmodel: {family: gpt, preset: gpt-1.3b, granularity: 2}\n"
                             "planner: {microbatches: 8, microbatch_size: 1}\n");
   auto run_under = [&](const std::string& prefix) {
