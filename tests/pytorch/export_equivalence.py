@@ -10,7 +10,8 @@ Hugging Face weights (a harp checkpoint exported by `harp export --to pytorch-pi
 examples/pytorch/train_pipelined.py` on the export train 5 steps in float32, and their
 losses agree within 1e-5 under every schedule kind (GPipe, standard 1F1B, harp-1f1b and
 the split-backward ZB-H1, ZB-H2 and harp-zb);
-a LLaMA of the same layout under ZB-H1 too. `harp trace runs` reads both runs' summaries
+a LLaMA of the same layout under ZB-H1 too, and a plan with uneven data-parallel shares
+at both ends (3:1 and 1:3, 5 ranks). `harp trace runs` reads both runs' summaries
 side by side. harp's lowered lists equal PyTorch's own lowering (_add_send_recv) of the
 exported compute lists for all six schedule kinds, on this plan and a 5-stage one. What
 the export and the example refuse (a plan without layers, an unknown schedule, a launch
@@ -137,9 +138,11 @@ def compare(harp, source, work, p, data, kinds, counts, env):
     from the same weights; returns the largest loss difference (exits on one too large)."""
     name = os.path.splitext(os.path.basename(p))[0]
     common = ["--data", data, "--threads", "1", "--quiet"]
+    with open(p) as fh:
+        world = str(sum(st.get("dp", 1) * st.get("tp", 1) for st in json.load(fh)["stages"]))
     # The starting weights: one step of harp train, exported with the plan.
     init = os.path.join(work, name + "-init")
-    run([harp, "launch", "--nproc", "4", "--", harp, "train", "--plan", p, "--steps", "1", "--checkpoint-every", "1",
+    run([harp, "launch", "--nproc", world, "--", harp, "train", "--plan", p, "--steps", "1", "--checkpoint-every", "1",
          "--out", init] + common, env=env)
     run([harp, "export", "--plan", p, "--to", "pytorch-pipelining", "--checkpoint", init, "--output", init + "-export"],
         env=env)
@@ -155,9 +158,9 @@ def compare(harp, source, work, p, data, kinds, counts, env):
         train = ["--steps", str(STEPS), "--warmup-steps", "2", "--lr", "1e-2", "--init-from", weights] + common
         harp_dir = os.path.join(work, "%s-harp-%s" % (name, kind))
         torch_dir = os.path.join(work, "%s-torch-%s" % (name, kind))
-        run([harp, "launch", "--nproc", "4", "--", harp, "train", "--plan", p, "--schedule", kind, "--out", harp_dir]
+        run([harp, "launch", "--nproc", world, "--", harp, "train", "--plan", p, "--schedule", kind, "--out", harp_dir]
             + train, env=env)
-        run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4",
+        run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", world,
              os.path.join(source, "examples", "pytorch", "train_pipelined.py"), "--export", export, "--out", torch_dir]
             + train, env=env)
         ours, theirs = read_step_metrics(harp_dir), read_step_metrics(torch_dir)
@@ -201,6 +204,16 @@ def main():
     with open(os.path.join(work, "llama.json"), "w") as fh:
         json.dump(plan(vocab, "llama"), fh)
     worst = max(worst, compare(harp, source, work, os.path.join(work, "llama.json"), data, ("zb-h1",), {}, env))
+    # Uneven shares at both ends (replicas of different speeds): stage 0 dp 2 taking 3:1
+    # samples, stage 2 dp 2 taking 1:3, so every replica exchanges with the middle one its
+    # own slice and the tied embedding's gradient is summed over four ranks; 5 ranks.
+    uneven = plan(vocab)
+    uneven["stages"][0].update(dp=2, devices=[0, 1], shares=[3, 1])
+    uneven["stages"][1].update(dp=1, devices=[2])
+    uneven["stages"][2].update(dp=2, devices=[3, 4], shares=[1, 3])
+    with open(os.path.join(work, "uneven.json"), "w") as fh:
+        json.dump(uneven, fh)
+    worst = max(worst, compare(harp, source, work, os.path.join(work, "uneven.json"), data, ("zb-h1",), {}, env))
     refusals(harp, source, work, p, python, env)
     same_lowering_as_pytorch(harp, work, p, env)
     # And a deeper pipeline with more microbatches and uneven stages.
@@ -214,8 +227,8 @@ def main():
     if counts["harp-1f1b"] == counts["1f1b"]:
         sys.exit("FAILED: harp-1f1b launches as 1F1B does (%s): the plan does not tell them apart" % counts["1f1b"])
     print("launch counts: %s" % counts)
-    print("OK: GPT under %d schedules and LLaMA under zb-h1, %d steps each, largest loss difference %.2e "
-          "(tolerance %g)" % (len(ALL_KINDS), STEPS, worst, TOLERANCE))
+    print("OK: GPT under %d schedules, LLaMA and uneven shares under zb-h1, %d steps each, largest loss "
+          "difference %.2e (tolerance %g)" % (len(ALL_KINDS), STEPS, worst, TOLERANCE))
 
 
 if __name__ == "__main__":
