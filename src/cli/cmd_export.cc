@@ -73,9 +73,12 @@ int export_plan(const Opts& o, Context& ctx) {
     return kExitUsage;
   }
   if (!m.ok()) return ctx.fail("export", m.status());
+  // The weights first: the manifest, written last, then says the export is complete.
+  if (!o.checkpoint.empty())
+    if (const int rc = export_weights(o, o.output + "/weights", ctx); rc != kExitOk) return rc;
   if (Status s = export_pytorch_pipelining(*p, o.plan_file, *m, o.output, ctx.out); !s.ok())
     return ctx.fail("export", s);
-  return o.checkpoint.empty() ? kExitOk : export_weights(o, o.output + "/weights", ctx);
+  return kExitOk;
 }
 
 int run_export(const Opts& o, Context& ctx) {
