@@ -25,11 +25,12 @@ JOB = os.path.join(ROOT, "examples", "jobs", "cpu_pair.yaml")
 SCRIPT = os.path.join(ROOT, "examples", "pytorch", "train_pipelined.py")
 SCHEDULES = ("harp-1f1b", "1f1b")
 
+sys.path.insert(0, os.path.dirname(SCRIPT))
+from run_metrics import read_step_metrics  # noqa: E402
+
 
 def losses(run_dir):
-    sys.path.insert(0, os.path.dirname(SCRIPT))
-    import harp_model
-    return [j["loss"] for j in harp_model.read_step_metrics(run_dir)]
+    return [j["loss"] for j in read_step_metrics(run_dir)]
 
 
 def simulated(harp, plan, kind, times, path, env):

@@ -327,14 +327,3 @@ def lr_at(step, lr, min_lr, warmup_steps, decay_steps):
         return min_lr
     ratio = (step - warmup_steps) / (decay_steps - warmup_steps)
     return min_lr + 0.5 * (1.0 + math.cos(math.pi * ratio)) * (lr - min_lr)
-
-
-def read_step_metrics(run_dir):
-    """The per-step records of a run's metrics.jsonl (harp train's or this example's)."""
-    out = []
-    with open(os.path.join(run_dir, "metrics.jsonl")) as fh:
-        for line in fh:
-            j = json.loads(line)
-            if "loss" in j and "step" in j:
-                out.append(j)
-    return out

@@ -147,10 +147,10 @@ def new_groups(manifest, rank):
     S = len(stages)
     width = max(st["dp"] for st in stages)
     pp, dp, tied = None, None, None
+    me = manifest["ranks"][rank]
     for p in range(width):
         members = [stages[s]["ranks"][p % stages[s]["dp"]] for s in range(S)]
         g = dist.new_group(members)
-        me = manifest["ranks"][rank]
         if me["dp_rank"] == p:
             pp = g
     for st in stages:

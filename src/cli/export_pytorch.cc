@@ -120,26 +120,32 @@ Status export_pytorch_pipelining(const plan::Plan& p, const std::string& plan_fi
                       {"bwd_s", st.bwd_s}});
   }
   m["stages"] = stages;
-  Json ranks = Json::array();
-  for (int r = 0; r < world; ++r) {
-    HARP_ASSIGN_OR_RETURN(plan::RankLayout l, plan::layout_for(p, world, r));
-    const int s = l.stage, d = l.dp_rank, t = l.tp_rank;
-    ranks.push_back({{"rank", r},
-                     {"stage", s},
-                     {"dp_rank", d},
-                     {"tp_rank", t},
-                     {"device", l.rank_device[r]},
-                     {"emulated_slowdown", d < static_cast<int>(p.stages[s].replica_slowdowns.size())
-                                               ? p.stages[s].replica_slowdowns[d]
-                                               : p.stages[s].emulated_slowdown},
-                     {"samples", {l.first_sample(s, d), l.samples_of(s, d)}},
-                     {"dp_group", l.dp_group()},
-                     {"tp_group", l.tp_group()},
-                     {"recv_fwd", exchanges_json(l, s, d, t, s - 1, false)},
-                     {"send_fwd", exchanges_json(l, s, d, t, s + 1, true)},
-                     {"recv_bwd", exchanges_json(l, s, d, t, s + 1, false)},
-                     {"send_bwd", exchanges_json(l, s, d, t, s - 1, true)}});
-  }
+  // Every rank from the one layout: placing it at (s, d, t) is what layout_for(p, world, r)
+  // would compute for its rank r, without building the layout again per rank.
+  std::vector<Json> ranks(static_cast<size_t>(world));
+  plan::RankLayout& l = layout;
+  for (int s = 0; s < p.num_stages(); ++s)
+    for (int d = 0; d < p.stages[s].dp; ++d)
+      for (int t = 0; t < p.stages[s].tp; ++t) {
+        const int r = l.rank_of(s, d, t);
+        l.rank = r, l.stage = s, l.dp_rank = d, l.tp_rank = t;
+        ranks[static_cast<size_t>(r)] =
+            Json{{"rank", r},
+                 {"stage", s},
+                 {"dp_rank", d},
+                 {"tp_rank", t},
+                 {"device", l.rank_device[r]},
+                 {"emulated_slowdown", d < static_cast<int>(p.stages[s].replica_slowdowns.size())
+                                           ? p.stages[s].replica_slowdowns[d]
+                                           : p.stages[s].emulated_slowdown},
+                 {"samples", {l.first_sample(s, d), l.samples_of(s, d)}},
+                 {"dp_group", l.dp_group()},
+                 {"tp_group", l.tp_group()},
+                 {"recv_fwd", exchanges_json(l, s, d, t, s - 1, false)},
+                 {"send_fwd", exchanges_json(l, s, d, t, s + 1, true)},
+                 {"recv_bwd", exchanges_json(l, s, d, t, s + 1, false)},
+                 {"send_bwd", exchanges_json(l, s, d, t, s - 1, true)}};
+      }
   m["ranks"] = ranks;
   const sim::PredictionReport predicted = sim::predict_against_measured(p, 0);
   m["predicted_s"] = predicted.predicted_s;
@@ -158,8 +164,8 @@ Status export_pytorch_pipelining(const plan::Plan& p, const std::string& plan_fi
   for (const auto& row : lowered.lowered.actions)
     for (const schedule::Action& a : row) written += a.kind != schedule::ActionKind::kStep;
   out << "wrote " << out_dir << "/manifest.json, schedule.csv and schedule_compute_only.csv (" << p.num_stages()
-      << " stages, " << world << " ranks, " << plan::schedule_kind_name(p.schedule) << ", "
-      << written << " actions); run it with torchrun "
+      << " stages, " << world << " ranks, " << plan::schedule_kind_name(p.schedule) << ", " << written
+      << " actions); run it with torchrun "
       << (world <= 16 ? "--nproc-per-node " + std::to_string(world)
                       : "(" + std::to_string(world) + " ranks in all: --nnodes x --nproc-per-node)")
       << " examples/pytorch/train_pipelined.py --export " << out_dir << "\n";

@@ -178,11 +178,12 @@ StatusOr<Calibration> calibrate(const LayerCostSource& source, const cluster::Cl
   std::map<std::string, std::array<double, 4>> sums;  // device -> measured f, b, predicted f, b
   for (size_t i = 0; i < stages.size(); ++i) {
     const MeasuredStage& st = stages[i];
-    // A measured time of zero (or -0.0) is named by its field, forward or backward alike.
+    // A measured time of zero is named by its field, forward or backward alike (plans read
+    // -0.0 as 0).
     for (const auto& [key, v] : {std::make_pair("fwd_s", st.fwd_s), std::make_pair("bwd_s", st.bwd_s)})
       if (!(v > 0))
         return invalid_argument(shown_path(file) + ": stages[" + std::to_string(i) + "]." + key + " = " +
-                                Json(v + 0.0).dump() +
+                                Json(v).dump() +
                                 ": a measured stage time must be greater than 0; fix: use the measured_plan.json "
                                 "of a run that trained steps");
     const std::string& dev = cluster.subclusters.at(st.subcluster).device;

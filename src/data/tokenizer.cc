@@ -316,11 +316,10 @@ StatusOr<std::unique_ptr<Tokenizer>> load_bpe(const std::string& vocab_json, con
                   fs::path(vocab_json).filename().string() + " + " + fs::path(merges_txt).filename().string());
 }
 
-// A member of a tokenizer.json object that should be text (`fallback` when absent), or
-// an error naming `path.key` and what it holds instead.
-StatusOr<std::string> text_member(const Json& object, const char* key, const std::string& path,
-                                  const std::string& fallback = std::string()) {
-  if (!object.is_object() || !object.contains(key)) return fallback;
+// A member of a tokenizer.json object that should be text ("" when absent), or an error
+// naming `path.key` and what it holds instead.
+StatusOr<std::string> text_member(const Json& object, const char* key, const std::string& path) {
+  if (!object.is_object() || !object.contains(key)) return std::string();
   const Json& v = object[key];
   if (!v.is_string())
     return invalid_argument(path + "." + key + " = " + v.dump().substr(0, 60) +

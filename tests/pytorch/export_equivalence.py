@@ -25,6 +25,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch"))
+from run_metrics import read_step_metrics  # noqa: E402
+
 TOLERANCE = 1e-5
 STEPS = 5
 # Every schedule kind: GPipe, standard and HARP's 1F1B, and the split-backward ones.
@@ -45,12 +48,6 @@ def plan(vocab, family="gpt"):
             "stages": [dict(stage, layers=[0, 3], devices=[0]),
                        dict(stage, layers=[3, 6], devices=[1, 2], dp=2),
                        dict(stage, layers=[6, 10], devices=[3], comm_s=0.0)]}
-
-
-def read_step_metrics(run_dir):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "pytorch"))
-    import harp_model
-    return harp_model.read_step_metrics(run_dir)
 
 
 def run(cmd, timeout=300, env=None):
