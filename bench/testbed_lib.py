@@ -93,9 +93,9 @@ def profile(harp, job, path, microbatch_sizes=None):
     return path
 
 
-def plan(harp, job, profile_file, strategy, path, max_tp=1):
+def plan(harp, job, profile_file, strategy, path, max_tp=1, extra=()):
     cmd = [harp, "plan", "--job", job, "--profile", profile_file, "--strategy", strategy, "--max-tp", str(max_tp),
-           "--output", path]
+           "--output", path] + list(extra)
     run(cmd)
     return json.load(open(path))
 
@@ -108,9 +108,12 @@ def simulate(harp, plan_file, schedule):
     return json.loads(r.stdout)["iteration_s"]
 
 
-def train(harp, job, cluster_file, plan_file, data, out_dir, schedule=None):
-    """Trains the plan through the testbed; returns its summary.json."""
-    cmd = [harp, "launch", "--emulate", "--testbed", cluster_file, "--plan", plan_file, "--",
+def train(harp, job, cluster_file, plan_file, data, out_dir, schedule=None, loopback_ranks=0):
+    """Trains the plan through the testbed; returns its summary.json. loopback_ranks > 0:
+    that many ranks on 127.0.0.1 instead (emulated devices, links not shaped)."""
+    where = (["--nproc", str(loopback_ranks)] if loopback_ranks
+             else ["--testbed", cluster_file, "--plan", plan_file])
+    cmd = [harp, "launch", "--emulate"] + where + ["--",
            harp, "train", "--plan", plan_file, "--job", job, "--data", data, "--out", out_dir, "--quiet"]
     if schedule:
         cmd += ["--schedule", schedule]
@@ -279,5 +282,53 @@ def bar_chart(path, title, groups, series_names, ylabel, note="", wide=False, un
         o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#444"/>' % (L, W - R, Y(1), Y(1)))
     if note:
         o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (L, H - 20, _esc(note)))
+    o.append("</svg>")
+    write(path, "\n".join(o) + "\n")
+
+
+def histogram_chart(path, title, series, xlabel, bin_width, note=""):
+    """series: [(label, [value])] -> overlaid histograms (counts per bin of bin_width),
+    one colour per series, bars side by side within a bin; a line at 0."""
+    import math
+    values = [v for _, vs in series for v in vs]
+    lo = math.floor(min(values + [0]) / bin_width) * bin_width
+    hi = math.ceil(max(values + [0]) / bin_width + 1e-9) * bin_width
+    if hi <= lo:
+        hi = lo + bin_width
+    bins = int(round((hi - lo) / bin_width))
+    counts = [[0] * bins for _ in series]
+    for k, (_, vs) in enumerate(series):
+        for v in vs:
+            counts[k][min(bins - 1, int((v - lo) // bin_width))] += 1
+    W, H, L, R, T, B = 900, 440, 70, 260, 50, 70
+    top = max(max(c) for c in counts)
+    yt = _ticks(0, top)
+    X = lambda v: L + (v - lo) / (hi - lo) * (W - L - R)
+    Y = lambda v: H - B - v / yt[-1] * (H - T - B)
+    o = _svg_start(W, H, L, title)
+    for t in yt:
+        o.append('<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#eee"/><text x="%d" y="%.1f" text-anchor="end">%g'
+                 '</text>' % (L, W - R, Y(t), Y(t), L - 6, Y(t) + 4, round(t, 6)))
+    step = max(1, bins // 12)
+    for i in range(0, bins + 1, step):
+        v = lo + i * bin_width
+        o.append('<text x="%.1f" y="%d" text-anchor="middle">%g</text>' % (X(v), H - B + 18, round(v, 6)))
+    bw = (X(lo + bin_width) - X(lo)) / len(series)
+    for k, (label, _) in enumerate(series):
+        c = COLORS[k % len(COLORS)]
+        for i, n in enumerate(counts[k]):
+            if n:
+                x = X(lo + i * bin_width) + k * bw
+                o.append('<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"><title>%s: %d in [%g, %g)'
+                         '</title></rect>' % (x, Y(n), max(1.0, bw - 1), Y(0) - Y(n), c, _esc(label), n,
+                                              lo + i * bin_width, lo + (i + 1) * bin_width))
+        o.append('<rect x="%d" y="%d" width="12" height="12" fill="%s"/><text x="%d" y="%d">%s</text>'
+                 % (W - R + 12, T + 20 * k, c, W - R + 30, T + 10 + 20 * k, _esc(label)))
+    o.append('<line x1="%.1f" x2="%.1f" y1="%d" y2="%d" stroke="#444"/>' % (X(0), X(0), T, H - B))
+    o.append('<text x="%d" y="%d" text-anchor="middle">%s</text>' % ((L + W - R) / 2, H - B + 40, _esc(xlabel)))
+    o.append('<text x="18" y="%d" transform="rotate(-90 18 %d)" text-anchor="middle">count</text>'
+             % ((T + H - B) / 2, (T + H - B) / 2))
+    if note:
+        o.append('<text x="%d" y="%d" fill="#555">%s</text>' % (L, H - 8, _esc(note)))
     o.append("</svg>")
     write(path, "\n".join(o) + "\n")

@@ -125,6 +125,10 @@ void add_profile_command(CLI::App& root, Context& ctx) {
   cmd->add_flag("--quick", o->quick, "Fewer repetitions: a smoke run, not a profile to plan with");
   cmd->add_option("--threads", o->threads, "Intra-op threads (default: the job's training.threads)")
       ->check(whole(1, 256));
+  cmd->add_option("--rounds", o->rounds,
+                  "Take each measurement this many times, a pass over the layers apart, and keep the median one "
+                  "(default 3; --quick 1)")
+      ->check(whole(1, 20));
   cmd->callback([cmd, o, &ctx] {
     if (!cmd->get_subcommands().empty()) return;
     if (o->job_file.empty() || o->output.empty()) {

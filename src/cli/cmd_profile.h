@@ -19,6 +19,7 @@ struct ProfileOpts {
   bool per_layer = false;             // measure every layer (no redundancy removal)
   bool quick = false;                 // fewer repetitions (tests, smoke runs)
   int threads = 0;                    // 0: the job's training.threads
+  int rounds = 0;                     // 0: the default (3; --quick 1)
   // check (`harp profile check --plan PLAN`); links (`harp profile links [--cluster C]`)
   std::string plan_file;
   std::string cluster_file;

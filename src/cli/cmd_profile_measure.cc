@@ -23,7 +23,7 @@ namespace {
 int run_measure(const ProfileOpts& o, Context& ctx) {
   auto job = job::load_job(o.job_file);
   if (!job.ok()) return ctx.fail("profile", job.status());
-  profiler::JobProfileRequest r{o.devices, o.microbatch_sizes, o.per_layer, o.quick, o.threads};
+  profiler::JobProfileRequest r{o.devices, o.microbatch_sizes, o.per_layer, o.quick, o.threads, o.rounds};
   auto p = profiler::profile_job(*job, r, [&ctx](const std::string& line) { ctx.err << line << "\n" << std::flush; });
   if (!p.ok()) return ctx.fail("profile", p.status());
   if (Status s = profile::save_profile_db(p->db, o.output); !s.ok()) return ctx.fail("profile", s);

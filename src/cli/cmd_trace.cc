@@ -62,11 +62,17 @@ int run_compare(const Opts& o, Context& ctx) {
     ctx.out << cmp->dump(2) << "\n";
     return kExitOk;
   }
-  Table t({"stage", "compute (F+B)", "waiting for input", "idle", "all-reduce + step"});
-  for (const Json& s : (*cmp)["stages"])
-    t.add({s["name"].get<std::string>(), cell(s["compute"]), cell(s["wait"]), cell(s["idle"]), cell(s["end"])});
+  Table t({"stage", "compute (F+B)", "of it fixed per call", "waiting for input", "idle", "all-reduce + step"});
+  for (const Json& s : (*cmp)["stages"]) {
+    const Json& fixed = s["fixed"]["predicted_s"];
+    t.add({s["name"].get<std::string>(), cell(s["compute"]),
+           fixed.is_null() ? "-" : fmt("%+.2f ms / -", 1e3 * fixed.get<double>()), cell(s["wait"]), cell(s["idle"]),
+           cell(s["end"])});
+  }
   ctx.out << "predicted / measured (error) per iteration, measured over " << (*cmp)["measured_steps"]
-          << " traced step(s)\n\n";
+          << " traced step(s); \"of it fixed per call\": the part of the predicted compute that is the stage's "
+             "fixed cost per forward and backward call (the profile's stage_fixed; a measured trace cannot tell it "
+             "apart)\n\n";
   t.print(ctx.out);
   const Json& it = (*cmp)["iteration"];
   ctx.out << "\niteration: predicted " << fmt_time(it["predicted_s"]) << ", measured " << fmt_time(it["measured_s"])

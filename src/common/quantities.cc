@@ -10,7 +10,8 @@ const std::vector<NamedQuantity>& all_quantities() {
   static const std::vector<NamedQuantity> all = {
       {"kBandwidthGbps", &kBandwidthGbps}, {"kLatencyS", &kLatencyS}, {"kPeakTflops", &kPeakTflops},
       {"kMemoryGib", &kMemoryGib}, {"kMemoryBandwidthGbs", &kMemoryBandwidthGbs}, {"kSlowdown", &kSlowdown},
-      {"kSeconds", &kSeconds}, {"kPositiveSeconds", &kPositiveSeconds}, {"kBytes", &kBytes},
+      {"kSeconds", &kSeconds}, {"kPositiveSeconds", &kPositiveSeconds},
+      {"kFixedSeconds", &kFixedSeconds}, {"kBytes", &kBytes},
       {"kSecondsPerParamByte", &kSecondsPerParamByte}, {"kTraceMicros", &kTraceMicros},
       {"kLearningRate", &kLearningRate}, {"kMinLearningRate", &kMinLearningRate}, {"kWeightDecay", &kWeightDecay},
       {"kGradClip", &kGradClip}, {"kTimeoutS", &kTimeoutS}, {"kValFraction", &kValFraction}};

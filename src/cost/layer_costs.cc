@@ -142,6 +142,19 @@ std::optional<Seconds> ProfiledCosts::optimizer_s_per_param_byte(const cluster::
   return d->optimizer_s_per_param_byte;
 }
 
+std::optional<StageFixedTime> ProfiledCosts::stage_fixed(const cluster::Cluster& cluster, int sub, int samples,
+                                                         int tp) const {
+  const profile::DeviceProfile* d = db_.device(real_device(cluster.subclusters.at(sub).device));
+  const profile::StageFixed* f = d == nullptr || tp != 1 ? nullptr : d->fixed_for(samples);
+  if (f == nullptr) return std::nullopt;
+  return StageFixedTime{f->fwd_s, f->bwd_s, f->bwd_weight_s};
+}
+
+Seconds ProfiledCosts::optimizer_fixed_s(const cluster::Cluster& cluster, int sub) const {
+  const profile::DeviceProfile* d = db_.device(real_device(cluster.subclusters.at(sub).device));
+  return d == nullptr || d->optimizer_s_per_param_byte < 0 ? 0.0 : d->optimizer_fixed_s;
+}
+
 Status ProfiledCosts::check(const profile::ProfileDb& db, const model::ModelSpec& model,
                             const cluster::Cluster& cluster, const std::string& dtype, const std::string& file) {
   for (const std::string& dev : device_types(cluster)) {
@@ -189,6 +202,7 @@ StatusOr<Calibration> calibrate(const LayerCostSource& source, const cluster::Cl
     const std::string& dev = cluster.subclusters.at(st.subcluster).device;
     auto& s = sums[dev];
     double fwd = 0, bwd = 0, repeated = 0;  // predicted forward, backward, recomputed forward
+    bool profiled = true;
     for (int l = st.first_layer; l < st.last_layer; ++l) {
       auto t = source.time(cluster, st.subcluster, l, st.samples, 1);
       if (!t)
@@ -197,9 +211,16 @@ StatusOr<Calibration> calibrate(const LayerCostSource& source, const cluster::Cl
                                 " samples on " + dev + "; calibrate with a run of this job's model");
       fwd += t->fwd_s;
       bwd += t->bwd_s;
+      profiled = profiled && t->source == CostSource::kProfile;
       const LayerBytes& b = source.layers().at(l);
       if (st.recompute == Recompute::kFull && b.block >= 0) repeated += t->fwd_s;
       if (st.recompute == Recompute::kSelective) repeated += t->fwd_s * b.attention_flop_fraction;
+    }
+    // As StageCosts predicts the stage: its fixed cost per call once, not once per layer.
+    const auto fixed = profiled ? source.stage_fixed(cluster, st.subcluster, st.samples, 1) : std::nullopt;
+    if (fixed) {
+      fwd -= (st.last_layer - st.first_layer - 1) * fixed->fwd_s;
+      bwd -= (st.last_layer - st.first_layer - 1) * fixed->bwd_s;
     }
     s[0] += st.fwd_s;
     s[1] += st.bwd_s - (fwd > 0 ? st.fwd_s * repeated / fwd : 0.0);
@@ -231,6 +252,19 @@ std::optional<LayerTime> CalibratedCosts::time(const cluster::Cluster& cluster, 
     t->bwd_s *= it->second.second;
   }
   return t;
+}
+
+std::optional<StageFixedTime> CalibratedCosts::stage_fixed(const cluster::Cluster& cluster, int sub, int samples,
+                                                           int tp) const {
+  auto f = base_.stage_fixed(cluster, sub, samples, tp);
+  if (!f) return f;
+  auto it = calibration_.factors.find(real_device(cluster.subclusters.at(sub).device));
+  if (it != calibration_.factors.end()) {
+    f->fwd_s *= it->second.first;
+    f->bwd_s *= it->second.second;
+    f->bwd_weight_s *= it->second.second;
+  }
+  return f;
 }
 
 std::string CalibratedCosts::describe() const {

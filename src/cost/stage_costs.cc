@@ -1,6 +1,8 @@
 // Prefix sums over the layer sequence so a search asks for any range in O(1).
 #include "harp/cost/stage_costs.h"
 
+#include <algorithm>
+
 namespace harp::cost {
 namespace {
 
@@ -17,6 +19,25 @@ std::vector<Seconds> prefix_of(const std::vector<Seconds>& v) {
   return p;
 }
 
+// A stage's fixed cost per call taken off every layer (it is added once per stage): at
+// most the smallest layer time, so no layer's time falls below 0 and prefixes stay
+// monotone. Returns the term applied.
+StageFixedTime take_fixed_off(StageFixedTime fixed, double drift, std::vector<Seconds>& f, std::vector<Seconds>& b,
+                              std::vector<Seconds>& w, std::vector<Seconds>& rs, std::vector<Seconds>& rf,
+                              const std::vector<LayerBytes>& layers) {
+  fixed.fwd_s = std::min(fixed.fwd_s * drift, *std::min_element(f.begin(), f.end()));
+  fixed.bwd_s = std::min(fixed.bwd_s * drift, *std::min_element(b.begin(), b.end()));
+  fixed.bwd_weight_s = std::min(fixed.bwd_weight_s * drift, fixed.bwd_s);
+  for (size_t i = 0; i < f.size(); ++i) {
+    f[i] -= fixed.fwd_s;
+    b[i] -= fixed.bwd_s;
+    w[i] = std::clamp(w[i] - fixed.bwd_weight_s, 0.0, b[i]);
+    rs[i] = f[i] * layers[i].attention_flop_fraction;
+    rf[i] = layers[i].block >= 0 ? f[i] : 0.0;
+  }
+  return fixed;
+}
+
 }  // namespace
 
 StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSource& source,
@@ -31,7 +52,10 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
   const int L = static_cast<int>(s.layers_.size());
   for (int sub = 0; sub < static_cast<int>(s.cluster_.subclusters.size()); ++sub) {
     const std::string& dev = s.cluster_.subclusters[sub].device;
-    if (auto opt = source.optimizer_s_per_param_byte(s.cluster_, sub)) s.optimizer_s_[dev] = *opt;
+    if (auto opt = source.optimizer_s_per_param_byte(s.cluster_, sub)) {
+      s.optimizer_s_[dev] = *opt;
+      s.optimizer_fixed_s_[dev] = source.optimizer_fixed_s(s.cluster_, sub);
+    }
     const double drift = config.drift_of(s.cluster_.subclusters[sub].name);
     // Every sample count a replica may run: microbatch_size / dp for the even splits, and
     // the others for uneven shares (plan::Stage::shares; replica_figures).
@@ -62,6 +86,10 @@ StageCosts StageCosts::build(const cluster::Cluster& cluster, const LayerCostSou
           if (!profiled) p.base = t->source;
         }
         if (!complete) continue;
+        if (p.profiled[L] == L) {
+          if (auto fixed = source.stage_fixed(s.cluster_, sub, samples, tp))
+            p.fixed = take_fixed_off(*fixed, drift, f, b, w, rs, rf, s.layers_);
+        }
         p.fwd = prefix_of(f);
         p.bwd = prefix_of(b);
         p.wgt = prefix_of(w);
@@ -188,6 +216,11 @@ RangeView StageCosts::view_of(int sub, int samples, int tp) const {
   v.opt_per_param_byte_ = measured != optimizer_s_.end()
                               ? measured->second / tp
                               : optimizer_s_per_param_byte(tp, cluster_.device_of(sub), config_);
+  auto fixed_step = optimizer_fixed_s_.find(cluster_.subclusters[sub].device);
+  v.opt_fixed_ = fixed_step != optimizer_fixed_s_.end() ? fixed_step->second : 0.0;
+  v.fixed_fwd_ = p->fixed.fwd_s;
+  v.fixed_bwd_ = p->fixed.bwd_s;
+  v.fixed_wgt_ = p->fixed.bwd_weight_s;
   v.config_ = &config_;
   return v;
 }
@@ -195,7 +228,7 @@ RangeView StageCosts::view_of(int sub, int samples, int tp) const {
 StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Recompute recompute, int zero) const {
   StageFigures f = view(sub, dp, tp, zero).at(first, last, recompute);
   const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
-  f.bwd_weight_s = std::min(p->wgt[last] - p->wgt[first], f.bwd_s);
+  f.bwd_weight_s = std::min((p->wgt[last] - p->wgt[first]) + p->fixed.bwd_weight_s, f.bwd_s);
   f.weight_grad_bytes = activation_memory_bytes(weight_grad_bytes(first, last), microbatch_size_ / dp, tp);
   return f;
 }
@@ -211,12 +244,15 @@ std::string StageCosts::stage_source(int sub, int first, int last, int dp, int t
 
 StageFigures RangeView::at(int first, int last, Recompute recompute) const {
   StageFigures f;
-  f.fwd_s = fwd_[last] - fwd_[first];
-  f.bwd_s = bwd_[last] - bwd_[first];
+  f.fwd_s = (fwd_[last] - fwd_[first]) + fixed_fwd_;
+  f.bwd_s = (bwd_[last] - bwd_[first]) + fixed_bwd_;
   if (recompute != Recompute::kNone) f.bwd_s = f.bwd_s + recompute_s(first, last, recompute);
   const Bytes params = params_[last] - params_[first];
   f.allreduce_s = allreduce_.at(params);
-  f.optimizer_s = opt_per_param_byte_ * params;
+  f.optimizer_s = opt_per_param_byte_ * params + opt_fixed_;
+  f.fixed_fwd_s = fixed_fwd_;
+  f.fixed_bwd_s = fixed_bwd_;
+  f.fixed_step_s = opt_fixed_;
   f.static_bytes = static_bytes(first, last) + working_set_bytes(recompute);
   f.activation_bytes = activation_bytes(first, last, recompute);
   return f;
@@ -231,11 +267,13 @@ StageFigures StageCosts::replica_figures(int sub, int samples, int tp, int first
   HARP_CHECK(p != nullptr) << "no times for device " << cluster_.subclusters[sub].device << ", " << samples
                            << " samples, tp " << tp;
   StageFigures f;
-  f.fwd_s = p->fwd[last] - p->fwd[first];
-  f.bwd_s = p->bwd[last] - p->bwd[first];
+  f.fwd_s = (p->fwd[last] - p->fwd[first]) + p->fixed.fwd_s;
+  f.bwd_s = (p->bwd[last] - p->bwd[first]) + p->fixed.bwd_s;
   if (recompute == Recompute::kSelective) f.bwd_s += p->rec_selective[last] - p->rec_selective[first];
   if (recompute == Recompute::kFull) f.bwd_s += p->rec_full[last] - p->rec_full[first];
-  f.bwd_weight_s = std::min(p->wgt[last] - p->wgt[first], f.bwd_s);
+  f.bwd_weight_s = std::min((p->wgt[last] - p->wgt[first]) + p->fixed.bwd_weight_s, f.bwd_s);
+  f.fixed_fwd_s = p->fixed.fwd_s;
+  f.fixed_bwd_s = p->fixed.bwd_s;
   return f;
 }
 
@@ -257,7 +295,7 @@ Bytes StageCosts::usable_memory_bytes(int sub) const {
 Seconds StageCosts::single_device_s(int sub) const {
   const Prefix* p = prefix(sub, microbatch_size_, 1);
   HARP_CHECK(p != nullptr);
-  return p->fwd.back() + p->bwd.back();
+  return (p->fwd.back() + p->fixed.fwd_s) + (p->bwd.back() + p->fixed.bwd_s);
 }
 
 }  // namespace harp::cost

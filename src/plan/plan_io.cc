@@ -43,6 +43,9 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   s->comm_latency_s = read_quantity(r, "comm_latency_s", quantity::kSeconds, 0.0);
   s->allreduce_s = read_quantity(r, "allreduce_s", quantity::kSeconds, 0.0);
   s->optimizer_s = read_quantity(r, "optimizer_s", quantity::kSeconds, 0.0);
+  s->fixed_fwd_s = read_quantity(r, "fixed_fwd_s", quantity::kFixedSeconds, 0.0);
+  s->fixed_bwd_s = read_quantity(r, "fixed_bwd_s", quantity::kFixedSeconds, 0.0);
+  s->fixed_step_s = read_quantity(r, "fixed_step_s", quantity::kFixedSeconds, 0.0);
   s->dp = static_cast<int>(r.integer("dp", 1, 1, kMaxPlanMicrobatchSize));
   s->tp = static_cast<int>(r.integer("tp", 1, 1, 1024));
   s->launch_count = static_cast<int>(r.integer("launch_count", 1, 0));
@@ -292,6 +295,11 @@ Json plan_to_json(const Plan& p) {
     sj["crosses_nodes"] = s.crosses_nodes;
     sj["allreduce_s"] = s.allreduce_s;
     sj["optimizer_s"] = s.optimizer_s;
+    if (s.fixed_fwd_s != 0 || s.fixed_bwd_s != 0 || s.fixed_step_s != 0) {
+      sj["fixed_fwd_s"] = s.fixed_fwd_s;
+      sj["fixed_bwd_s"] = s.fixed_bwd_s;
+      sj["fixed_step_s"] = s.fixed_step_s;
+    }
     sj["comm_bytes"] = s.comm_bytes;
     sj["memory_static_bytes"] = s.memory_static_bytes;
     sj["activation_bytes"] = s.activation_bytes;

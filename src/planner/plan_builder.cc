@@ -61,8 +61,11 @@ MixedParts fill_mixed(const StageCosts& costs, const Placement& pl, plan::Stage&
   s.fwd_s = slowest.fwd_s;
   s.bwd_s = slowest.bwd_s;
   s.bwd_weight_s = slowest.bwd_weight_s;
+  s.fixed_fwd_s = slowest.fixed_fwd_s;
+  s.fixed_bwd_s = slowest.fixed_bwd_s;
   s.allreduce_s = v.allreduce_s(pl.first_layer, pl.last_layer);
   s.optimizer_s = v.optimizer_s(pl.first_layer, pl.last_layer);
+  s.fixed_step_s = std::max(m.part[0].fixed_step_s, m.part[1].fixed_step_s);
   s.weight_grad_bytes = std::max(m.part[0].weight_grad_bytes, m.part[1].weight_grad_bytes);
   s.cost_source = costs.stage_source(pl.subcluster, pl.first_layer, pl.last_layer, 1, pl.tp);
   return m;
@@ -146,6 +149,9 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
       s.usable_memory_bytes = costs.usable_memory_bytes(pl.subcluster);
       s.allreduce_s = f.allreduce_s;
       s.optimizer_s = f.optimizer_s;
+      s.fixed_fwd_s = f.fixed_fwd_s;
+      s.fixed_bwd_s = f.fixed_bwd_s;
+      s.fixed_step_s = f.fixed_step_s;
       s.memory_static_bytes = f.static_bytes;
       s.activation_bytes = f.activation_bytes;
       s.cost_source = costs.stage_source(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);

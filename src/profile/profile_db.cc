@@ -2,6 +2,7 @@
 // when an entry is missing (fall back to the analytic estimate, or report it).
 #include "harp/profile/profile_db.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
@@ -54,6 +55,17 @@ const DeviceProfile* ProfileDb::device(const std::string& name) const {
   return it == devices_.end() ? nullptr : &it->second;
 }
 
+const StageFixed* DeviceProfile::fixed_for(int samples) const {
+  const StageFixed* best = nullptr;
+  for (const StageFixed& f : stage_fixed) {
+    const int d = std::abs(f.microbatch_size - samples);
+    if (best == nullptr || d < std::abs(best->microbatch_size - samples) ||
+        (d == std::abs(best->microbatch_size - samples) && f.microbatch_size < best->microbatch_size))
+      best = &f;
+  }
+  return best;
+}
+
 int ProfileDb::entries_of(const std::string& device) const {
   int n = 0;
   for (const auto& [k, e] : entries_) n += k.device == device ? 1 : 0;
@@ -61,6 +73,29 @@ int ProfileDb::entries_of(const std::string& device) const {
 }
 
 namespace {
+
+Status parse_stage_fixed(const Json& list, const std::string& file, size_t device, DeviceProfile* d) {
+  const std::string path = "devices[" + std::to_string(device) + "].stage_fixed";
+  if (!list.is_array())
+    return field_error(file, path, list.dump(), "must be a list", "write `\"stage_fixed\": []` or leave it out");
+  for (size_t k = 0; k < list.size(); ++k) {
+    FieldReader r(list[k], file, path + "[" + std::to_string(k) + "]");
+    if (r.failed()) return r.finish();
+    StageFixed f;
+    f.microbatch_size = static_cast<int>(r.integer("microbatch_size", 1, 1, 1 << 20));
+    f.fwd_s = read_quantity(r, "fwd_s", quantity::kFixedSeconds);
+    f.bwd_s = read_quantity(r, "bwd_s", quantity::kFixedSeconds);
+    f.bwd_weight_s = read_quantity(r, "bwd_weight_s", quantity::kFixedSeconds, 0.0);
+    f.probe_layers = static_cast<int>(r.integer("probe_layers", 0, 0, 1 << 20));
+    for (const StageFixed& other : d->stage_fixed)
+      if (!r.failed() && other.microbatch_size == f.microbatch_size)
+        r.fail("microbatch_size", std::to_string(f.microbatch_size), "appears twice in stage_fixed",
+               "keep one entry per microbatch size");
+    HARP_RETURN_IF_ERROR(r.finish());
+    d->stage_fixed.push_back(f);
+  }
+  return Status();
+}
 
 Status parse_devices(const Json& devices, const std::string& file, ProfileDb* db) {
   if (!devices.is_array())
@@ -80,8 +115,11 @@ Status parse_devices(const Json& devices, const std::string& file, ProfileDb* db
     // Absent: -1, "not measured" (the analytic estimate is used); given: in range.
     d.optimizer_s_per_param_byte =
         read_quantity(r, "optimizer_s_per_param_byte", quantity::kSecondsPerParamByte, -1.0);
+    d.optimizer_fixed_s = read_quantity(r, "optimizer_fixed_s", quantity::kSeconds, 0.0);
     d.source = r.choice("source", {"measured", "imported"}, std::string("measured"));
+    const Json* fixed = r.get("stage_fixed");
     HARP_RETURN_IF_ERROR(r.finish());
+    if (fixed != nullptr) HARP_RETURN_IF_ERROR(parse_stage_fixed(*fixed, file, i, &d));
     db->put_device(d);
   }
   return Status();
@@ -150,8 +188,22 @@ Json profile_db_to_json(const ProfileDb& db) {
                        {"model", d.model},
                        {"threads", d.threads},
                        {"emulated_slowdown", d.emulated_slowdown},
-                       {"optimizer_s_per_param_byte", d.optimizer_s_per_param_byte},
                        {"source", d.source}});
+  for (const auto& [name, d] : db.devices()) {
+    Json& out = *std::find_if(devices.begin(), devices.end(), [&](const Json& j) { return j["device"] == name; });
+    // Unknown (< 0) is left out: the reader takes absent as unknown and refuses a negative.
+    if (d.optimizer_s_per_param_byte >= 0) out["optimizer_s_per_param_byte"] = d.optimizer_s_per_param_byte;
+    if (d.optimizer_fixed_s != 0) out["optimizer_fixed_s"] = d.optimizer_fixed_s;
+    if (d.stage_fixed.empty()) continue;
+    Json fixed = Json::array();
+    for (const StageFixed& f : d.stage_fixed)
+      fixed.push_back({{"microbatch_size", f.microbatch_size},
+                       {"fwd_s", f.fwd_s},
+                       {"bwd_s", f.bwd_s},
+                       {"bwd_weight_s", f.bwd_weight_s},
+                       {"probe_layers", f.probe_layers}});
+    out["stage_fixed"] = fixed;
+  }
   Json entries = Json::array();
   for (const auto& e : db.entries())
     entries.push_back({{"device", e.key.device},

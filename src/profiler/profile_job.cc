@@ -76,6 +76,7 @@ MeasureOptions measure_options(bool quick) {
     m.min_repeats = 3;
     m.max_repeats = 5;
     m.max_seconds = 0.5;
+    m.rounds = 1;
   }
   return m;
 }
@@ -96,6 +97,7 @@ StatusOr<JobProfile> profile_job(const job::Job& job, const JobProfileRequest& r
   r.threads = request.threads > 0 ? request.threads : job.training.threads;
   r.deduplicate = !request.per_layer;
   r.options = measure_options(request.quick);
+  if (request.rounds > 0) r.options.rounds = request.rounds;
   // The job's training device (auto: the first GPU when libtorch sees CUDA).
   HARP_ASSIGN_OR_RETURN(r.options.compute, runtime::resolve_device(job.training.device, 0));
   if (Status s = runtime::check_dtype_on_device(job.training.dtype, r.options.compute); !s.ok())

@@ -11,9 +11,10 @@
 #include <chrono>
 #include <cstdio>
 #include <ctime>
+#include <map>
 #include <mutex>
 #include <thread>
-
+#include <utility>
 
 #include "harp/common/check.h"
 #include "harp/profile/unique_layers.h"
@@ -175,19 +176,26 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
   return m;
 }
 
-double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::Dtype dtype,
-                                          const MeasureOptions& options) {
+namespace {
+
+// The median seconds of the optimizer step over the parameters of one layer per
+// signature, `copies` times over (each copy its own tensors); `spec_bytes` gets their fp16
+// bytes of the model spec.
+double time_optimizer_step(const model::ModelSpec& model, torch::Dtype dtype, const MeasureOptions& options, int copies,
+                           double* spec_bytes) {
   std::vector<std::pair<std::string, torch::Tensor>> params;  // the tensors outlive their layers
-  double spec_bytes = 0;
-  for (const auto& group : profile::unique_layers(model)) {
-    const int i = group.representative;
-    auto layers = runtime::build_gpt_layers(model, i, i + 1, 1234, runtime::param_dtype(dtype), options.compute);
-    for (auto& [name, p] : runtime::named_parameters(layers)) {
-      p.mutable_grad() = torch::randn_like(p) * 1e-3;
-      params.emplace_back(name, p);
+  *spec_bytes = 0;
+  for (int copy = 0; copy < copies; ++copy)
+    for (const auto& group : profile::unique_layers(model)) {
+      const int i = group.representative;
+      auto layers =
+          runtime::build_gpt_layers(model, i, i + 1, 1234 + copy, runtime::param_dtype(dtype), options.compute);
+      for (auto& [name, p] : runtime::named_parameters(layers)) {
+        p.mutable_grad() = torch::randn_like(p) * 1e-3;
+        params.emplace_back(name + "#" + std::to_string(copy), p);
+      }
+      *spec_bytes += model.layers[i].param_bytes;
     }
-    spec_bytes += model.layers[i].param_bytes;
-  }
   runtime::AdamW opt(params, runtime::OptimConfig{});
   const std::vector<bool> count(params.size(), true);
   std::vector<double> times;
@@ -205,7 +213,38 @@ double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::
                                      seconds_since(start) > options.max_seconds))
       break;
   }
-  return spec_bytes > 0 ? summarize(times).median_s / spec_bytes : 0.0;
+  return summarize(times).median_s;
+}
+
+}  // namespace
+
+OptimizerTiming measure_optimizer(const model::ModelSpec& model, torch::Dtype dtype, const MeasureOptions& options) {
+  double one_bytes = 0, two_bytes = 0;
+  const double one = time_optimizer_step(model, dtype, options, 1, &one_bytes);
+  const double two = time_optimizer_step(model, dtype, options, 2, &two_bytes);
+  OptimizerTiming t;
+  if (one_bytes <= 0) return t;
+  // The slope from the second copy. Noise can put it above the mean (a negative fixed
+  // term) or at or below 0: then the mean alone, as without the second copy.
+  t.per_param_byte_s = one / one_bytes;
+  const double slope = (two - one) / (two_bytes - one_bytes);
+  if (slope > 0 && slope < t.per_param_byte_s) {
+    t.per_param_byte_s = slope;
+    t.fixed_s = one - slope * one_bytes;
+  }
+  return t;
+}
+
+std::pair<int, int> stage_probe(const model::ModelSpec& model) {
+  const int L = model.num_layers();
+  int first = 0;
+  while (first < L && model.layers[first].block < 0) ++first;
+  if (first == L) return L >= 2 ? std::make_pair(0, 2) : std::make_pair(0, 0);
+  const int b0 = model.layers[first].block;
+  int last = first;
+  while (last < L && model.layers[last].block >= b0 && model.layers[last].block <= b0 + 1) ++last;
+  if (last - first < 2) return {0, 0};
+  return {first, last};
 }
 
 namespace {
@@ -265,10 +304,38 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
   const double f = request.emulated_slowdown;
   MeasureOptions options = request.options;
   options.emulated_slowdown = f;
+  // Each measurement `rounds` times, a whole pass apart; the round with the median
+  // forward + backward is kept (see MeasureOptions::rounds).
+  const auto [pa, pb] = stage_probe(model);
+  const int rounds = std::max(1, options.rounds);
+  std::map<std::pair<int, int>, std::vector<Measurement>> taken;  // (mbs, layer; -1: the probe)
+  for (int round = 0; round < rounds; ++round) {
+    const std::string of_rounds =
+        rounds > 1 ? ", round " + std::to_string(round + 1) + "/" + std::to_string(rounds) : std::string();
+    for (int mbs : request.microbatch_sizes) {
+      for (size_t n = 0; n < todo.size(); ++n) {
+        const int i = todo[n];
+        const Measurement& m =
+            taken[{mbs, i}].emplace_back(measure_range(model, i, i + 1, mbs, request.dtype, options));
+        if (progress)
+          progress(request.device + " mbs " + std::to_string(mbs) + ": " + model.layers[i].name + " (" +
+                   std::to_string(n + 1) + "/" + std::to_string(todo.size()) + of_rounds + ")  fwd " +
+                   ms(m.fwd.median_s) + " ±" + percent(m.fwd.spread) + "  bwd " + ms(m.bwd.median_s) + "  x" +
+                   std::to_string(m.fwd.repeats));
+      }
+      if (pb - pa >= 2) taken[{mbs, -1}].push_back(measure_range(model, pa, pb, mbs, request.dtype, options));
+    }
+  }
+  auto kept = [&](int mbs, int layer) -> const Measurement& {
+    std::vector<Measurement>& all = taken[{mbs, layer}];
+    std::sort(all.begin(), all.end(), [](const Measurement& x, const Measurement& y) {
+      return x.fwd.median_s + x.bwd.median_s < y.fwd.median_s + y.bwd.median_s;
+    });
+    return all[(all.size() - 1) / 2];
+  };
   for (int mbs : request.microbatch_sizes) {
-    for (size_t n = 0; n < todo.size(); ++n) {
-      const int i = todo[n];
-      Measurement m = measure_range(model, i, i + 1, mbs, request.dtype, options);
+    for (const int i : todo) {
+      const Measurement& m = kept(mbs, i);
       ++report.measured;
       profile::ProfileEntry e;
       e.key = {request.device, model.layers[i].signature, mbs, 1};
@@ -290,13 +357,35 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
       e.workspace_bytes = std::max(0.0, m.peak_bytes - m.activation_bytes);
       e.source = "measured";
       report.db.put(e);
-      if (progress)
-        progress(request.device + " mbs " + std::to_string(mbs) + ": " + e.layer + " (" + std::to_string(n + 1) +
-                 "/" + std::to_string(todo.size()) + ")  fwd " + ms(e.fwd_s) + " ±" + percent(m.fwd.spread) +
-                 "  bwd " + ms(e.bwd_s) + "  x" + std::to_string(m.fwd.repeats));
     }
   }
   profile::DeviceProfile d;
+  // What a stage costs per call beyond its layers, per microbatch size (profiler.h).
+  for (int mbs : request.microbatch_sizes) {
+    if (pb - pa < 2) break;
+    const Measurement& m = kept(mbs, -1);
+    double sf = 0, sb = 0, sw = 0;  // the range's layers, one at a time
+    for (int i = pa; i < pb; ++i) {
+      const auto e = report.db.find({request.device, model.layers[i].signature, mbs, 1});
+      HARP_CHECK(e.has_value()) << model.layers[i].name;
+      sf += e->fwd_s;
+      sb += e->bwd_s;
+      sw += std::max(0.0, e->bwd_weight_s);
+    }
+    const double extra = pb - pa - 1;
+    profile::StageFixed fixed;
+    fixed.microbatch_size = mbs;
+    fixed.fwd_s = (sf - m.fwd.median_s) / extra;
+    fixed.bwd_s = (sb - m.bwd.median_s) / extra;
+    fixed.bwd_weight_s = std::min(fixed.bwd_s, (sw - std::min(m.wgt.median_s, m.bwd.median_s)) / extra);
+    fixed.probe_layers = pb - pa;
+    d.stage_fixed.push_back(fixed);
+    if (progress)
+      progress(request.device + " mbs " + std::to_string(mbs) + ": stage probe [" + std::to_string(pa) + ", " +
+               std::to_string(pb) + ") fwd " + ms(m.fwd.median_s) + " (layers " + ms(sf) + ")  bwd " +
+               ms(m.bwd.median_s) + " (layers " + ms(sb) + "): fixed per call fwd " + ms(fixed.fwd_s) + ", bwd " +
+               ms(fixed.bwd_s));
+  }
   d.device = request.device;
   d.machine = hostname();
   d.libtorch = TORCH_VERSION;
@@ -306,7 +395,9 @@ ProfileReport profile_model(const model::ModelSpec& model, const ProfileRequest&
             ", k" + std::to_string(model.gpt.granularity) + ")";
   d.threads = request.threads;
   d.emulated_slowdown = f;
-  d.optimizer_s_per_param_byte = measure_optimizer_s_per_param_byte(model, request.dtype, request.options);
+  const OptimizerTiming opt = measure_optimizer(model, request.dtype, request.options);
+  d.optimizer_s_per_param_byte = opt.per_param_byte_s;
+  d.optimizer_fixed_s = opt.fixed_s;
   d.source = "measured";
   report.db.put_device(d);
   report.wall_s = seconds_since(start);

@@ -56,6 +56,7 @@ Json chrome_trace(const Timeline& timeline) {
     if (e->peer >= 0) args[e->lane == Lane::kSend ? "to_rank" : "from_rank"] = e->peer;
     if (e->issued_us >= 0) args["issued_us"] = e->issued_us;
     if (e->arrive_us >= 0) args["arrive_us"] = e->arrive_us;
+    if (std::isfinite(e->fixed_us)) args["fixed_us"] = e->fixed_us;
     events.push_back(Json{{"name", short_name(e->action)},
                           {"cat", lane_name(e->lane)},
                           {"ph", "X"},
@@ -133,6 +134,7 @@ StatusOr<Timeline> read_timeline(const Json& trace, const std::string& file) {
     ev.peer = args.value(ev.lane == Lane::kSend ? "to_rank" : "from_rank", -1);
     ev.issued_us = args.value("issued_us", -1.0);
     ev.arrive_us = args.value("arrive_us", -1.0);
+    if (args.contains("fixed_us") && args["fixed_us"].is_number()) ev.fixed_us = args["fixed_us"];
     rows[pid].rank = pid;
     rows[pid].stage = stage;
     t.events.push_back(ev);
@@ -178,6 +180,7 @@ TimelineFigures timeline_figures(const Timeline& timeline) {
         const double d = e->dur_us * 1e-6;
         if (e->action.is_compute()) {
           f.compute_s += d;
+          if (std::isfinite(e->fixed_us)) f.fixed_s = (std::isfinite(f.fixed_s) ? f.fixed_s : 0.0) + e->fixed_us * 1e-6;
           f.wait_s += std::max(0.0, e->start_us - prev_end) * 1e-6;
         } else {
           f.end_s += d;
@@ -186,6 +189,7 @@ TimelineFigures timeline_figures(const Timeline& timeline) {
       }
     }
     f.compute_s /= out.steps;
+    f.fixed_s /= out.steps;  // NaN stays NaN
     f.end_s /= out.steps;
     f.wait_s /= out.steps;
     f.idle_s = std::max(0.0, out.iteration_s - f.compute_s - f.end_s);
@@ -209,6 +213,7 @@ StatusOr<Json> compare_timelines(const TimelineFigures& predicted, const Timelin
     stages.push_back({{"stage", static_cast<int>(i)},
                       {"name", m.name.empty() ? p.name : m.name},
                       {"compute", figure(p.compute_s, m.compute_s)},
+                      {"fixed", Json{{"predicted_s", std::isfinite(p.fixed_s) ? Json(p.fixed_s) : Json(nullptr)}}},
                       {"end", figure(p.end_s, m.end_s)},
                       {"wait", figure(p.wait_s, m.wait_s)},
                       {"idle", figure(p.idle_s, m.idle_s)}});

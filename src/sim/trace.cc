@@ -11,6 +11,15 @@ namespace {
 
 double ns_to_us(Nanos ns) { return static_cast<double>(ns) / 1000.0; }
 
+// The stage's fixed cost per call in a compute of `action`: a forward's, or a backward's
+// (under a split backward its I carries it; W none).
+double fixed_part(const schedule::Action& action, const plan::Plan& plan) {
+  if (action.stage < 0 || action.stage >= plan.num_stages()) return 0;
+  const plan::Stage& s = plan.stages[action.stage];
+  if (action.kind == schedule::ActionKind::kF) return s.fixed_fwd_s;
+  return action.is_input_backward() ? s.fixed_bwd_s : 0.0;
+}
+
 }  // namespace
 
 schedule::Timeline timeline_of(const SimResult& result, const plan::Plan& plan) {
@@ -40,6 +49,7 @@ schedule::Timeline timeline_of(const SimResult& result, const plan::Plan& plan) 
     } else {
       e.start_us = ns_to_us(sp.start_ns);
       e.dur_us = ns_to_us(sp.end_ns - sp.start_ns);
+      if (sp.action.is_compute()) e.fixed_us = 1e6 * fixed_part(sp.action, plan);
     }
     t.events.push_back(e);
   }

@@ -96,6 +96,18 @@ TEST(Profiler, ProfileModelMeasuresOneLayerPerSignature) {
   EXPECT_EQ(d->dtype, "float32");
   EXPECT_EQ(d->threads, 1);
   EXPECT_GT(d->optimizer_s_per_param_byte, 0);
+  EXPECT_GE(d->optimizer_fixed_s, 0);
+  // What a stage costs beyond its layers: per microbatch size, from the first two blocks
+  // (layers [1, 5) at granularity 2), each term at most a layer's own time in size.
+  EXPECT_EQ(stage_probe(m), std::make_pair(1, 5));
+  ASSERT_EQ(d->stage_fixed.size(), 2u);
+  for (const profile::StageFixed& f : d->stage_fixed) {
+    EXPECT_EQ(f.probe_layers, 4);
+    const auto block = dedup.db.find({"cpu", m.layers[1].signature, f.microbatch_size, 1});
+    ASSERT_TRUE(block.has_value());
+    EXPECT_LT(std::abs(f.fwd_s), block->fwd_s) << f.microbatch_size;
+    EXPECT_LT(std::abs(f.bwd_s), block->bwd_s) << f.microbatch_size;
+  }
   // The weight gradients are timed apart (a split backward's W): part of every backward,
   // most of none; the token embedding has no products to queue.
   for (const auto& e : dedup.db.entries()) {

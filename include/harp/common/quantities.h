@@ -33,6 +33,9 @@ inline constexpr Quantity kSlowdown{"emulated slowdown", "x", 1, 1000, false, "2
 // Measured and predicted figures (profiles, plans, traces, run summaries).
 inline constexpr Quantity kSeconds{"time", "s", 0, 1e6, false, "0.01"};
 inline constexpr Quantity kPositiveSeconds{"time", "s", 0, 1e6, true, "0.5"};
+// A measured difference of times: a stage's fixed cost per call (profile DBs), which noise
+// or a range slower than its layers may make negative.
+inline constexpr Quantity kFixedSeconds{"fixed time per call", "s", -1e3, 1e3, false, "0.0002"};
 inline constexpr Quantity kBytes{"size", "bytes", 0, 1e18, false, "1048576"};
 inline constexpr Quantity kSecondsPerParamByte{"optimizer time per parameter byte", "s/byte", 0, 1e-3, false,
                                                "4e-9"};

@@ -56,6 +56,14 @@ struct LayerTime {
   CostSource source = CostSource::kAnalytic;
 };
 
+// What a stage costs per call beyond its layers' times (profile::StageFixed): a stage of
+// layers [a, b) costs the sum of its layer times - (b - a - 1) x this, i.e. this once
+// plus each layer's time less it. StageCosts applies it where every layer of the range
+// came from the profile.
+struct StageFixedTime {
+  Seconds fwd_s = 0, bwd_s = 0, bwd_weight_s = 0;
+};
+
 class LayerCostSource {
  public:
   virtual ~LayerCostSource() = default;
@@ -78,6 +86,23 @@ class LayerCostSource {
     (void)cluster;
     (void)sub;
     return std::nullopt;
+  }
+
+  // The fixed cost per stage call on one device of `sub` for `samples` samples at `tp`,
+  // when the source measured it; nullopt: none.
+  virtual std::optional<StageFixedTime> stage_fixed(const cluster::Cluster& cluster, int sub, int samples,
+                                                    int tp) const {
+    (void)cluster;
+    (void)sub;
+    (void)samples;
+    (void)tp;
+    return std::nullopt;
+  }
+  // The optimizer step's fixed seconds per stage beyond its per-byte time (0: none).
+  virtual Seconds optimizer_fixed_s(const cluster::Cluster& cluster, int sub) const {
+    (void)cluster;
+    (void)sub;
+    return 0;
   }
 
   // Looks up `view_device` as `real_device` (a planning view that renames device types,
@@ -133,6 +158,11 @@ class ProfiledCosts : public LayerCostSource {
   // Per device type of `cluster`: measured (how), imported, or analytic (not in the DB).
   std::string describe_for(const cluster::Cluster& cluster) const override;
   std::optional<Seconds> optimizer_s_per_param_byte(const cluster::Cluster& cluster, int sub) const override;
+  // The device record's stage_fixed at the nearest microbatch size (tp 1 only: other tp
+  // come from the roofline) and optimizer_fixed_s.
+  std::optional<StageFixedTime> stage_fixed(const cluster::Cluster& cluster, int sub, int samples,
+                                            int tp) const override;
+  Seconds optimizer_fixed_s(const cluster::Cluster& cluster, int sub) const override;
 
   // Refuses a DB that cannot describe this job: a device type of the cluster with entries
   // but none for the model's layer signatures (a profile of another model shape), or one
@@ -182,6 +212,12 @@ class CalibratedCosts : public LayerCostSource {
   std::string describe_for(const cluster::Cluster& cluster) const override;
   std::optional<Seconds> optimizer_s_per_param_byte(const cluster::Cluster& cluster, int sub) const override {
     return base_.optimizer_s_per_param_byte(cluster, sub);
+  }
+  // The base's, scaled by the device's factors as its layer times are.
+  std::optional<StageFixedTime> stage_fixed(const cluster::Cluster& cluster, int sub, int samples,
+                                            int tp) const override;
+  Seconds optimizer_fixed_s(const cluster::Cluster& cluster, int sub) const override {
+    return base_.optimizer_fixed_s(cluster, sub);
   }
   void alias_device(const std::string& view_device, const std::string& real_device) override;
 

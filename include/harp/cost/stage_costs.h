@@ -38,6 +38,9 @@ struct StageFigures {
   Seconds allreduce_s = 0, optimizer_s = 0;
   Bytes static_bytes = 0;      // per device: training state + workspace (+ recomputation's working set)
   Bytes activation_bytes = 0;  // per device per in-flight microbatch
+  // Of fwd_s, bwd_s and optimizer_s: the stage's fixed cost per call (a profile's
+  // stage_fixed and optimizer_fixed_s; layer_costs.h), 0 where none was measured.
+  Seconds fixed_fwd_s = 0, fixed_bwd_s = 0, fixed_step_s = 0;
 
   Seconds compute_s() const { return fwd_s + bwd_s; }
   Seconds end_s() const { return allreduce_s + optimizer_s; }
@@ -53,12 +56,14 @@ class RangeView {
   StageFigures at(int first, int last, Recompute recompute = Recompute::kNone) const;
   // Rounded exactly as the plan builder's fwd_s + bwd_s, so a cap equals a plan's P bit
   // for bit (the δ thresholds and the attained test compare them).
+  // Each includes the stage's fixed cost per call once (fixed_fwd_, fixed_bwd_).
   Seconds compute_s(int first, int last) const {
-    return (fwd_[last] - fwd_[first]) + (bwd_[last] - bwd_[first]);
+    return ((fwd_[last] - fwd_[first]) + fixed_fwd_) + ((bwd_[last] - bwd_[first]) + fixed_bwd_);
   }
   Seconds compute_s(int first, int last, Recompute recompute) const {
     if (recompute == Recompute::kNone) return compute_s(first, last);
-    return (fwd_[last] - fwd_[first]) + ((bwd_[last] - bwd_[first]) + recompute_s(first, last, recompute));
+    return ((fwd_[last] - fwd_[first]) + fixed_fwd_) +
+           (((bwd_[last] - bwd_[first]) + fixed_bwd_) + recompute_s(first, last, recompute));
   }
   // The forward that recomputation repeats in the backward (0 for kNone).
   Seconds recompute_s(int first, int last, Recompute recompute) const {
@@ -91,13 +96,15 @@ class RangeView {
   // All-reduce plus optimizer step of the range.
   Seconds end_s(int first, int last) const {
     const Bytes params = params_[last] - params_[first];
-    return allreduce_.at(params) + opt_per_param_byte_ * params;
+    return allreduce_.at(params) + (opt_per_param_byte_ * params + opt_fixed_);
   }
 
  private:
   friend class StageCosts;
   AffineTime allreduce_;
   Seconds opt_per_param_byte_ = 0;
+  Seconds opt_fixed_ = 0;                                  // the optimizer step's per stage
+  Seconds fixed_fwd_ = 0, fixed_bwd_ = 0, fixed_wgt_ = 0;  // per call (StageFixedTime)
   const CostConfig* config_ = nullptr;
   const Seconds* fwd_ = nullptr;
   const Seconds* bwd_ = nullptr;
@@ -198,6 +205,9 @@ class StageCosts {
     // The forward repeated by selective and by full recomputation, size L + 1.
     std::vector<Seconds> rec_selective, rec_full;
     std::vector<int> profiled;      // size L + 1: layers whose time came from a profile DB
+    // Per call, added once per stage (the layers' times above are less it); zero unless
+    // every layer came from the profile and it measured the term.
+    StageFixedTime fixed;
     CostSource base = CostSource::kAnalytic;  // the source of the other layers
   };
   const Prefix* prefix(int sub, int samples, int tp) const;
@@ -221,6 +231,7 @@ class StageCosts {
   std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;
   // device name -> the source's measured optimizer seconds per parameter byte (tp = 1)
   std::map<std::string, Seconds> optimizer_s_;
+  std::map<std::string, Seconds> optimizer_fixed_s_;
   Bytes tied_param_bytes_ = 0;
 };
 

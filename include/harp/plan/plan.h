@@ -77,6 +77,10 @@ struct Stage {
   bool crosses_nodes = false;
   Seconds allreduce_s = 0;                // data-parallel gradient all-reduce
   Seconds optimizer_s = 0;                // optimizer step
+  // Of fwd_s, bwd_s and optimizer_s: the stage's fixed cost per call (a profile's
+  // stage_fixed, cost/layer_costs.h); 0 where the cost source has none. Shown apart by
+  // `harp trace compare`.
+  Seconds fixed_fwd_s = 0, fixed_bwd_s = 0, fixed_step_s = 0;
   Bytes memory_static_bytes = 0;          // params, grads, optimizer state, workspace per device
   Bytes activation_bytes = 0;             // kept per in-flight microbatch per device
   // Kept per microbatch per device from a split backward's I to its W (the linear

@@ -45,6 +45,18 @@ struct ProfileEntry {
   std::string source = "measured";  // measured | analytic | imported
 };
 
+// What a stage costs per call beyond the sum of its layers' entries, for one microbatch
+// size: a stage of layers [a, b) runs sum(entries of a..b-1) - (b - a - 1) x fixed, i.e.
+// each layer's entry less `fixed`, plus `fixed` once. A one-layer measurement is a
+// one-layer stage; the profiler measures a range of `probe_layers` consecutive layers
+// beside its layers' entries and solves for it (profiler.h). Negative when the range ran
+// slower than its layers alone.
+struct StageFixed {
+  int microbatch_size = 1;
+  Seconds fwd_s = 0, bwd_s = 0, bwd_weight_s = 0;  // per forward, backward (of it, W)
+  int probe_layers = 0;                            // the measured range's length; 0: unknown
+};
+
 // How one device type was measured. Every field is optional in the file.
 struct DeviceProfile {
   std::string device;
@@ -56,6 +68,11 @@ struct DeviceProfile {
   int threads = 0;           // intra-op threads; 0: unknown
   double emulated_slowdown = 1;  // > 1: the times include the cluster file's declared factor
   Seconds optimizer_s_per_param_byte = -1;  // per fp16 parameter byte of the model spec; < 0: unknown
+  Seconds optimizer_fixed_s = 0;            // >= 0: per step and stage beyond that (per-call work)
+  std::vector<StageFixed> stage_fixed;      // by microbatch size; empty: not measured (0)
+  // The entry of the microbatch size nearest `samples` (the smaller of two as near);
+  // nullptr when none was measured.
+  const StageFixed* fixed_for(int samples) const;
   std::string source = "measured";          // measured | imported
 };
 

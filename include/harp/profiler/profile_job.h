@@ -19,6 +19,7 @@ struct JobProfileRequest {
   bool per_layer = false;             // measure every layer (no redundancy removal)
   bool quick = false;                 // fewer repetitions (tests, smoke runs)
   int threads = 0;                    // 0: the job's training.threads
+  int rounds = 0;                     // > 0: MeasureOptions::rounds (0: the default)
 };
 
 struct JobProfile {

@@ -13,6 +13,13 @@
 // is the high-water mark of forward + backward above the inputs. The device is the CPU,
 // as for the runtime, which builds its layers there today.
 //
+// A stage costs more or less than the sum of its layers measured one at a time: each
+// measurement is a call of its own (its input cold, its timers, the emulation's sleep
+// after it). Per microbatch size the profiler also measures one range of consecutive
+// layers (stage_probe) and records, per device type, the fixed cost per call F that makes
+// sum(single) - (n - 1) F equal the range (profile::StageFixed); the cost model takes F
+// off every layer and adds it once per stage.
+//
 // Emulated device types (a cluster file's emulated_slowdown f > 1) are measured as the
 // runtime runs them: after each compute of t the measurement sleeps (f - 1) t, as the
 // executor does, and records the whole span (about f t; more when a core that idled runs
@@ -22,6 +29,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -42,6 +50,11 @@ struct MeasureOptions {
   int max_repeats = 40;
   double target_spread = 0.02;  // stop rule: half-IQR / median of forward and backward
   double max_seconds = 3.0;     // per measurement, after the warm-up
+  // profile_model takes every measurement this many times, a whole pass over the layers
+  // apart, and keeps the one with the median forward + backward: on a machine whose speed
+  // drifts for seconds at a time (a shared VM: bursts 30% slower measured here, see
+  // docs/profiler.md) one spoiled round does not make the entry.
+  int rounds = 3;
   // Evict the core's private caches before each timed forward and backward: inside a
   // stage, the other layers and microbatches run in between (see evict_private_caches).
   bool evict_caches = true;
@@ -78,11 +91,21 @@ Timing summarize(std::vector<double> samples);
 Measurement measure_range(const model::ModelSpec& model, int first, int last, int samples,
                           torch::Dtype dtype, const MeasureOptions& options);
 
-// The runtime's optimizer step (global-norm, clip scale, AdamW update, zero_grad) over
-// the parameters of one layer per signature, in seconds per fp16 parameter byte of the
-// model spec (the unit the cost model multiplies by a stage's param_bytes).
-double measure_optimizer_s_per_param_byte(const model::ModelSpec& model, torch::Dtype dtype,
-                                          const MeasureOptions& options);
+// The runtime's optimizer step (global-norm, clip scale, AdamW update, zero_grad) as
+// fixed_s + per_param_byte x a stage's fp16 parameter bytes of the model spec (the unit
+// the cost model multiplies): timed over the parameters of one layer per signature and
+// over twice as many tensors and bytes (a second copy), the difference giving the slope.
+struct OptimizerTiming {
+  double per_param_byte_s = 0;
+  double fixed_s = 0;  // per step and stage, >= 0 (0 where the slope was not below the mean)
+};
+OptimizerTiming measure_optimizer(const model::ModelSpec& model, torch::Dtype dtype, const MeasureOptions& options);
+
+// The layers of the stage probe: the first two blocks' layers (the first block's, when
+// the model has one; empty when fewer than two layers). profile_model measures this range
+// beside its layers' entries, per microbatch size, and records what a stage costs per
+// call beyond its layers (profile::StageFixed).
+std::pair<int, int> stage_probe(const model::ModelSpec& model);
 
 struct ProfileRequest {
   std::string device = "cpu";        // the device type the entries are recorded under

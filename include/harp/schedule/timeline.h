@@ -10,6 +10,7 @@
 // Times in µs. Every event carries its training step (0 for a simulated iteration).
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,10 @@ struct TimelineEvent {
   int peer = -1;  // the other rank of a send or receive
   // Sends: when the send was issued and when its data arrived; -1 when unknown.
   double issued_us = -1, arrive_us = -1;
+  // Computes of a predicted trace: the part of dur_us that is the stage's fixed cost per
+  // call (plan::Stage::fixed_fwd_s, fixed_bwd_s; negative where the stage runs slower
+  // than its layers alone); NaN when not known (a measured trace).
+  double fixed_us = std::numeric_limits<double>::quiet_NaN();
 };
 
 struct TimelineRow {
@@ -59,6 +64,8 @@ struct StageFigures {
   double end_s = 0;      // REDUCE_GRAD + STEP
   double wait_s = 0;     // compute lane idle right before an F or B: waiting for its input
   double idle_s = 0;     // iteration − compute − end
+  // Of compute_s, the fixed cost per call; NaN: the trace does not say.
+  double fixed_s = std::numeric_limits<double>::quiet_NaN();
 };
 struct TimelineFigures {
   int steps = 0;
@@ -71,7 +78,9 @@ TimelineFigures timeline_figures(const Timeline& timeline);
 // ((measured − predicted) / predicted):
 //   {"iteration": {"predicted_s", "measured_s", "error"},
 //    "stages": [{"stage", "name", "<figure>": {"predicted_s", "measured_s", "error"}}]}
-// for figures compute, end, wait, idle. InvalidArgument when the stage counts differ.
+// for figures compute, end, wait, idle; and "fixed": of compute, the predicted fixed cost
+// per call ({"predicted_s"} only: a measured trace cannot tell it apart). InvalidArgument
+// when the stage counts differ.
 StatusOr<Json> compare_timelines(const TimelineFigures& predicted, const TimelineFigures& measured);
 
 }  // namespace harp::schedule

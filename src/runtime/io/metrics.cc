@@ -147,6 +147,7 @@ plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_
     st.bwd_s = bwd_s[s];
     st.comm_s = st.comm_latency_s = 0;  // loopback: microseconds
     st.allreduce_s = st.optimizer_s = 0;
+    st.fixed_fwd_s = st.fixed_bwd_s = st.fixed_step_s = 0;  // a measurement has no such part
     st.cost_source = "measured";
   }
   measured.predicted = plan::closed_form(measured);

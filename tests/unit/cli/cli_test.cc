@@ -334,7 +334,7 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp trace runs --max-error",
       "harp trace runs --svg",
       "harp profile --job", "harp profile --output", "harp profile --device", "harp profile --microbatch-sizes",
-      "harp profile --per-layer", "harp profile --quick", "harp profile --threads",
+      "harp profile --per-layer", "harp profile --quick", "harp profile --threads", "harp profile --rounds",
       "harp profile check --plan", "harp profile check --quick", "harp profile check --threads",
       "harp profile links --cluster", "harp profile links --plan", "harp profile links --quick",
       "harp profile merge inputs", "harp profile merge --output",

@@ -53,6 +53,45 @@ TEST(ProfileDb, RoundTripKeepsEntriesAndDeviceRecords) {
   EXPECT_EQ(bd->machine, "host");
   EXPECT_EQ(bd->emulated_slowdown, 2);
   EXPECT_EQ(bd->optimizer_s_per_param_byte, 4e-9);
+  EXPECT_TRUE(bd->stage_fixed.empty());  // not written when not measured
+  EXPECT_EQ(bd->fixed_for(1), nullptr);
+}
+
+TEST(ProfileDb, StageFixedRoundTripsAndIsFoundAtTheNearestMicrobatchSize) {
+  ProfileDb db;
+  DeviceProfile d;
+  d.device = "cpu";
+  d.optimizer_fixed_s = 2e-5;
+  // A range slower than its layers alone gives a negative term: kept as measured.
+  d.stage_fixed = {{1, -3e-4, 5e-4, 1e-4, 4}, {4, 6e-4, 9e-4, 2e-4, 4}};
+  db.put_device(d);
+  harp::testing::TempDir dir;
+  HARP_ASSERT_OK(save_profile_db(db, dir.file("p.json")));
+  HARP_ASSERT_OK_AND_ASSIGN(ProfileDb back, load_profile_db(dir.file("p.json")));
+  const DeviceProfile* bd = back.device("cpu");
+  ASSERT_NE(bd, nullptr);
+  EXPECT_EQ(bd->optimizer_fixed_s, 2e-5);
+  ASSERT_EQ(bd->stage_fixed.size(), 2u);
+  EXPECT_EQ(bd->stage_fixed[1].bwd_s, 9e-4);
+  EXPECT_EQ(bd->stage_fixed[1].probe_layers, 4);
+  EXPECT_EQ(bd->stage_fixed[0].fwd_s, -3e-4);
+  EXPECT_EQ(bd->fixed_for(1)->microbatch_size, 1);
+  EXPECT_EQ(bd->fixed_for(2)->microbatch_size, 1);  // as near as 4: the smaller
+  EXPECT_EQ(bd->fixed_for(3)->microbatch_size, 4);
+  EXPECT_EQ(bd->fixed_for(8)->microbatch_size, 4);
+  // One entry per microbatch size; a value out of range names its field.
+  auto r = parse_profile_db(Json::parse(R"({"version": 1, "devices": [{"device": "cpu", "stage_fixed": [
+      {"microbatch_size": 2, "fwd_s": 0, "bwd_s": 0}, {"microbatch_size": 2, "fwd_s": 0, "bwd_s": 0}]}]})"),
+                            "p.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("p.json: devices[0].stage_fixed[1].microbatch_size = 2: appears twice"),
+            std::string::npos)
+      << r.status().message();
+  r = parse_profile_db(Json::parse(R"({"version": 1, "devices": [{"device": "cpu", "stage_fixed": [
+      {"microbatch_size": 1, "fwd_s": 1e9, "bwd_s": 0}]}]})"),
+                       "p.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("devices[0].stage_fixed[0].fwd_s"), std::string::npos) << r.status().message();
 }
 
 TEST(ProfileDb, MergeLaterWinsAndCountsReplacements) {
@@ -175,6 +214,54 @@ TEST(ProfileDbPlanning, MeasuredOptimizerTimeReplacesTheEstimate) {
     const double per_byte = st.subcluster_name == "slow" ? 1e-6 : 1e-9;
     EXPECT_NEAR(st.optimizer_s, per_byte * params, 1e-12 + 1e-9 * per_byte * params) << st.subcluster_name;
   }
+}
+
+// A stage of n profiled layers costs the sum of its entries less (n - 1) x the fixed cost
+// per call, i.e. the fixed cost once (closed form); a one-layer stage its entry exactly;
+// the plan says which part is fixed, and the optimizer's fixed term is added per stage.
+TEST(ProfileDbPlanning, AStagePaysItsFixedCostPerCallOnce) {
+  job::Job job = tiny_job();
+  ProfileDb db = profile_of(job.model, "cpu", 1.0);
+  db.merge(profile_of(job.model, "cpu-slow", 2.0));
+  DeviceProfile fast = *db.device("cpu");
+  // Entries: fwd 1 ms x samples, bwd 2 ms x samples; fixed 0.3 / 0.5 ms at 1 sample and
+  // 0.4 / 0.7 ms at 4 (the nearest is used for 2).
+  fast.stage_fixed = {{1, 3e-4, 5e-4, 1e-4, 4}, {4, 4e-4, 7e-4, 2e-4, 4}};
+  fast.optimizer_fixed_s = 2e-3;
+  db.put_device(fast);
+  harp::testing::TempDir dir;
+  HARP_ASSERT_OK(save_profile_db(db, dir.file("p.json")));
+  planner::PlanRequest r;
+  r.profile_file = dir.file("p.json");
+  r.strategy = planner::Strategy::kUniform;
+  HARP_ASSERT_OK_AND_ASSIGN(planner::PlanOutcome out, planner::plan_job(job, r));
+  int checked = 0;
+  for (const auto& st : out.result.plan.stages) {
+    const int n = st.last_layer - st.first_layer;
+    const int samples = st.largest_share(out.result.plan.microbatch_size);
+    if (st.subcluster_name == "slow") {  // no fixed term measured: the plain sum
+      EXPECT_EQ(st.fixed_fwd_s, 0.0);
+      EXPECT_NEAR(st.fwd_s, n * 2e-3 * samples, 1e-12);
+      continue;
+    }
+    const double ff = samples == 1 ? 3e-4 : samples == 2 ? 3e-4 : 4e-4;
+    const double fb = samples == 1 ? 5e-4 : samples == 2 ? 5e-4 : 7e-4;
+    EXPECT_NEAR(st.fwd_s, n * 1e-3 * samples - (n - 1) * ff, 1e-12) << n << " layers, " << samples << " samples";
+    EXPECT_NEAR(st.bwd_s, n * 2e-3 * samples - (n - 1) * fb, 1e-12);
+    EXPECT_EQ(st.fixed_fwd_s, ff);
+    EXPECT_EQ(st.fixed_bwd_s, fb);
+    EXPECT_EQ(st.fixed_step_s, 2e-3);
+    double params = 0;
+    for (int i = st.first_layer; i < st.last_layer; ++i) params += job.model.layers[i].param_bytes;
+    EXPECT_NEAR(st.optimizer_s, 1e-9 * params / std::max(1, st.zero >= 1 ? st.dp : 1) + 2e-3, 1e-12);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+  // The plan file carries the parts; the simulated trace shows them as their own slice.
+  const Json doc = plan::plan_to_json(out.result.plan);
+  bool written = false;
+  for (const Json& st : doc["stages"]) written = written || st.contains("fixed_fwd_s");
+  EXPECT_TRUE(written);
 }
 
 TEST(ProfileDbPlanning, CalibrationFromARunScalesEachDeviceTypeToItsMeasuredStages) {

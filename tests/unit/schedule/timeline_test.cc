@@ -2,6 +2,8 @@
 // the comparison's errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "testutil/status.h"
 
 #include "harp/schedule/timeline.h"
@@ -67,6 +69,26 @@ TEST(Timeline, ComparisonErrors) {
   one.rows.pop_back();
   for (auto& e : one.events) e.rank = 0, e.action.stage = 0;
   EXPECT_FALSE(compare_timelines(timeline_figures(one), timeline_figures(two_ranks())).ok());
+}
+
+// A predicted trace's computes carry their fixed cost per call; it is read back and
+// summed per stage as its own figure, which a measured trace does not have.
+TEST(Timeline, TheFixedCostPerCallIsItsOwnSlice) {
+  Timeline predicted = two_ranks();
+  for (auto& e : predicted.events)
+    if (e.action.is_compute()) e.fixed_us = e.action.kind == ActionKind::kF ? 1.0 : (e.rank == 0 ? 3.0 : -2.0);
+  auto back = timeline_from_trace(chrome_trace(predicted), "p.json");
+  HARP_ASSERT_OK(back);
+  const TimelineFigures f = timeline_figures(*back);
+  EXPECT_DOUBLE_EQ(f.stages[0].fixed_s, 5e-6);   // F0, F1, B0
+  EXPECT_DOUBLE_EQ(f.stages[1].fixed_s, -1e-6);  // a range slower than its layers: negative
+  EXPECT_TRUE(std::isnan(timeline_figures(two_ranks()).stages[0].fixed_s));
+  auto cmp = compare_timelines(f, timeline_figures(two_ranks()));
+  HARP_ASSERT_OK(cmp);
+  EXPECT_DOUBLE_EQ((*cmp)["stages"][0]["fixed"]["predicted_s"].get<double>(), 5e-6);
+  auto none = compare_timelines(timeline_figures(two_ranks()), f);
+  HARP_ASSERT_OK(none);
+  EXPECT_TRUE((*none)["stages"][0]["fixed"]["predicted_s"].is_null());
 }
 
 TEST(Timeline, NotATraceNamesTheFile) {
