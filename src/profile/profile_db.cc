@@ -2,7 +2,6 @@
 // when an entry is missing (fall back to the analytic estimate, or report it).
 #include "harp/profile/profile_db.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <limits>
 
@@ -179,30 +178,26 @@ StatusOr<ProfileDb> load_profile_db(const std::string& file) {
 
 Json profile_db_to_json(const ProfileDb& db) {
   Json devices = Json::array();
-  for (const auto& [name, d] : db.devices())
-    devices.push_back({{"device", d.device},
-                       {"machine", d.machine},
-                       {"libtorch", d.libtorch},
-                       {"dtype", d.dtype},
-                       {"date", d.date},
-                       {"model", d.model},
-                       {"threads", d.threads},
-                       {"emulated_slowdown", d.emulated_slowdown},
-                       {"source", d.source}});
   for (const auto& [name, d] : db.devices()) {
-    Json& out = *std::find_if(devices.begin(), devices.end(), [&](const Json& j) { return j["device"] == name; });
+    Json out = {{"device", d.device},     {"machine", d.machine},
+                {"libtorch", d.libtorch}, {"dtype", d.dtype},
+                {"date", d.date},         {"model", d.model},
+                {"threads", d.threads},   {"emulated_slowdown", d.emulated_slowdown},
+                {"source", d.source}};
     // Unknown (< 0) is left out: the reader takes absent as unknown and refuses a negative.
     if (d.optimizer_s_per_param_byte >= 0) out["optimizer_s_per_param_byte"] = d.optimizer_s_per_param_byte;
     if (d.optimizer_fixed_s != 0) out["optimizer_fixed_s"] = d.optimizer_fixed_s;
-    if (d.stage_fixed.empty()) continue;
-    Json fixed = Json::array();
-    for (const StageFixed& f : d.stage_fixed)
-      fixed.push_back({{"microbatch_size", f.microbatch_size},
-                       {"fwd_s", f.fwd_s},
-                       {"bwd_s", f.bwd_s},
-                       {"bwd_weight_s", f.bwd_weight_s},
-                       {"probe_layers", f.probe_layers}});
-    out["stage_fixed"] = fixed;
+    if (!d.stage_fixed.empty()) {
+      Json fixed = Json::array();
+      for (const StageFixed& f : d.stage_fixed)
+        fixed.push_back({{"microbatch_size", f.microbatch_size},
+                         {"fwd_s", f.fwd_s},
+                         {"bwd_s", f.bwd_s},
+                         {"bwd_weight_s", f.bwd_weight_s},
+                         {"probe_layers", f.probe_layers}});
+      out["stage_fixed"] = fixed;
+    }
+    devices.push_back(std::move(out));
   }
   Json entries = Json::array();
   for (const auto& e : db.entries())
