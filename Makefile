@@ -29,7 +29,7 @@ TORCH_PREFIX ?=
 HARP_REQUIRE_CUDA ?= OFF
 TORCH_STAMP := $(VENV)/.harp-torch-$(TORCH_VERSION)
 
-.PHONY: all deps torch configure build tools test demo bench bench-pytorch bench-limits bench-generate bench-testbed bench-replan bench-replan-link evaluation clean
+.PHONY: all deps torch configure build tools test demo bench bench-pytorch bench-limits bench-generate bench-testbed bench-testbed-interrupts bench-replan bench-replan-link evaluation clean
 
 all: build
 
@@ -92,9 +92,13 @@ bench-generate: build
 bench-limits: build
 	/usr/bin/python3 bench/limits.py --harp $(BUILD)/src/cli/harp
 
-# The simulator's accuracy over 42 plans trained on the emulated cluster (root; ~9 min).
+# The simulator's accuracy over 56 plans trained on the emulated cluster (root; ~25 min).
 bench-testbed: tools
 	python3 bench/testbed_accuracy.py --harp $(BUILD)/src/cli/harp
+
+# What the shaped links' interrupts cost a computing thread's CPU clock (root; ~1 min).
+bench-testbed-interrupts: tools
+	python3 bench/testbed_interrupts.py --harp $(BUILD)/src/cli/harp
 
 # Re-planning on drift on the testbed (root; ~8 min): a pool 2x slower mid-run, a run that
 # re-plans beside one that does not (bench/replan_drift.py).
