@@ -110,8 +110,13 @@ StatusOr<cost::Calibration> calibration_of(const job::Job& job, const model::Mod
                               std::to_string(st.first_layer) + ", " + std::to_string(st.last_layer) + "), but the model of " +
                               job.file + " has " + std::to_string(layers) +
                               " layers at its granularity; calibrate with the measured_plan.json of a run of this model");
-    stages.push_back({sub, st.first_layer, st.last_layer, measured.microbatch_size / std::max(1, st.dp), st.fwd_s,
-                      st.bwd_s, st.recompute});
+    // The stage's subcluster is its first replica's. A mixed stage's times are its slowest
+    // replica's: its first replica's are its measured forward + backward, split as the
+    // stage's, at its own share.
+    const bool mixed = st.mixed() && !st.replica_compute_s.empty() && st.fwd_s + st.bwd_s > 0;
+    const double scale = mixed ? st.replica_compute_s[0] / (st.fwd_s + st.bwd_s) : 1.0;
+    const int samples = !st.shares.empty() ? st.shares[0] : measured.microbatch_size / std::max(1, st.dp);
+    stages.push_back({sub, st.first_layer, st.last_layer, samples, st.fwd_s * scale, st.bwd_s * scale, st.recompute});
   }
   auto source = layer_source(m, config, db);
   return cost::calibrate(*source, job.cluster, stages, file);

@@ -18,20 +18,26 @@ namespace harp::runtime {
 // microbatch and tensor bytes at the step's start and peak; then the ranks whose
 // checkpoint write is done (checkpoint_writer.h) and the ranks asked to stop; then, per
 // link between consecutive stages and microbatch, when each end of its activation and
-// its gradient sent and received (StepResult::sent_s). One buffer for the whole run: the
+// its gradient sent and received (StepResult::sent_s); then per rank (the first of its
+// tensor-parallel group writes them) its forward and backward time per microbatch, so
+// that a stage's slowest replica can be told. One buffer for the whole run: the
 // collective may release its reference to a fresh tensor after the next step has begun,
 // which made the next step's measured base bytes depend on that timing.
 class StepStats {
  public:
-  StepStats(int stages, int microbatches, int probes)
-      : S_(stages), M_(microbatches),
-        t_(torch::zeros({kPerStage * stages + 2 + 4 * std::max(0, stages - 1) * microbatches + probes},
+  StepStats(int stages, int microbatches, int probes, int ranks)
+      : S_(stages), M_(microbatches), P_(probes),
+        t_(torch::zeros({kPerStage * stages + 2 + 4 * std::max(0, stages - 1) * microbatches + probes + 2 * ranks},
                         torch::kFloat64)) {}
   void clear() { t_.zero_(); }
   void set_stage(int stage, double busy, double fwd_s, double bwd_s) {
     t_[stage] = busy;
     t_[S_ + stage] = fwd_s;
     t_[2 * S_ + stage] = bwd_s;
+  }
+  void set_replica(int rank, double fwd_s, double bwd_s) {
+    t_[probe_index(P_) + 2 * rank] = fwd_s;
+    t_[probe_index(P_) + 2 * rank + 1] = bwd_s;
   }
   void set_memory(int stage, double base_bytes, double peak_bytes) {
     t_[3 * S_ + stage] = base_bytes;
@@ -63,6 +69,7 @@ class StepStats {
     return {b.data_ptr<double>(), b.data_ptr<double>() + S_};
   }
   torch::Tensor compute() const { return t_.slice(0, S_, 3 * S_); }  // forward, then backward, per stage
+  torch::Tensor replica_compute() const { return t_.slice(0, probe_index(P_)); }  // per rank: forward, backward
   double base_bytes(int stage) const { return t_[3 * S_ + stage].item<double>(); }
   double peak_bytes(int stage) const { return t_[4 * S_ + stage].item<double>(); }
   double checkpoint_votes() const { return t_[kPerStage * S_].item<double>(); }
@@ -95,7 +102,7 @@ class StepStats {
   // slot: 0 activation sent, 1 activation arrived, 2 gradient sent, 3 gradient arrived.
   int index(int link, int mb, int slot) const { return kPerStage * S_ + 2 + (link * M_ + mb) * 4 + slot; }
   int probe_index(int k) const { return kPerStage * S_ + 2 + 4 * std::max(0, S_ - 1) * M_ + k; }
-  int S_, M_;
+  int S_, M_, P_;
   torch::Tensor t_;
 };
 

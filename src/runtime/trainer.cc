@@ -81,8 +81,8 @@ class Loop {
        const std::string& run_id)
       : model_(model), plan_(plan), ex_(ex), comm_(comm), l_(comm.layout()), o_(options), log_(log),
         summary_(summary), metrics_(metrics), probes_(idle_links(model, plan)),
-        stats_(l_.num_stages(), plan.microbatches, static_cast<int>(probes_.size())),
-        measured_compute_(torch::zeros({2 * l_.num_stages()}, torch::kFloat64)),
+        stats_(l_.num_stages(), plan.microbatches, static_cast<int>(probes_.size()), l_.world_size),
+        measured_compute_(torch::zeros({2 * l_.world_size}, torch::kFloat64)),
         checkpoints_(options.out_dir + "/checkpoints", options.keep_checkpoints, options.async_checkpoints,
                      options.before_checkpoint_write),
         traced_(options.trace_steps.begin(), options.trace_steps.end()),
@@ -149,6 +149,8 @@ class Loop {
       if (o_.measure_memory) stats_.set_memory(l_.stage, base_bytes, peak_bytes);
       stats_.set_link_ends(l_.stage, r);
     }
+    if (l_.tp_rank == 0)
+      stats_.set_replica(l_.rank, r.forward_seconds / plan_.microbatches, r.backward_seconds / plan_.microbatches);
     stats_.set_votes(checkpoints_.vote(), o_.stop_requested && o_.stop_requested() ? 1.0 : 0.0);
     if (probing_step(step)) probe_links(step);
     comm_.allreduce_world(stats_.tensor(),
@@ -300,7 +302,7 @@ class Loop {
 
   // A step after the first: its time, compute and memory count.
   void record_timed(double seconds) {
-    measured_compute_ += stats_.compute();
+    measured_compute_ += stats_.replica_compute();
     if (o_.measure_memory) {
       const int S = l_.num_stages();
       const bool first = summary_.state_bytes.empty();
@@ -380,13 +382,21 @@ class Loop {
           n % 2 ? step_seconds_[n / 2] : (step_seconds_[n / 2 - 1] + step_seconds_[n / 2]) / 2;
     }
     if (l_.rank == 0 && timed > 0) {
+      // Per stage its slowest replica's (a mixed stage's replicas differ; the plan's
+      // fwd_s and bwd_s are the slowest's too), and each replica's forward + backward.
       const int S = l_.num_stages();
       std::vector<double> fwd(S), bwd(S);
-      for (int s = 0; s < S; ++s) {
-        fwd[s] = measured_compute_[s].item<double>() / timed;
-        bwd[s] = measured_compute_[S + s].item<double>() / timed;
-      }
-      HARP_RETURN_IF_ERROR(plan::save_plan(measured_plan(plan_, fwd, bwd), o_.out_dir + "/measured_plan.json"));
+      std::vector<std::vector<double>> replicas(S);
+      for (int s = 0; s < S; ++s)
+        for (int d = 0; d < l_.dp_of(s); ++d) {
+          const int r = l_.rank_of(s, d, 0);
+          const double f = measured_compute_[2 * r].item<double>() / timed,
+                       b = measured_compute_[2 * r + 1].item<double>() / timed;
+          replicas[s].push_back(f + b);
+          if (d == 0 || f + b > fwd[s] + bwd[s]) fwd[s] = f, bwd[s] = b;
+        }
+      HARP_RETURN_IF_ERROR(
+          plan::save_plan(measured_plan(plan_, fwd, bwd, replicas), o_.out_dir + "/measured_plan.json"));
     }
     summary_.tokens_per_s = summary_.mean_iteration_s > 0 ? tokens_ / summary_.mean_iteration_s : 0;
     return Status();
@@ -403,7 +413,7 @@ class Loop {
   MetricsLog& metrics_;
   std::vector<LinkProbe> probes_;  // the plan's idle links (idle_links)
   StepStats stats_;
-  torch::Tensor measured_compute_;  // per stage: forward, then backward seconds, summed over timed steps
+  torch::Tensor measured_compute_;  // per rank: forward and backward seconds, summed over timed steps
   CheckpointWriter checkpoints_;
   const std::set<int> traced_;
   schedule::Timeline timeline_;

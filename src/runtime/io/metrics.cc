@@ -138,16 +138,22 @@ std::vector<LinkProbe> idle_links(const model::ModelSpec& model, const plan::Pla
   return out;
 }
 
-plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,
-                         const std::vector<double>& bwd_s) {
+plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s, const std::vector<double>& bwd_s,
+                         const std::vector<std::vector<double>>& replica_compute_s) {
   plan::Plan measured = plan;
   for (int s = 0; s < measured.num_stages(); ++s) {
     auto& st = measured.stages[s];
+    // The weight gradients' part keeps its predicted share of the backward: the predicted
+    // seconds could exceed a measured backward, which no plan may hold.
+    if (st.bwd_s > 0) st.bwd_weight_s *= bwd_s[s] / st.bwd_s;
     st.fwd_s = fwd_s[s];
     st.bwd_s = bwd_s[s];
     st.comm_s = st.comm_latency_s = 0;  // loopback: microseconds
     st.allreduce_s = st.optimizer_s = 0;
     st.fixed_fwd_s = st.fixed_bwd_s = st.fixed_step_s = 0;  // a measurement has no such part
+    if (st.mixed() && s < static_cast<int>(replica_compute_s.size()) &&
+        replica_compute_s[s].size() == st.replica_compute_s.size())
+      st.replica_compute_s.assign(replica_compute_s[s].begin(), replica_compute_s[s].end());
     st.cost_source = "measured";
   }
   measured.predicted = plan::closed_form(measured);

@@ -289,6 +289,35 @@ TEST(ProfileDbPlanning, CalibrationFromARunScalesEachDeviceTypeToItsMeasuredStag
   EXPECT_NE(uniform.result.plan.cost_source.find("calibrated by"), std::string::npos);
   EXPECT_NE(uniform.result.plan.cost_source.find("cpu x1.500 / x1.500, cpu-slow x0.500 / x0.500"), std::string::npos)
       << uniform.result.plan.cost_source;
+  // The same run's first stage as a mixed one of two replicas (a run reports a stage's
+  // slowest replica), its second 4x slower: the calibration reads the first replica's own
+  // time at its own share, as from a stage of two even replicas that measured that time.
+  {
+    auto calibrated_by = [&](const plan::Plan& p, const std::string& name) {
+      HARP_EXPECT_OK(plan::save_plan(p, dir + "/" + name));
+      r.calibrate_file = dir + "/" + name;
+      auto c = planner::plan_job(job, r);
+      EXPECT_TRUE(c.ok()) << c.status().message();
+      if (!c.ok()) return std::string();
+      const std::string& source = c->result.plan.cost_source;  // "... calibrated by FILE (factors)"
+      return source.substr(source.rfind(" ("));
+    };
+    plan::Plan even = measured;
+    even.stages[0].dp = 2;
+    even.stages[0].shares = {even.microbatch_size / 2, even.microbatch_size / 2};
+    plan::Plan mixed = even;
+    plan::Stage& st = mixed.stages[0];
+    st.replica_devices = {"cpu", "cpu-slow"};
+    st.replica_compute_s = {st.fwd_s + st.bwd_s, 4 * (st.fwd_s + st.bwd_s)};
+    st.fwd_s *= 4;
+    st.bwd_s *= 4;
+    plan::Plan slowest = even;  // what the mixed stage would calibrate to if read as a whole
+    slowest.stages[0].fwd_s *= 4;
+    slowest.stages[0].bwd_s *= 4;
+    const std::string want = calibrated_by(even, "even.json");
+    EXPECT_EQ(calibrated_by(mixed, "mixed.json"), want);
+    EXPECT_NE(calibrated_by(slowest, "slowest.json"), want);
+  }
   r.calibrate_file.clear();
   HARP_ASSERT_OK_AND_ASSIGN(planner::PlanOutcome plain, planner::plan_job(job, r));
   for (size_t i = 0; i < plain.result.plan.stages.size(); ++i) {

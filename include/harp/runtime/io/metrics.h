@@ -86,10 +86,12 @@ struct Utilisation {
 };
 Utilisation plan_utilisation(const model::ModelSpec& model, const plan::Plan& plan, double iteration_s);
 
-// The plan with each stage's measured forward and backward time per microbatch; link
-// and end-of-step terms zeroed (loopback transfers take microseconds), cost_source
-// "measured", prediction recomputed.
-plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s,
-                         const std::vector<double>& bwd_s);
+// The plan with each stage's measured forward and backward time per microbatch (its
+// slowest replica's, as a plan's stage times are); link and end-of-step terms zeroed
+// (loopback transfers take microseconds), cost_source "measured", prediction recomputed.
+// A mixed stage's replica_compute_s become `replica_compute_s[stage]` (each replica's
+// measured forward + backward) when given for each of its replicas.
+plan::Plan measured_plan(const plan::Plan& plan, const std::vector<double>& fwd_s, const std::vector<double>& bwd_s,
+                         const std::vector<std::vector<double>>& replica_compute_s = {});
 
 }  // namespace harp::runtime
