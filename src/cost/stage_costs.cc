@@ -228,7 +228,7 @@ RangeView StageCosts::view_of(int sub, int samples, int tp) const {
 StageFigures StageCosts::stage(int sub, int first, int last, int dp, int tp, Recompute recompute, int zero) const {
   StageFigures f = view(sub, dp, tp, zero).at(first, last, recompute);
   const Prefix* p = prefix(sub, microbatch_size_ / dp, tp);
-  f.bwd_weight_s = std::min((p->wgt[last] - p->wgt[first]) + p->fixed.bwd_weight_s, f.bwd_s);
+  f.bwd_weight_s = p->weight_s(first, last, f.bwd_s);
   f.weight_grad_bytes = activation_memory_bytes(weight_grad_bytes(first, last), microbatch_size_ / dp, tp);
   return f;
 }
@@ -271,7 +271,7 @@ StageFigures StageCosts::replica_figures(int sub, int samples, int tp, int first
   f.bwd_s = (p->bwd[last] - p->bwd[first]) + p->fixed.bwd_s;
   if (recompute == Recompute::kSelective) f.bwd_s += p->rec_selective[last] - p->rec_selective[first];
   if (recompute == Recompute::kFull) f.bwd_s += p->rec_full[last] - p->rec_full[first];
-  f.bwd_weight_s = std::min((p->wgt[last] - p->wgt[first]) + p->fixed.bwd_weight_s, f.bwd_s);
+  f.bwd_weight_s = p->weight_s(first, last, f.bwd_s);
   f.fixed_fwd_s = p->fixed.fwd_s;
   f.fixed_bwd_s = p->fixed.bwd_s;
   return f;

@@ -14,8 +14,8 @@
 namespace harp::runtime {
 
 // The figures every rank adds to one all-reduce after each step: per stage (only its
-// first replica writes them) the busy fraction, forward and backward time per
-// microbatch and tensor bytes at the step's start and peak; then the ranks whose
+// first replica writes them) the busy fraction and tensor bytes at the step's start and
+// peak; then the ranks whose
 // checkpoint write is done (checkpoint_writer.h) and the ranks asked to stop; then, per
 // link between consecutive stages and microbatch, when each end of its activation and
 // its gradient sent and received (StepResult::sent_s); then per rank (the first of its
@@ -30,18 +30,14 @@ class StepStats {
         t_(torch::zeros({kPerStage * stages + 2 + 4 * std::max(0, stages - 1) * microbatches + probes + 2 * ranks},
                         torch::kFloat64)) {}
   void clear() { t_.zero_(); }
-  void set_stage(int stage, double busy, double fwd_s, double bwd_s) {
-    t_[stage] = busy;
-    t_[S_ + stage] = fwd_s;
-    t_[2 * S_ + stage] = bwd_s;
-  }
+  void set_busy(int stage, double busy) { t_[stage] = busy; }
   void set_replica(int rank, double fwd_s, double bwd_s) {
     t_[probe_index(P_) + 2 * rank] = fwd_s;
     t_[probe_index(P_) + 2 * rank + 1] = bwd_s;
   }
   void set_memory(int stage, double base_bytes, double peak_bytes) {
-    t_[3 * S_ + stage] = base_bytes;
-    t_[4 * S_ + stage] = peak_bytes;
+    t_[S_ + stage] = base_bytes;
+    t_[2 * S_ + stage] = peak_bytes;
   }
   void set_votes(double checkpoint_done, double stop) {
     t_[kPerStage * S_] = checkpoint_done;
@@ -68,10 +64,13 @@ class StepStats {
     torch::Tensor b = t_.slice(0, 0, S_).contiguous();
     return {b.data_ptr<double>(), b.data_ptr<double>() + S_};
   }
-  torch::Tensor compute() const { return t_.slice(0, S_, 3 * S_); }  // forward, then backward, per stage
   torch::Tensor replica_compute() const { return t_.slice(0, probe_index(P_)); }  // per rank: forward, backward
-  double base_bytes(int stage) const { return t_[3 * S_ + stage].item<double>(); }
-  double peak_bytes(int stage) const { return t_[4 * S_ + stage].item<double>(); }
+  // Rank `rank`'s forward + backward per microbatch.
+  double compute_s(int rank) const {
+    return t_[probe_index(P_) + 2 * rank].item<double>() + t_[probe_index(P_) + 2 * rank + 1].item<double>();
+  }
+  double base_bytes(int stage) const { return t_[S_ + stage].item<double>(); }
+  double peak_bytes(int stage) const { return t_[2 * S_ + stage].item<double>(); }
   double checkpoint_votes() const { return t_[kPerStage * S_].item<double>(); }
   bool stop_voted() const { return t_[kPerStage * S_ + 1].item<double>() > 0; }
   // Per link, the transit of one message (drift.h): each direction's fastest microbatch
@@ -98,7 +97,7 @@ class StepStats {
   }
 
  private:
-  static constexpr int kPerStage = 5;
+  static constexpr int kPerStage = 3;
   // slot: 0 activation sent, 1 activation arrived, 2 gradient sent, 3 gradient arrived.
   int index(int link, int mb, int slot) const { return kPerStage * S_ + 2 + (link * M_ + mb) * 4 + slot; }
   int probe_index(int k) const { return kPerStage * S_ + 2 + 4 * std::max(0, S_ - 1) * M_ + k; }

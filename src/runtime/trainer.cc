@@ -144,8 +144,7 @@ class Loop {
       for (auto& e : ex_.take_trace()) timeline_.events.push_back(e);
     stats_.clear();
     if (l_.dp_rank == 0 && l_.tp_rank == 0) {
-      stats_.set_stage(l_.stage, r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0,
-                       r.forward_seconds / plan_.microbatches, r.backward_seconds / plan_.microbatches);
+      stats_.set_busy(l_.stage, r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0);
       if (o_.measure_memory) stats_.set_memory(l_.stage, base_bytes, peak_bytes);
       stats_.set_link_ends(l_.stage, r);
     }
@@ -220,10 +219,9 @@ class Loop {
 
   // Every rank holds the same reduced figures, so every rank reaches the same verdict.
   void detect_drift(int step) {
-    const torch::Tensor c = stats_.compute();
     std::vector<double> per_stage(static_cast<size_t>(l_.num_stages()));
     for (int s = 0; s < l_.num_stages(); ++s)
-      per_stage[s] = c[s].item<double>() + c[l_.num_stages() + s].item<double>();
+      per_stage[s] = stats_.compute_s(l_.rank_of(s, 0, 0));  // its first replica
     // A link inside a node is not judged: it is fast (the δ rule's 1), and what a run reads
     // there is the receiver's wake-up (a 0.5 ms figure read 2.3 ms on a loaded 2-core
     // machine); metrics.jsonl still has it.
@@ -393,7 +391,10 @@ class Loop {
           const double f = measured_compute_[2 * r].item<double>() / timed,
                        b = measured_compute_[2 * r + 1].item<double>() / timed;
           replicas[s].push_back(f + b);
-          if (d == 0 || f + b > fwd[s] + bwd[s]) fwd[s] = f, bwd[s] = b;
+          if (d == 0 || f + b > fwd[s] + bwd[s]) {
+            fwd[s] = f;
+            bwd[s] = b;
+          }
         }
       HARP_RETURN_IF_ERROR(
           plan::save_plan(measured_plan(plan_, fwd, bwd, replicas), o_.out_dir + "/measured_plan.json"));

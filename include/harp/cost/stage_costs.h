@@ -8,6 +8,7 @@
 // Thread-safe for concurrent const calls.
 #pragma once
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -208,6 +209,11 @@ class StageCosts {
     // Per call, added once per stage (the layers' times above are less it); zero unless
     // every layer came from the profile and it measured the term.
     StageFixedTime fixed;
+    // The weight gradients' part of [first, last)'s backward (its fixed part included),
+    // at most `bwd_s`, the range's whole backward.
+    Seconds weight_s(int first, int last, Seconds bwd_s) const {
+      return std::min((wgt[last] - wgt[first]) + fixed.bwd_weight_s, bwd_s);
+    }
     CostSource base = CostSource::kAnalytic;  // the source of the other layers
   };
   const Prefix* prefix(int sub, int samples, int tp) const;
