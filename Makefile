@@ -92,11 +92,12 @@ bench-generate: build
 bench-limits: build
 	/usr/bin/python3 bench/limits.py --harp $(BUILD)/src/cli/harp
 
-# The simulator's accuracy over 56 plans trained on the emulated cluster (root; ~25 min).
+# The simulator's accuracy over 56 plans trained on the emulated cluster (root; 15-25 min).
 bench-testbed: tools
 	python3 bench/testbed_accuracy.py --harp $(BUILD)/src/cli/harp
 
-# What the shaped links' interrupts cost a computing thread's CPU clock (root; ~1 min).
+# What the shaped links' interrupts, and a compute on the other vCPU, cost a computing
+# thread's CPU clock (root; ~1.5 min).
 bench-testbed-interrupts: tools
 	python3 bench/testbed_interrupts.py --harp $(BUILD)/src/cli/harp
 

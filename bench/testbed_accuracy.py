@@ -30,11 +30,18 @@ the worst |error| of each column and the share of stages within 10%.
 OUT/testbed_accuracy_loopback.csv: it separates what the profile misses from what the
 shaped links' traffic costs the ranks' computes.
 
+--compare-packet-us N also trains every plan once more under harp-1f1b on a testbed whose
+packets take N us of their link's time (harp launch --testbed-packet-us; the default is
+500), right after its default run, and writes both runs' iteration and per-stage errors
+to OUT/testbed_accuracy_packets.csv: what the packet time does to the errors, side by
+side (docs/testbed.md, "What the shaped links cost a compute").
+
 --reuse reads the runs a previous invocation left in OUT (profiles, plans, summaries)
 instead of profiling and training again: the tables and charts are recomputed only (with
 --loopback, the loopback runs not yet there are trained).
 
-usage: bench/testbed_accuracy.py [--harp PATH] [--out DIR] [--steps N] [--only SETUP,...] [--loopback] [--reuse]
+usage: bench/testbed_accuracy.py [--harp PATH] [--out DIR] [--steps N] [--only SETUP,...] [--loopback]
+                                 [--compare-packet-us N] [--reuse]
 """
 import json
 import os
@@ -106,6 +113,41 @@ def stage_rows(setup, label, sched, p, measured_plan):
     return rows
 
 
+def packet_rows(a, folder, name, label, p, job, cl, plan_file, default_run, data, out):
+    """The plan trained once more under harp-1f1b on a testbed of --compare-packet-us
+    packets, beside its default run: one row per stage, the iteration's errors on each."""
+    run_dir = os.path.join(folder, "packets%g_%s" % (a.compare_packet_us, label))
+    if os.path.exists(os.path.join(run_dir, "summary.json")):  # --reuse
+        s = json.load(open(os.path.join(run_dir, "summary.json")))
+    else:
+        s = tb.train(a.harp, job, cl, plan_file, data or tb.corpus(a.harp, out), run_dir, schedule=SCHEDULES[0],
+                     packet_us=a.compare_packet_us)
+    d_dir, d = default_run
+    read = lambda x: json.load(open(os.path.join(x, "measured_plan.json")))
+    rows = stage_rows(name, label, SCHEDULES[0], p, read(d_dir))
+    other = stage_rows(name, label, SCHEDULES[0], p, read(run_dir))
+    for r, x in zip(rows, other):
+        r.update(packet_us=a.compare_packet_us, other_measured_s=x["measured_s"], other_error=x["error"],
+                 iteration_error=error(d["predicted_s"], d["measured_median_s"]),
+                 other_iteration_error=error(s["predicted_s"], s["measured_median_s"]))
+    print("%-10s %-13s %s: iteration %+.1f%%, stages %s; with %g us packets: iteration %+.1f%%, stages %s" % (
+        name, label, SCHEDULES[0], 100 * rows[0]["iteration_error"], " ".join("%+.0f%%" % (100 * r["error"]) for r in rows),
+        a.compare_packet_us, 100 * rows[0]["other_iteration_error"],
+        " ".join("%+.0f%%" % (100 * r["other_error"]) for r in rows)), flush=True)
+    return rows
+
+
+def write_packets(a, packets):
+    tb.write_csv(os.path.join(a.out, "testbed_accuracy_packets.csv"), packets)
+    plans = [r for r in packets if r["stage"] == 0]
+    for key, title in (("", "the default packets"), ("other_", "%g us packets" % a.compare_packet_us)):
+        i, s = summarize([r[key + "iteration_error"] for r in plans]), summarize([r[key + "error"] for r in packets])
+        mean = sum(r[key + "error"] for r in packets) / len(packets)
+        print("harp-1f1b, %s: %d plans, iteration |error| median %.1f%%, worst %.1f%%, within 10%%: %d; %d stages, "
+              "|error| median %.1f%%, mean error %+.1f%%, within 10%%: %d" % (title, i[3], 100 * i[0], 100 * i[1],
+                                                                             i[2], s[3], 100 * s[0], 100 * mean, s[2]))
+
+
 def summarize(values):
     errs = sorted(abs(v) for v in values)
     return tb.median(errs), errs[-1], sum(e <= 0.10 for e in errs), len(errs)
@@ -116,11 +158,13 @@ def main():
         ap.add_argument("--only", default="", help="comma-separated setup names")
         ap.add_argument("--reuse", action="store_true", help="recompute from the runs already in OUT")
         ap.add_argument("--loopback", action="store_true", help="also train each plan with unshaped links")
+        ap.add_argument("--compare-packet-us", type=float, default=0,
+                        help="also train each plan under harp-1f1b with this packet time (us)")
     a = tb.arguments(__doc__, extra)
     out = os.path.join(a.out, "testbed_accuracy")
     data = None if a.reuse else tb.corpus(a.harp, out)
     only = set(filter(None, a.only.split(",")))
-    rows, stages, loopback = [], [], []
+    rows, stages, loopback, packets = [], [], [], []
     for name, pools, links, model, mbs_count, mbs, sizes, variants, schedules in SETUPS:
         if only and name not in only:
             continue
@@ -145,6 +189,8 @@ def main():
                 s = (json.load(open(os.path.join(run_dir, "summary.json"))) if a.reuse
                      else tb.train(a.harp, job, cl, plan_file, data, run_dir, schedule=sched))
                 runs[sched] = (run_dir, s)
+            if a.compare_packet_us:
+                packets += packet_rows(a, folder, name, label, p, job, cl, plan_file, runs[SCHEDULES[0]], data, out)
             if a.loopback:
                 run_dir = os.path.join(folder, "loopback_%s" % label)
                 ranks = sum(len(st["devices"]) for st in p["stages"])
@@ -190,6 +236,8 @@ def main():
         print("loopback: %d stages, compute |error| median %.1f%%, worst %.1f%%, within 10%%: %d; the same stages "
               "through the shaped links: median %.1f%%, worst %.1f%%, within 10%%: %d"
               % (lo[3], 100 * lo[0], 100 * lo[1], lo[2], 100 * sh[0], 100 * sh[1], sh[2]))
+    if packets:
+        write_packets(a, packets)
     it, cal, st = (summarize([r[k] for r in src]) for k, src in (("error", rows), ("calibrated_error", rows),
                                                                   ("error", stages)))
     note = ("|error| from the profile: median %.1f%%, worst %.1f%%;\ncalibrated: median %.1f%%, worst %.1f%%; "

@@ -12,10 +12,14 @@ rate, as a pipeline's activations do), in these conditions:
   quiet              no traffic
   beside 2 computes  no traffic, two more such threads (other processes) computing half
                      of the time, as two emulated devices' ranks on the two cores
+  beside 1 busy      no traffic, one more such thread computing all the time: what a
+                     compute on the other core costs this one (on a VM whose two vCPUs
+                     share a physical core's vector units, the most)
   loopback           the same bytes per second over 127.0.0.1 (no shaping)
   shaped, N segs     the testbed's links (htb at 0.1 Gbit/s), segmentation offload of at
-                     most N segments per packet; N = 1 is the testbed's own setting at
-                     this rate (docs/testbed.md: a packet at a time, as a NIC sends)
+                     most N segments per packet; N = 4 is the testbed's own setting at
+                     this rate (500 us of the link per packet; docs/testbed.md), N = 1 a
+                     frame at a time, as a NIC sends
   unshaped veth      the same veths with their qdiscs removed, 1 segment per packet
 
 Needs root (it brings a testbed up and down). Writes OUT/testbed_interrupts.csv and an
@@ -108,12 +112,12 @@ def remove_qdiscs():
                        stderr=subprocess.DEVNULL)
 
 
-def measure(seconds, rate, streams, computes=0):
+def measure(seconds, rate, streams, computes=0, busy=0.5):
     """CPU seconds per pass of COMPUTE (passes after the first) while `streams` run:
     [(sender namespace or None, receiver namespace or None, receiver address)], and
-    `computes` more COMPUTE processes busy half of the time."""
+    `computes` more COMPUTE processes busy that share of the time."""
     procs, port = [], 5600
-    others = [subprocess.Popen([PYTHON, "-c", COMPUTE, str(seconds + 6), "0.5"], stdout=subprocess.DEVNULL)
+    others = [subprocess.Popen([PYTHON, "-c", COMPUTE, str(seconds + 6), str(busy)], stdout=subprocess.DEVNULL)
               for _ in range(computes)]
     time.sleep(3 if computes else 0)  # torch imported, computing
     for sender, receiver, host in streams:
@@ -150,13 +154,13 @@ def main():
     up = [a.harp, "testbed", "up", "--cluster", cluster, "--prefix", PREFIX]
     rate = a.rate_mbs * 1e6
     shaped = [(ns(0), ns(1), addr(1)), (ns(1), ns(2), addr(2))]  # a -> b and b -> c, as a pipeline's activations
-    conditions = [("quiet", None, [], 0), ("beside 2 computes", None, [], 2),
-                  ("loopback", None, [(None, None, "127.0.0.1")] * 2, 0)]
-    conditions += [("shaped, %d seg%s" % (n, "s" if n > 1 else ""), n, shaped, 0) for n in (1, 4, 16)]
-    conditions += [("unshaped veth", "none", shaped, 0)]
+    conditions = [("quiet", None, [], 0, 0), ("beside 2 computes", None, [], 2, 0.5),
+                  ("beside 1 busy", None, [], 1, 1.0), ("loopback", None, [(None, None, "127.0.0.1")] * 2, 0, 0)]
+    conditions += [("shaped, %d seg%s" % (n, "s" if n > 1 else ""), n, shaped, 0, 0) for n in (1, 4, 16)]
+    conditions += [("unshaped veth", "none", shaped, 0, 0)]
     rows = []
     try:
-        for label, segments, streams, computes in conditions:
+        for label, segments, streams, computes, busy in conditions:
             if streams and streams[0][0]:
                 tb.run(up)  # the testbed's own settings, then this condition's change
                 if segments == "none":
@@ -164,7 +168,7 @@ def main():
                     remove_qdiscs()
                 else:
                     set_segments(segments)
-            passes, received = measure(a.seconds, rate, streams, computes)
+            passes, received = measure(a.seconds, rate, streams, computes, busy)
             rows.append(dict(condition=label, passes=len(passes), cpu_ms_median=1e3 * tb.median(passes),
                              cpu_ms_p10=1e3 * sorted(passes)[len(passes) // 10],
                              stream_mbs=sum(received) / 1e6 / (a.seconds + 3) if received else 0.0))
@@ -179,7 +183,7 @@ def main():
     tb.bar_chart(os.path.join(a.out, "testbed_interrupts.svg"),
                  "A compute thread's CPU time per pass while two links carry %.0f MB/s each" % a.rate_mbs,
                  [(r["condition"], [r["vs_quiet"]]) for r in rows], ["CPU time / quiet"], "x the quiet CPU time",
-                 note="same work every pass; htb at 0.1 Gbit/s; 1 seg = the testbed's setting")
+                 note="same work every pass; htb at 0.1 Gbit/s; 4 segs = the testbed's setting")
     print("wrote %s and .svg" % os.path.join(a.out, "testbed_interrupts.csv"))
 
 

@@ -108,11 +108,14 @@ def simulate(harp, plan_file, schedule):
     return json.loads(r.stdout)["iteration_s"]
 
 
-def train(harp, job, cluster_file, plan_file, data, out_dir, schedule=None, loopback_ranks=0):
+def train(harp, job, cluster_file, plan_file, data, out_dir, schedule=None, loopback_ranks=0, packet_us=None):
     """Trains the plan through the testbed; returns its summary.json. loopback_ranks > 0:
-    that many ranks on 127.0.0.1 instead (emulated devices, links not shaped)."""
+    that many ranks on 127.0.0.1 instead (emulated devices, links not shaped). packet_us:
+    the testbed's packet time (harp launch --testbed-packet-us), else its default."""
     where = (["--nproc", str(loopback_ranks)] if loopback_ranks
              else ["--testbed", cluster_file, "--plan", plan_file])
+    if packet_us and not loopback_ranks:
+        where += ["--testbed-packet-us", str(packet_us)]
     cmd = [harp, "launch", "--emulate"] + where + ["--",
            harp, "train", "--plan", plan_file, "--job", job, "--data", data, "--out", out_dir, "--quiet"]
     if schedule:

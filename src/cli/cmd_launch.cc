@@ -30,6 +30,7 @@ struct Opts {
   int max_restarts = 3;
   bool emulate = false;
   std::string testbed_file, plan_file, prefix;
+  double packet_us = testbed::kDefaultPacketUs;
   double grace_s = 5.0;
   double replan_min_gain = -1;  // -1: the job's training.replan_min_gain
   std::vector<std::string> command;
@@ -46,6 +47,7 @@ Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* o
                         testbed::rank_devices(c, p ? &*p : nullptr, o.plan_file, o.testbed_file, &options->nproc));
   HARP_ASSIGN_OR_RETURN(testbed::Topology t,
                         testbed::topology_for(c, o.prefix.empty() ? testbed::default_prefix(c) : o.prefix));
+  t.packet_us = o.packet_us;
   HARP_ASSIGN_OR_RETURN(testbed::RankPlacement placed, testbed::place_ranks(c, t, devices, options));
   if (!placed.testbed) {
     ctx.err << "harp launch: note: no testbed (" << placed.unavailable << "); the ranks talk over 127.0.0.1, unshaped\n";
@@ -84,7 +86,7 @@ int run_launch(const Opts& o, Context& ctx) {
       ctx.err << "harp launch: --testbed runs on one machine; leave out --nnodes\n";
       return kExitUsage;
     }
-    return run_elastic(e, o.testbed_file, o.prefix, ctx);
+    return run_elastic(e, o.testbed_file, o.prefix, o.packet_us, ctx);
   }
   if (!o.job_file.empty()) {
     ctx.err << "harp launch: --job goes with --elastic\n";
@@ -152,6 +154,10 @@ void add_launch_command(CLI::App& root, Context& ctx) {
                   "Cluster file: run each rank in its device's namespace of the emulated cluster (harp testbed)");
   cmd->add_option("--plan", o->plan_file, "With --testbed: the plan the ranks run, for their devices");
   cmd->add_option("--testbed-prefix", o->prefix, "With --testbed: the testbed's namespace prefix");
+  cmd->add_option("--testbed-packet-us", o->packet_us,
+                  "With --testbed, where this launch brings it up: the time one packet takes on a shaped link")
+      ->capture_default_str()
+      ->check(real(10, 100000, false, "us"));
   cmd->add_option("--nnodes", o->nnodes, "Machines (launchers) taking part, each with --nproc workers")
       ->capture_default_str()
       ->check(whole(1, 65536));

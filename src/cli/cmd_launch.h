@@ -14,10 +14,10 @@ namespace harp::cli {
 // re-plans over the survivors when ranks are lost (launch::ElasticController, with the
 // job's cluster and planner options). With `testbed_file` (the job's cluster) each
 // attempt's ranks run in their devices' namespaces of that testbed (`prefix`, or the
-// cluster's default), brought up if it is not and then taken down at the end. Returns the
-// exit code.
+// cluster's default), brought up if it is not (its packets `packet_us` long) and then
+// taken down at the end. Returns the exit code.
 int run_elastic(launch::ElasticOptions options, const std::string& testbed_file, const std::string& prefix,
-                Context& ctx);
+                double packet_us, Context& ctx);
 
 // harp launch's exit code for a worker's (docs/errors.md): a documented code of harp's
 // own (1-4) passes through; any other status (127: command not found; 128 + N: killed by

@@ -13,7 +13,7 @@
 
 namespace harp::cli {
 
-int run_elastic(launch::ElasticOptions o, const std::string& testbed_file, const std::string& prefix,
+int run_elastic(launch::ElasticOptions o, const std::string& testbed_file, const std::string& prefix, double packet_us,
                 Context& ctx) {
   auto job = job::load_job(o.job_file);
   if (!job.ok()) return ctx.fail("launch", job.status());
@@ -29,6 +29,7 @@ int run_elastic(launch::ElasticOptions o, const std::string& testbed_file, const
     }
     auto t = testbed::topology_for(*c, prefix.empty() ? testbed::default_prefix(*c) : prefix);
     if (!t.ok()) return ctx.fail("launch", t.status());
+    t->packet_us = packet_us;
     o.place = [c = *c, t = *t, &owned](const std::vector<int>& devices,
                                        launch::LaunchOptions* options) -> StatusOr<std::string> {
       HARP_ASSIGN_OR_RETURN(testbed::RankPlacement placed, testbed::place_ranks(c, t, devices, options));

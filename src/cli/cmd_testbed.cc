@@ -19,6 +19,7 @@ namespace {
 struct Opts {
   std::string cluster_file;
   std::string prefix;
+  double packet_us = testbed::kDefaultPacketUs;
   bool dry_run = false;
   // probe
   std::vector<std::string> sizes;
@@ -32,7 +33,11 @@ struct Opts {
 
 StatusOr<testbed::Topology> topology_of(const Opts& o, cluster::Cluster* cluster) {
   HARP_ASSIGN_OR_RETURN(*cluster, cluster::load_cluster(o.cluster_file));
-  return testbed::topology_for(*cluster, o.prefix.empty() ? testbed::default_prefix(*cluster) : o.prefix);
+  HARP_ASSIGN_OR_RETURN(
+      testbed::Topology t,
+      testbed::topology_for(*cluster, o.prefix.empty() ? testbed::default_prefix(*cluster) : o.prefix));
+  t.packet_us = o.packet_us;
+  return t;
 }
 
 int run_up(const Opts& o, Context& ctx) {
@@ -215,6 +220,11 @@ void add_testbed_command(CLI::App& root, Context& ctx) {
     auto* sub = cmd->add_subcommand(name, help);
     sub->add_option("--cluster", o->cluster_file, "Cluster file (YAML or JSON)")->required(std::string(name) != "down");
     sub->add_option("--prefix", o->prefix, "Namespace name prefix (default: harp + the cluster's fingerprint)");
+    if (std::string(name) != "down" && std::string(name) != "status")
+      sub->add_option("--packet-us", o->packet_us,
+                      "The time one packet takes on a shaped link (its GSO segments; docs/testbed.md)")
+          ->capture_default_str()
+          ->check(real(10, 100000, false, "us"));
     return sub;
   };
   auto* up = add("up", "Create (or repair) one namespace per host and the shaped links between them");

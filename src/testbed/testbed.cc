@@ -44,13 +44,9 @@ double wire_rate_factor() {
   return (kMtu + 14.0) / (kMtu - 52.0);
 }
 
-int gso_segments(const cluster::Link& link) {
-  // A GSO packet leaves htb as one unit whenever its class is not in debt, so a message
-  // can arrive one GSO packet early. One segment per packet up to ~0.12 Gbit/s (exact);
-  // above, as many as the link sends in 100 us, since this machine cannot push one
-  // 1514-byte packet at a time through veth and htb much faster (docs/testbed.md).
-  const double per_100us = link.bandwidth_gbps * 1e9 / 8 * 1e-4 / (kMtu + 14.0);
-  return static_cast<int>(std::clamp(std::floor(per_100us), 1.0, 64.0));
+int gso_segments(const cluster::Link& link, double packet_us) {
+  const double frames = link.bandwidth_gbps * 1e9 / 8 * packet_us * 1e-6 / (kMtu + 14.0);
+  return static_cast<int>(std::clamp(std::round(frames), 1.0, 64.0));
 }
 
 namespace {
@@ -201,9 +197,10 @@ std::vector<std::vector<std::string>> up_commands(const Topology& t, Shaper shap
       const Host& from = t.hosts[side == 0 ? w.a : w.b];
       const Host& to = t.hosts[side == 0 ? w.b : w.a];
       const std::string dev = Topology::veth_name(side == 0 ? w.b : w.a);
-      // A GSO packet is shaped as one: few segments per packet, so that no message
-      // crosses early (gso_segments).
-      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "gso_max_segs", std::to_string(gso_segments(w.link))});
+      // A GSO packet is shaped as one: as many segments as the link sends in packet_us
+      // (gso_segments).
+      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "gso_max_segs",
+                      std::to_string(gso_segments(w.link, t.packet_us))});
       cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "up"});
       // CUBIC on the route, not the machine's default (BBR here): BBR sizes its window
       // to the bandwidth x the least round trip it saw (a few frames on an idle
@@ -398,7 +395,8 @@ StatusOr<int> set_link(Topology* t, int a, int b, std::optional<double> bandwidt
         return failed_precondition(w.rule + " (" + from.netns + " " + dev +
                                    ") is not shaped: the testbed is not up; run harp testbed up first");
       }
-      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "gso_max_segs", std::to_string(gso_segments(link))});
+      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "gso_max_segs",
+                      std::to_string(gso_segments(link, t->packet_us))});
       for (const auto& cmd : cmds) HARP_RETURN_IF_ERROR(run_command(cmd).status());
     }
     w.link = link;

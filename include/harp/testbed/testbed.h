@@ -37,8 +37,14 @@ struct Wire {
   std::string rule;  // "link fast-slow", "inter-node of fast", "via fast-mid-slow: ..."
 };
 
+// How much of a shaped link's time one packet takes, by default (gso_segments).
+inline constexpr double kDefaultPacketUs = 500;
+
 struct Topology {
   std::string prefix;
+  // The time one packet takes on a shaped link (`harp testbed up --packet-us`): up() and
+  // set_link() size the veths' packets by it (gso_segments).
+  double packet_us = kDefaultPacketUs;
   std::vector<Host> hosts;
   std::vector<Wire> wires;
 
@@ -73,9 +79,12 @@ const char* shaper_name(Shaper shaper);
 // bandwidth x this, so that a transfer moves its payload at the declared bandwidth.
 double wire_rate_factor();
 
-// Segments per GSO packet on a link's veths (`gso_max_segs`): 1 up to ~0.12 Gbit/s,
-// else what the link sends in 100 us (at most 64).
-int gso_segments(const cluster::Link& link);
+// Segments per GSO packet on a link's veths (`gso_max_segs`): what the link sends in
+// packet_us, rounded, at least 1 and at most 64. htb sends each packet it holds back from
+// a timer interrupt, whose time this kernel charges to the thread it lands on (a
+// computing rank's); a larger packet means fewer of them, and a message on an idle link
+// arriving up to one packet (packet_us) early (docs/testbed.md).
+int gso_segments(const cluster::Link& link, double packet_us = kDefaultPacketUs);
 
 // What makes a host's namespace, and the veth pair of a wire (inside its two
 // namespaces); `up` runs each only when the thing is missing.

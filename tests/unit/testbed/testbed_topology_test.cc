@@ -110,10 +110,13 @@ TEST(TestbedTopology, SegmentsPerPacketAndWireRate) {
     l.bandwidth_gbps = gbps;
     return l;
   };
-  EXPECT_EQ(gso_segments(link(0.01)), 1);
-  EXPECT_EQ(gso_segments(link(0.1)), 1);
-  EXPECT_EQ(gso_segments(link(1)), 8);     // 1 Gbit/s x 100 us / 1514 bytes
+  // What the link sends in 500 us, in 1514-byte frames, rounded: 0.41, 4.1, 41.3.
+  EXPECT_EQ(gso_segments(link(0.01)), 1);  // at least one
+  EXPECT_EQ(gso_segments(link(0.1)), 4);
+  EXPECT_EQ(gso_segments(link(1)), 41);
   EXPECT_EQ(gso_segments(link(100)), 64);  // capped
+  EXPECT_EQ(gso_segments(link(0.1), 100), 1);    // 0.83
+  EXPECT_EQ(gso_segments(link(0.1), 2000), 17);  // 16.5
   // Every veth end gets its segment count.
   auto t = topology_for(three_pools(), "harpx");
   ASSERT_TRUE(t.ok());
@@ -121,6 +124,14 @@ TEST(TestbedTopology, SegmentsPerPacketAndWireRate) {
   for (const auto& cmd : up_commands(*t, Shaper::kHtb))
     if (std::find(cmd.begin(), cmd.end(), "gso_max_segs") != cmd.end()) ++gso;
   EXPECT_EQ(gso, 12);
+  // The topology's packet time sizes them (harp testbed up --packet-us): 100 ms of any of
+  // its links is more than 64 frames.
+  t->packet_us = 1e5;
+  for (const auto& cmd : up_commands(*t, Shaper::kHtb)) {
+    if (std::find(cmd.begin(), cmd.end(), "gso_max_segs") != cmd.end()) {
+      EXPECT_EQ(cmd.back(), "64");
+    }
+  }
 }
 
 TEST(TestbedTopology, PrefixIsCheckedAndDefaultsToTheFingerprint) {
@@ -153,6 +164,11 @@ TEST(TestbedCli, DryRunPrintsTheCommandsWithoutRunningThem) {
                        std::to_string(std::llround(1e9 * wire_rate_factor())) + "bit"),
             std::string::npos)
       << r.out;
+  // As many segments as 1 Gbit/s sends in 500 us (the default packet time), or in 100 us.
+  EXPECT_NE(r.out.find("ip -n harpdry-h2 link set hb0 gso_max_segs 41"), std::string::npos) << r.out;
+  r = testing::run_harp({"testbed", "up", "--cluster", HARP_SOURCE_DIR "/examples/clusters/cpu_hetero.yaml", "--prefix",
+                         "harpdry", "--dry-run", "--packet-us", "100"});
+  ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("ip -n harpdry-h2 link set hb0 gso_max_segs 8"), std::string::npos) << r.out;
   auto bad = testing::run_harp({"testbed", "down"});
   EXPECT_EQ(bad.rc, 2);
