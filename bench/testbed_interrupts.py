@@ -13,8 +13,9 @@ rate, as a pipeline's activations do), in these conditions:
   beside 2 computes  no traffic, two more such threads (other processes) computing half
                      of the time, as two emulated devices' ranks on the two cores
   beside 1 busy      no traffic, one more such thread computing all the time: what a
-                     compute on the other core costs this one (on a VM whose two vCPUs
-                     share a physical core's vector units, the most)
+                     compute on the other core costs this one
+  beside 1 scalar    no traffic, a Python loop of integer additions on the other core all
+                     the time: what any busy neighbour costs, against a vector one
   loopback           the same bytes per second over 127.0.0.1 (no shaping)
   shaped, N segs     the testbed's links (htb at 0.1 Gbit/s), segmentation offload of at
                      most N segments per packet; N = 4 is the testbed's own setting at
@@ -53,6 +54,15 @@ while time.time() < end:
     c = time.thread_time() - c
     print(c, flush=True)
     time.sleep(c * (1 / busy - 1))
+"""
+
+# A busy neighbour without vector work: integer additions for SECONDS.
+SCALAR = r"""
+import sys, time
+end, x = time.time() + float(sys.argv[1]), 0
+while time.time() < end:
+    for i in range(100000):
+        x += i
 """
 
 # A paced stream: `recv HOST PORT` counts bytes until the sender closes; `send HOST PORT
@@ -115,9 +125,11 @@ def remove_qdiscs():
 def measure(seconds, rate, streams, computes=0, busy=0.5):
     """CPU seconds per pass of COMPUTE (passes after the first) while `streams` run:
     [(sender namespace or None, receiver namespace or None, receiver address)], and
-    `computes` more COMPUTE processes busy that share of the time."""
+    `computes` more COMPUTE processes busy that share of the time (busy "scalar": SCALAR
+    processes instead)."""
     procs, port = [], 5600
-    others = [subprocess.Popen([PYTHON, "-c", COMPUTE, str(seconds + 6), str(busy)], stdout=subprocess.DEVNULL)
+    program, share = (SCALAR, []) if busy == "scalar" else (COMPUTE, [str(busy)])
+    others = [subprocess.Popen([PYTHON, "-c", program, str(seconds + 6)] + share, stdout=subprocess.DEVNULL)
               for _ in range(computes)]
     time.sleep(3 if computes else 0)  # torch imported, computing
     for sender, receiver, host in streams:
@@ -155,7 +167,8 @@ def main():
     rate = a.rate_mbs * 1e6
     shaped = [(ns(0), ns(1), addr(1)), (ns(1), ns(2), addr(2))]  # a -> b and b -> c, as a pipeline's activations
     conditions = [("quiet", None, [], 0, 0), ("beside 2 computes", None, [], 2, 0.5),
-                  ("beside 1 busy", None, [], 1, 1.0), ("loopback", None, [(None, None, "127.0.0.1")] * 2, 0, 0)]
+                  ("beside 1 busy", None, [], 1, 1.0), ("beside 1 scalar", None, [], 1, "scalar"),
+                  ("loopback", None, [(None, None, "127.0.0.1")] * 2, 0, 0)]
     conditions += [("shaped, %d seg%s" % (n, "s" if n > 1 else ""), n, shaped, 0, 0) for n in (1, 4, 16)]
     conditions += [("unshaped veth", "none", shaped, 0, 0)]
     rows = []
