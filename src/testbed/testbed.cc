@@ -84,6 +84,13 @@ std::vector<std::string> htb_class_args(const cluster::Link& link) {
   return {"htb", "rate", shaped_rate(link), "burst", burst, "cburst", burst, "quantum", "60000"};
 }
 
+// A GSO packet is shaped as one: the veth end's packets carry as many segments as the
+// link sends in packet_us (gso_segments).
+std::vector<std::string> gso_command(const std::string& netns, const std::string& dev, const cluster::Link& link,
+                                     double packet_us) {
+  return {"ip", "-n", netns, "link", "set", dev, "gso_max_segs", std::to_string(gso_segments(link, packet_us))};
+}
+
 std::vector<std::string> joined(std::vector<std::string> a, const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
@@ -128,10 +135,11 @@ Status check_prefix(const std::string& prefix) {
   return Status();
 }
 
-StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::string& prefix) {
+StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::string& prefix, double packet_us) {
   HARP_RETURN_IF_ERROR(check_prefix(prefix));
   Topology t;
   t.prefix = prefix;
+  t.packet_us = packet_us;
   int hosts = 0;
   for (const auto& sc : cluster.subclusters) hosts += sc.nodes > 1 ? sc.nodes : 1;
   if (hosts > kMaxHosts)
@@ -197,10 +205,7 @@ std::vector<std::vector<std::string>> up_commands(const Topology& t, Shaper shap
       const Host& from = t.hosts[side == 0 ? w.a : w.b];
       const Host& to = t.hosts[side == 0 ? w.b : w.a];
       const std::string dev = Topology::veth_name(side == 0 ? w.b : w.a);
-      // A GSO packet is shaped as one: as many segments as the link sends in packet_us
-      // (gso_segments).
-      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "gso_max_segs",
-                      std::to_string(gso_segments(w.link, t.packet_us))});
+      cmds.push_back(gso_command(from.netns, dev, w.link, t.packet_us));
       cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "up"});
       // CUBIC on the route, not the machine's default (BBR here): BBR sizes its window
       // to the bandwidth x the least round trip it saw (a few frames on an idle
@@ -395,8 +400,7 @@ StatusOr<int> set_link(Topology* t, int a, int b, std::optional<double> bandwidt
         return failed_precondition(w.rule + " (" + from.netns + " " + dev +
                                    ") is not shaped: the testbed is not up; run harp testbed up first");
       }
-      cmds.push_back({"ip", "-n", from.netns, "link", "set", dev, "gso_max_segs",
-                      std::to_string(gso_segments(link, t->packet_us))});
+      cmds.push_back(gso_command(from.netns, dev, link, t->packet_us));
       for (const auto& cmd : cmds) HARP_RETURN_IF_ERROR(run_command(cmd).status());
     }
     w.link = link;

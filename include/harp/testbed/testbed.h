@@ -67,7 +67,9 @@ Status check_prefix(const std::string& prefix);
 // link; other pairs get the path through the subclusters between them (the slowest
 // bandwidth, the sum of latencies), as traffic routed along the chain would see.
 // InvalidArgument for more than 1000 hosts.
-StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::string& prefix);
+// `packet_us` is the time one packet takes on a shaped link (Topology::packet_us).
+StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::string& prefix,
+                                double packet_us = kDefaultPacketUs);
 
 // How links are shaped: netem (bandwidth and latency) where the kernel has sch_netem,
 // else htb (bandwidth only; the link keeps the veth's own latency, tens of us).
