@@ -113,6 +113,18 @@ def stage_rows(setup, label, sched, p, measured_plan):
     return rows
 
 
+def paired_rows(setup, label, p, first_dir, second_dir, key, **fields):
+    """The plan's stage rows (harp-1f1b) from the run in first_dir, each with `fields`,
+    then the same stage's measured time and error from the run in second_dir as
+    key + "measured_s" and key + "error"."""
+    read = lambda d: json.load(open(os.path.join(d, "measured_plan.json")))
+    rows = stage_rows(setup, label, SCHEDULES[0], p, read(first_dir))
+    for r, x in zip(rows, stage_rows(setup, label, SCHEDULES[0], p, read(second_dir))):
+        r.update(fields)
+        r[key + "measured_s"], r[key + "error"] = x["measured_s"], x["error"]
+    return rows
+
+
 def packet_rows(a, folder, name, label, p, job, cl, plan_file, default_run, data, out):
     """The plan trained once more under harp-1f1b on a testbed of --compare-packet-us
     packets, beside its default run: one row per stage, the iteration's errors on each."""
@@ -123,12 +135,9 @@ def packet_rows(a, folder, name, label, p, job, cl, plan_file, default_run, data
         s = tb.train(a.harp, job, cl, plan_file, data or tb.corpus(a.harp, out), run_dir, schedule=SCHEDULES[0],
                      packet_us=a.compare_packet_us)
     d_dir, d = default_run
-    read = lambda x: json.load(open(os.path.join(x, "measured_plan.json")))
-    rows = stage_rows(name, label, SCHEDULES[0], p, read(d_dir))
-    other = stage_rows(name, label, SCHEDULES[0], p, read(run_dir))
-    for r, x in zip(rows, other):
-        r.update(packet_us=a.compare_packet_us, other_measured_s=x["measured_s"], other_error=x["error"],
-                 iteration_error=error(d["predicted_s"], d["measured_median_s"]),
+    rows = paired_rows(name, label, p, d_dir, run_dir, "other_", packet_us=a.compare_packet_us)
+    for r in rows:
+        r.update(iteration_error=error(d["predicted_s"], d["measured_median_s"]),
                  other_iteration_error=error(s["predicted_s"], s["measured_median_s"]))
     print("%-10s %-13s %s: iteration %+.1f%%, stages %s; with %g us packets: iteration %+.1f%%, stages %s" % (
         name, label, SCHEDULES[0], 100 * rows[0]["iteration_error"], " ".join("%+.0f%%" % (100 * r["error"]) for r in rows),
@@ -197,11 +206,7 @@ def main():
                 if not os.path.exists(os.path.join(run_dir, "measured_plan.json")):  # also under --reuse
                     data = data or tb.corpus(a.harp, out)
                     tb.train(a.harp, job, cl, plan_file, data, run_dir, schedule=SCHEDULES[0], loopback_ranks=ranks)
-                read = lambda d: json.load(open(os.path.join(d, "measured_plan.json")))
-                lo = stage_rows(name, label, SCHEDULES[0], p, read(run_dir))
-                shaped = stage_rows(name, label, SCHEDULES[0], p, read(runs[SCHEDULES[0]][0]))
-                for r, x in zip(lo, shaped):
-                    r.update(ranks=ranks, shaped_measured_s=x["measured_s"], shaped_error=x["error"])
+                lo = paired_rows(name, label, p, run_dir, runs[SCHEDULES[0]][0], "shaped_", ranks=ranks)
                 loopback += lo
                 print("%-10s %-13s loopback (%d ranks): stages %s; shaped links: %s" % (
                     name, label, ranks, " ".join("%+.0f%%" % (100 * r["error"]) for r in lo),
