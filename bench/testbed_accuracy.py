@@ -36,12 +36,17 @@ packets take N us of their link's time (harp launch --testbed-packet-us; the def
 to OUT/testbed_accuracy_packets.csv: what the packet time does to the errors, side by
 side (docs/testbed.md, "What the shaped links cost a compute").
 
+--floor also trains, for each device type, a one-stage plan of the whole model on one
+device (one rank on 127.0.0.1: no links, no other rank), twice in a row, and writes
+OUT/testbed_accuracy_floor.csv: the profile's own error where nothing else runs beside
+the compute, and how far two runs of one plan differ on this machine (its noise floor).
+
 --reuse reads the runs a previous invocation left in OUT (profiles, plans, summaries)
 instead of profiling and training again: the tables and charts are recomputed only (with
 --loopback, the loopback runs not yet there are trained).
 
 usage: bench/testbed_accuracy.py [--harp PATH] [--out DIR] [--steps N] [--only SETUP,...] [--loopback]
-                                 [--compare-packet-us N] [--reuse]
+                                 [--compare-packet-us N] [--floor] [--reuse]
 """
 import json
 import os
@@ -157,6 +162,47 @@ def write_packets(a, packets):
                                                                              i[2], s[3], 100 * s[0], 100 * mean, s[2]))
 
 
+def floor_rows(a, out, data):
+    """Each device type of the first setup alone: a one-stage plan of its model on one
+    device, trained twice on 127.0.0.1; a row per run."""
+    _, pools, _, model, microbatches, microbatch_size, sizes = SETUPS[0][:7]
+    rows = []
+    for pool, device, _ in pools:
+        folder = os.path.join(out, "floor", device)
+        if a.reuse:
+            cl, job, prof = (os.path.join(folder, f) for f in ("cluster.yaml", "job.yaml", "profile.json"))
+        else:
+            print("floor: profiling %s alone" % device, flush=True)
+            cl, job, prof = tb.setup(a.harp, folder, "floor-" + device, [(pool, device, 1)], [], model, microbatches,
+                                     microbatch_size, a.steps, sizes)
+        plan_file = os.path.join(folder, "harp.json")
+        p = json.load(open(plan_file)) if a.reuse else tb.plan(a.harp, job, prof, "harp", plan_file)
+        for k in (1, 2):
+            run_dir = os.path.join(folder, "run%d" % k)
+            s = (json.load(open(os.path.join(run_dir, "summary.json"))) if a.reuse
+                 else tb.train(a.harp, job, cl, plan_file, data, run_dir, schedule=SCHEDULES[0], loopback_ranks=1))
+            st = stage_rows("floor", device, SCHEDULES[0], p, json.load(open(os.path.join(run_dir, "measured_plan.json"))))
+            rows.append(dict(device=device, run=k, predicted_s=s["predicted_s"], measured_s=s["measured_median_s"],
+                             error=error(s["predicted_s"], s["measured_median_s"]),
+                             stage_predicted_s=st[0]["predicted_s"], stage_measured_s=st[0]["measured_s"],
+                             stage_error=st[0]["error"]))
+        one, two = rows[-2:]
+        print("floor %s alone, one stage: iteration %+.1f%% then %+.1f%%, stage compute %+.1f%% then %+.1f%%; "
+              "the second run's iteration %+.1f%% from the first" % (
+                  device, 100 * one["error"], 100 * two["error"], 100 * one["stage_error"], 100 * two["stage_error"],
+                  100 * (two["measured_s"] / one["measured_s"] - 1)), flush=True)
+    return rows
+
+
+def write_floor(a, floor):
+    tb.write_csv(os.path.join(a.out, "testbed_accuracy_floor.csv"), floor)
+    it, st = summarize([r["error"] for r in floor]), summarize([r["stage_error"] for r in floor])
+    apart = summarize([floor[i + 1]["measured_s"] / floor[i]["measured_s"] - 1 for i in range(0, len(floor), 2)])
+    print("floor: %d runs of one device alone: iteration |error| median %.1f%%, worst %.1f%%; stage compute median "
+          "%.1f%%, worst %.1f%%; two runs of one plan apart by %.1f%% median, %.1f%% worst"
+          % (it[3], 100 * it[0], 100 * it[1], 100 * st[0], 100 * st[1], 100 * apart[0], 100 * apart[1]))
+
+
 def summarize(values):
     errs = sorted(abs(v) for v in values)
     return tb.median(errs), errs[-1], sum(e <= 0.10 for e in errs), len(errs)
@@ -169,11 +215,13 @@ def main():
         ap.add_argument("--loopback", action="store_true", help="also train each plan with unshaped links")
         ap.add_argument("--compare-packet-us", type=float, default=0,
                         help="also train each plan under harp-1f1b with this packet time (us)")
+        ap.add_argument("--floor", action="store_true", help="also train each device type alone, twice")
     a = tb.arguments(__doc__, extra)
     out = os.path.join(a.out, "testbed_accuracy")
     data = None if a.reuse else tb.corpus(a.harp, out)
     only = set(filter(None, a.only.split(",")))
     rows, stages, loopback, packets = [], [], [], []
+    floor = floor_rows(a, out, data) if a.floor else []
     for name, pools, links, model, mbs_count, mbs, sizes, variants, schedules in SETUPS:
         if only and name not in only:
             continue
@@ -233,6 +281,10 @@ def main():
                                                        100 * row["error"], calibrated, 100 * row["calibrated_error"],
                                                        measured, " ".join("%+.0f%%" % (100 * r["error"])
                                                                           for r in st_rows)), flush=True)
+    if floor:
+        write_floor(a, floor)
+    if not rows:  # --only named no setup
+        return
     tb.write_csv(os.path.join(a.out, "testbed_accuracy.csv"), rows)
     tb.write_csv(os.path.join(a.out, "testbed_accuracy_stages.csv"), stages)
     if loopback:

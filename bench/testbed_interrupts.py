@@ -16,6 +16,9 @@ rate, as a pipeline's activations do), in these conditions:
                      compute on the other core costs this one
   beside 1 scalar    no traffic, a Python loop of integer additions on the other core all
                      the time: what any busy neighbour costs, against a vector one
+  beside wake-ups    no traffic, a process that sleeps 1 ms at a time, all the time: what
+                     a thousand wake-ups a second cost a compute (ranks wake up from their
+                     emulated devices' sleeps and for messages)
   loopback           the same bytes per second over 127.0.0.1 (no shaping)
   shaped, N segs     the testbed's links (htb at 0.1 Gbit/s), segmentation offload of at
                      most N segments per packet; N = 4 is the testbed's own setting at
@@ -63,6 +66,14 @@ end, x = time.time() + float(sys.argv[1]), 0
 while time.time() < end:
     for i in range(100000):
         x += i
+"""
+
+# A neighbour that only wakes up: 1 ms sleeps for SECONDS.
+WAKER = r"""
+import sys, time
+end = time.time() + float(sys.argv[1])
+while time.time() < end:
+    time.sleep(0.001)
 """
 
 # A paced stream: `recv HOST PORT` counts bytes until the sender closes; `send HOST PORT
@@ -125,10 +136,10 @@ def remove_qdiscs():
 def measure(seconds, rate, streams, computes=0, busy=0.5):
     """CPU seconds per pass of COMPUTE (passes after the first) while `streams` run:
     [(sender namespace or None, receiver namespace or None, receiver address)], and
-    `computes` more COMPUTE processes busy that share of the time (busy "scalar": SCALAR
-    processes instead)."""
+    `computes` more COMPUTE processes busy that share of the time (busy "scalar" or
+    "waker": SCALAR or WAKER processes instead)."""
     procs, port = [], 5600
-    program, share = (SCALAR, []) if busy == "scalar" else (COMPUTE, [str(busy)])
+    program, share = {"scalar": (SCALAR, []), "waker": (WAKER, [])}.get(busy, (COMPUTE, [str(busy)]))
     others = [subprocess.Popen([PYTHON, "-c", program, str(seconds + 6)] + share, stdout=subprocess.DEVNULL)
               for _ in range(computes)]
     time.sleep(3 if computes else 0)  # torch imported, computing
@@ -168,6 +179,7 @@ def main():
     shaped = [(ns(0), ns(1), addr(1)), (ns(1), ns(2), addr(2))]  # a -> b and b -> c, as a pipeline's activations
     conditions = [("quiet", None, [], 0, 0), ("beside 2 computes", None, [], 2, 0.5),
                   ("beside 1 busy", None, [], 1, 1.0), ("beside 1 scalar", None, [], 1, "scalar"),
+                  ("beside wake-ups", None, [], 1, "waker"),
                   ("loopback", None, [(None, None, "127.0.0.1")] * 2, 0, 0)]
     conditions += [("shaped, %d seg%s" % (n, "s" if n > 1 else ""), n, shaped, 0, 0) for n in (1, 4, 16)]
     conditions += [("unshaped veth", "none", shaped, 0, 0)]
