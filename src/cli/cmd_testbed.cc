@@ -108,6 +108,9 @@ int run_probe(const Opts& o, Context& ctx) {
   // Up for the probe, and down again after, unless it was up before.
   auto brought_up = testbed::ensure_up(c, *t);
   if (!brought_up.ok()) return ctx.fail("testbed probe", brought_up.status());
+  if (!*brought_up)  // its links keep what they were brought up with, packet time included
+    ctx.out << "testbed " << t->prefix << " was already up: probing its links as they are (--packet-us applies only "
+            << "where this command brings the testbed up; harp testbed down first to probe another)\n";
   ctx.out << "probing " << t->wires.size() << " link(s) of testbed " << t->prefix << ", " << po.repeats
           << " messages per cell; sizes whose model time exceeds " << po.max_message_s << " s are skipped\n";
   auto rows = testbed::probe_links(*t, po, [&](const std::string& line) { ctx.out << line << std::endl; });
@@ -218,7 +221,9 @@ void add_testbed_command(CLI::App& root, Context& ctx) {
     sub->add_option("--prefix", o->prefix, "Namespace name prefix (default: harp + the cluster's fingerprint)");
     if (std::string(name) != "down" && std::string(name) != "status")
       sub->add_option("--packet-us", o->packet_us,
-                      "The time one packet takes on a shaped link (its GSO segments; docs/testbed.md)")
+                      std::string(name) == "probe"
+                          ? "Where the probe brings the testbed up: the time one packet takes on a shaped link"
+                          : "The time one packet takes on a shaped link (its GSO segments; docs/testbed.md)")
           ->capture_default_str()
           ->check(real(10, 100000, false, "us"));
     return sub;

@@ -255,5 +255,26 @@ TEST(TestbedLive, BothDirectionsAtOnceHoldTheLinkModel) {
                                          << r.to << ": " << r.measured_s * 1e3 << " ms for " << r.model_s * 1e3;
 }
 
+// The probe on a testbed already up probes its links as they are and says so: a packet
+// time it was given does not reach them (8 segments at 1 Gbit/s from `up --packet-us 100`
+// stay 8, not the default's 41).
+TEST(TestbedLive, AProbeOnATestbedAlreadyUpSaysItsPacketTimeDoesNotApply) {
+  SKIP_WITHOUT_TESTBED();
+  testing::TempDir dir;
+  const std::string prefix = unique_prefix("p");
+  std::ofstream(dir.file("cluster.yaml")) << pair_cluster("probe-up", 1.0);
+  const std::string args = " --cluster " + dir.file("cluster.yaml") + " --prefix " + prefix;
+  std::string out;
+  ASSERT_EQ(shell(kHarp + " testbed up --packet-us 100" + args, &out), 0) << out;
+  const int rc = shell(kHarp + " testbed probe --packet-us 500 --sizes 64K --repeats 2" + args, &out);
+  std::string link;
+  shell("ip -n " + prefix + "-h0 -d link show", &link);
+  (void)down(prefix);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("was already up: probing its links as they are"), std::string::npos) << out;
+  EXPECT_NE(link.find("gso_max_segs 8 "), std::string::npos) << link;
+  expect_nothing_left(prefix);
+}
+
 }  // namespace
 }  // namespace harp::testbed
