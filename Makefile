@@ -92,9 +92,10 @@ bench-generate: build
 bench-limits: build
 	/usr/bin/python3 bench/limits.py --harp $(BUILD)/src/cli/harp
 
-# The simulator's accuracy over 56 plans trained on the emulated cluster (root; 15-25 min).
+# The simulator's accuracy over 56 plans trained on the emulated cluster, and the machine's
+# floor: each device type alone, twice (root; 20-30 min).
 bench-testbed: tools
-	python3 bench/testbed_accuracy.py --harp $(BUILD)/src/cli/harp
+	python3 bench/testbed_accuracy.py --harp $(BUILD)/src/cli/harp --floor
 
 # What the shaped links' interrupts, and a compute on the other vCPU, cost a computing
 # thread's CPU clock (root; ~1.5 min).
