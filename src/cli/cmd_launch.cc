@@ -45,9 +45,7 @@ Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* o
   }
   HARP_ASSIGN_OR_RETURN(std::vector<int> devices,
                         testbed::rank_devices(c, p ? &*p : nullptr, o.plan_file, o.testbed_file, &options->nproc));
-  HARP_ASSIGN_OR_RETURN(
-      testbed::Topology t,
-      testbed::topology_for(c, o.prefix.empty() ? testbed::default_prefix(c) : o.prefix, o.packet_us));
+  HARP_ASSIGN_OR_RETURN(testbed::Topology t, testbed::topology_for(c, o.prefix, o.packet_us));
   HARP_ASSIGN_OR_RETURN(testbed::RankPlacement placed, testbed::place_ranks(c, t, devices, options));
   if (!placed.testbed) {
     ctx.err << "harp launch: note: no testbed (" << placed.unavailable << "); the ranks talk over 127.0.0.1, unshaped\n";

@@ -27,7 +27,7 @@ int run_elastic(launch::ElasticOptions o, const std::string& testbed_file, const
               << "); give the job's cluster file\n";
       return ctx.rc = kExitUsage;
     }
-    auto t = testbed::topology_for(*c, prefix.empty() ? testbed::default_prefix(*c) : prefix, packet_us);
+    auto t = testbed::topology_for(*c, prefix, packet_us);
     if (!t.ok()) return ctx.fail("launch", t.status());
     o.place = [c = *c, t = *t, &owned](const std::vector<int>& devices,
                                        launch::LaunchOptions* options) -> StatusOr<std::string> {

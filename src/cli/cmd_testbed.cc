@@ -33,7 +33,7 @@ struct Opts {
 
 StatusOr<testbed::Topology> topology_of(const Opts& o, cluster::Cluster* cluster) {
   HARP_ASSIGN_OR_RETURN(*cluster, cluster::load_cluster(o.cluster_file));
-  return testbed::topology_for(*cluster, o.prefix.empty() ? testbed::default_prefix(*cluster) : o.prefix, o.packet_us);
+  return testbed::topology_for(*cluster, o.prefix, o.packet_us);
 }
 
 int run_up(const Opts& o, Context& ctx) {

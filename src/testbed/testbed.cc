@@ -135,7 +135,8 @@ Status check_prefix(const std::string& prefix) {
   return Status();
 }
 
-StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::string& prefix, double packet_us) {
+StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::string& given_prefix, double packet_us) {
+  const std::string prefix = given_prefix.empty() ? default_prefix(cluster) : given_prefix;
   HARP_RETURN_IF_ERROR(check_prefix(prefix));
   Topology t;
   t.prefix = prefix;

@@ -66,7 +66,8 @@ Status check_prefix(const std::string& prefix);
 // its inter-node link). Pairs of subclusters the cluster file links directly get that
 // link; other pairs get the path through the subclusters between them (the slowest
 // bandwidth, the sum of latencies), as traffic routed along the chain would see.
-// InvalidArgument for more than 1000 hosts.
+// InvalidArgument for more than 1000 hosts. An empty `prefix` is the cluster's
+// default_prefix (what the command lines do when --prefix is not given).
 // `packet_us` is the time one packet takes on a shaped link (Topology::packet_us).
 StatusOr<Topology> topology_for(const cluster::Cluster& cluster, const std::string& prefix,
                                 double packet_us = kDefaultPacketUs);

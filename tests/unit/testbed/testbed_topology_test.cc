@@ -144,6 +144,10 @@ TEST(TestbedTopology, PrefixIsCheckedAndDefaultsToTheFingerprint) {
     EXPECT_NE(s.message().find("[a-z0-9]"), std::string::npos) << s.message();
   }
   EXPECT_FALSE(topology_for(c, "bad-prefix").ok());
+  auto t = topology_for(c, "");  // no --prefix: the cluster's own
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->prefix, default_prefix(c));
+  EXPECT_EQ(t->hosts[0].netns, default_prefix(c) + "-h0");
 }
 
 TEST(TestbedTopology, TooManyNodesIsRefusedWithAFix) {
