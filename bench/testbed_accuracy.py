@@ -162,6 +162,27 @@ def write_packets(a, packets):
                                                                              i[2], s[3], 100 * s[0], 100 * mean, s[2]))
 
 
+def prepared(a, folder, name, pools, links, model, microbatches, microbatch_size, sizes):
+    """A setup's (cluster, job, profile) files: written and profiled, or under --reuse the
+    ones a previous invocation left in folder."""
+    if a.reuse:
+        return tuple(os.path.join(folder, f) for f in ("cluster.yaml", "job.yaml", "profile.json"))
+    print("%s: profiling (microbatch sizes %s)" % (name, ",".join(map(str, sizes))), flush=True)
+    return tb.setup(a.harp, folder, name, pools, links, model, microbatches, microbatch_size, a.steps, sizes)
+
+
+def planned(a, job, prof, strategy, plan_file, max_tp=1, flags=()):
+    """The plan: made by `harp plan`, or under --reuse read back."""
+    return json.load(open(plan_file)) if a.reuse else tb.plan(a.harp, job, prof, strategy, plan_file, max_tp, flags)
+
+
+def trained(a, run_dir, job, cl, plan_file, data, **train_args):
+    """The run's summary.json: trained now (tb.train), or under --reuse read back."""
+    if a.reuse:
+        return json.load(open(os.path.join(run_dir, "summary.json")))
+    return tb.train(a.harp, job, cl, plan_file, data, run_dir, **train_args)
+
+
 def floor_rows(a, out, data):
     """Each device type of the first setup alone: a one-stage plan of its model on one
     device, trained twice on 127.0.0.1; a row per run."""
@@ -169,18 +190,13 @@ def floor_rows(a, out, data):
     rows = []
     for pool, device, _ in pools:
         folder = os.path.join(out, "floor", device)
-        if a.reuse:
-            cl, job, prof = (os.path.join(folder, f) for f in ("cluster.yaml", "job.yaml", "profile.json"))
-        else:
-            print("floor: profiling %s alone" % device, flush=True)
-            cl, job, prof = tb.setup(a.harp, folder, "floor-" + device, [(pool, device, 1)], [], model, microbatches,
-                                     microbatch_size, a.steps, sizes)
+        cl, job, prof = prepared(a, folder, "floor-" + device, [(pool, device, 1)], [], model, microbatches,
+                                 microbatch_size, sizes)
         plan_file = os.path.join(folder, "harp.json")
-        p = json.load(open(plan_file)) if a.reuse else tb.plan(a.harp, job, prof, "harp", plan_file)
+        p = planned(a, job, prof, "harp", plan_file)
         for k in (1, 2):
             run_dir = os.path.join(folder, "run%d" % k)
-            s = (json.load(open(os.path.join(run_dir, "summary.json"))) if a.reuse
-                 else tb.train(a.harp, job, cl, plan_file, data, run_dir, schedule=SCHEDULES[0], loopback_ranks=1))
+            s = trained(a, run_dir, job, cl, plan_file, data, schedule=SCHEDULES[0], loopback_ranks=1)
             st = stage_rows("floor", device, SCHEDULES[0], p, json.load(open(os.path.join(run_dir, "measured_plan.json"))))
             rows.append(dict(device=device, run=k, predicted_s=s["predicted_s"], measured_s=s["measured_median_s"],
                              error=error(s["predicted_s"], s["measured_median_s"]),
@@ -226,16 +242,11 @@ def main():
         if only and name not in only:
             continue
         folder = os.path.join(out, name)
-        if a.reuse:
-            cl, job, prof = (os.path.join(folder, f) for f in ("cluster.yaml", "job.yaml", "profile.json"))
-        else:
-            print("%s: profiling (microbatch sizes %s)" % (name, ",".join(map(str, sizes))), flush=True)
-            cl, job, prof = tb.setup(a.harp, folder, name, pools, links, model, mbs_count, mbs, a.steps, sizes)
+        cl, job, prof = prepared(a, folder, name, pools, links, model, mbs_count, mbs, sizes)
         seen = set()
         for label, strategy, flags in variants:
             plan_file = os.path.join(folder, label + ".json")
-            p = (json.load(open(plan_file)) if a.reuse
-                 else tb.plan(a.harp, job, prof, strategy, plan_file, max_tp=2, extra=flags))
+            p = planned(a, job, prof, strategy, plan_file, max_tp=2, flags=flags)
             shape = plan_shape(p)
             if shape in seen:
                 continue
@@ -243,9 +254,7 @@ def main():
             runs = {}
             for sched in schedules:
                 run_dir = os.path.join(folder, "run_%s_%s" % (label, sched))
-                s = (json.load(open(os.path.join(run_dir, "summary.json"))) if a.reuse
-                     else tb.train(a.harp, job, cl, plan_file, data, run_dir, schedule=sched))
-                runs[sched] = (run_dir, s)
+                runs[sched] = (run_dir, trained(a, run_dir, job, cl, plan_file, data, schedule=sched))
             if a.compare_packet_us:
                 packets += packet_rows(a, folder, name, label, p, job, cl, plan_file, runs[SCHEDULES[0]], data, out)
             if a.loopback:
