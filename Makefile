@@ -10,9 +10,11 @@ BUILD_TYPE ?= Release
 # float32 products on the CPU; Debian's Python torch 1.13, numpy and sentencepiece for the
 # independent reference checks of the tests (a PyTorch other than the one harp links) and
 # the 1.13 column of the benches, with OpenBLAS (without it 1.13 falls back to a
-# reference BLAS, 10x slower).
+# reference BLAS, 10x slower). libgloo-dev: the Gloo headers that c10d's
+# ProcessGroupGloo.hpp includes and PyPI's torch wheel does not ship (headers only: the
+# Gloo code is libtorch's own; src/runtime/comm/gloo_group.h says why the pairing holds).
 DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev libcli11-dev \
-                python3-venv libdnnl-dev libopenblas0-pthread \
+                python3-venv libdnnl-dev libopenblas0-pthread libgloo-dev \
                 libgtest-dev libgmock-dev libbenchmark-dev \
                 libsentencepiece-dev python3-torch python3-numpy python3-sentencepiece
 

@@ -8,6 +8,7 @@
 // defined (src/CMakeLists.txt defines it for a CUDA libtorch).
 #include "harp/runtime/comm/comm.h"
 
+#include "gloo_group.h"
 #include "harp/launch/worker_env.h"
 
 #include <cstdlib>
@@ -15,7 +16,6 @@
 #include <utility>
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #ifdef USE_C10D_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
@@ -37,28 +37,14 @@ const bool kFlightRecorderOff = [] {
   return true;
 }();
 
-using Gloo = c10d::ProcessGroupGloo;
 using Group = c10d::Backend;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
-c10::intrusive_ptr<Gloo> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
-                                    int rank, int size, std::chrono::milliseconds timeout) {
-  auto options = Gloo::Options::create(timeout);
+c10::intrusive_ptr<Group> make_group(const c10::intrusive_ptr<c10d::Store>& store, const std::string& name,
+                                     int rank, int size, std::chrono::milliseconds timeout) {
   auto parsed = launch::WorkerEnv::from_env();  // checked by harp train before any group is made
   if (!parsed.ok()) throw RuntimeFailure(parsed.status().message());
-  const launch::WorkerEnv& env = *parsed;
-  const std::string& addr = env.master_addr;
-  if (!env.gloo_addr.empty())  // harp launch --testbed: this host's address
-    options->devices.push_back(Gloo::createDeviceForHostname(env.gloo_addr));
-  else if (addr == "127.0.0.1" || addr == "localhost")
-    options->devices.push_back(Gloo::createDeviceForHostname("127.0.0.1"));
-  else if (!env.gloo_ifname.empty())
-    options->devices.push_back(Gloo::createDeviceForInterface(env.gloo_ifname));
-  else
-    options->devices.push_back(Gloo::createDefaultDevice());
-  options->threads = 2;
-  auto prefixed = c10::make_intrusive<c10d::PrefixStore>(name, store);
-  return c10::make_intrusive<Gloo>(prefixed, rank, size, options);
+  return make_gloo_group(store, name, rank, size, timeout, *parsed);
 }
 
 // A group of `size` ranks on NCCL, under its own store prefix `name`.
@@ -105,7 +91,7 @@ class C10dOp : public Transfer::Op {
 }  // namespace
 
 struct C10dTransport::Groups {
-  c10::intrusive_ptr<Gloo> world;          // CPU: metrics, barriers, and the CPU's transfers
+  c10::intrusive_ptr<Group> world;         // Gloo, CPU: metrics, barriers, and the CPU's transfers
   c10::intrusive_ptr<Group> dp, tp, tied;  // Gloo on the CPU, NCCL on CUDA
   // NCCL: one two-rank group per directed pair (sender is group rank 0), by (sender, receiver).
   std::map<std::pair<int, int>, c10::intrusive_ptr<Group>> links;
