@@ -198,7 +198,7 @@ double time_optimizer_step(const model::ModelSpec& model, torch::Dtype dtype, co
   const auto start = Clock::now();
   for (int run = 0; run < options.warmup + options.max_repeats; ++run) {
     const auto t0 = Clock::now();
-    const double norm = std::sqrt(opt.grad_squared_norm(count));
+    const double norm = std::sqrt(opt.grad_squared_norm(count).item<double>());
     opt.step(run, opt.clip_scale(norm));
     if (options.compute.is_cuda()) torch::cuda::synchronize(options.compute.index());
     const double t = seconds_since(t0);

@@ -15,7 +15,8 @@ namespace harp::runtime {
 
 // The figures every rank adds to one all-reduce after each step: per stage (only its
 // first replica writes them) the busy fraction and tensor bytes at the step's start and
-// peak; then the ranks whose
+// peak, and the peak its device's allocator reserved (CUDA's cache; the peak on the CPU);
+// then the ranks whose
 // checkpoint write is done (checkpoint_writer.h) and the ranks asked to stop; then, per
 // link between consecutive stages and microbatch, when each end of its activation and
 // its gradient sent and received (StepResult::sent_s); then per rank (the first of its
@@ -35,9 +36,10 @@ class StepStats {
     t_[probe_index(P_) + 2 * rank] = fwd_s;
     t_[probe_index(P_) + 2 * rank + 1] = bwd_s;
   }
-  void set_memory(int stage, double base_bytes, double peak_bytes) {
+  void set_memory(int stage, double base_bytes, double peak_bytes, double reserved_bytes) {
     t_[S_ + stage] = base_bytes;
     t_[2 * S_ + stage] = peak_bytes;
+    t_[3 * S_ + stage] = reserved_bytes;
   }
   void set_votes(double checkpoint_done, double stop) {
     t_[kPerStage * S_] = checkpoint_done;
@@ -71,6 +73,7 @@ class StepStats {
   }
   double base_bytes(int stage) const { return t_[S_ + stage].item<double>(); }
   double peak_bytes(int stage) const { return t_[2 * S_ + stage].item<double>(); }
+  double reserved_bytes(int stage) const { return t_[3 * S_ + stage].item<double>(); }
   double checkpoint_votes() const { return t_[kPerStage * S_].item<double>(); }
   bool stop_voted() const { return t_[kPerStage * S_ + 1].item<double>() > 0; }
   // Per link, the transit of one message (drift.h): each direction's fastest microbatch
@@ -97,7 +100,7 @@ class StepStats {
   }
 
  private:
-  static constexpr int kPerStage = 3;
+  static constexpr int kPerStage = 4;
   // slot: 0 activation sent, 1 activation arrived, 2 gradient sent, 3 gradient arrived.
   int index(int link, int mb, int slot) const { return kPerStage * S_ + 2 + (link * M_ + mb) * 4 + slot; }
   int probe_index(int k) const { return kPerStage * S_ + 2 + 4 * std::max(0, S_ - 1) * M_ + k; }

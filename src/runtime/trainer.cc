@@ -133,19 +133,20 @@ class Loop {
   // One step; true when the run stops after it (a stop request's checkpoint is done).
   StatusOr<bool> run_step(int step) {
     const bool trace = traced_.count(step) > 0;
-    const double base_bytes = live_tensor_bytes();
-    if (o_.measure_memory) reset_peak_tensor_bytes();
+    const c10::Device device = o_.exec.device;
+    const double base_bytes = live_tensor_bytes(device);
+    if (o_.measure_memory) reset_peak_tensor_bytes(device);
     if (o_.fake_slowdown || !o_.slowdown_file.empty())
       ex_.set_extra_slowdown((o_.fake_slowdown ? o_.fake_slowdown(step, l_.stage) : 1.0) * file_slowdown());
     StepResult r = ex_.run_step(step, trace);
     const auto step_end = std::chrono::steady_clock::now();
-    const double peak_bytes = peak_tensor_bytes();
+    const double peak_bytes = peak_tensor_bytes(device), reserved_bytes = peak_reserved_bytes(device);
     if (trace)
       for (auto& e : ex_.take_trace()) timeline_.events.push_back(e);
     stats_.clear();
     if (l_.dp_rank == 0 && l_.tp_rank == 0) {
       stats_.set_busy(l_.stage, r.seconds > 0 ? r.compute_seconds / r.seconds : 0.0);
-      if (o_.measure_memory) stats_.set_memory(l_.stage, base_bytes, peak_bytes);
+      if (o_.measure_memory) stats_.set_memory(l_.stage, base_bytes, peak_bytes, reserved_bytes);
       stats_.set_link_ends(l_.stage, r);
     }
     if (l_.tp_rank == 0)
@@ -306,11 +307,13 @@ class Loop {
       const bool first = summary_.state_bytes.empty();
       summary_.base_bytes.resize(S, 0.0);
       summary_.peak_bytes.resize(S, 0.0);
+      summary_.reserved_bytes.resize(S, 0.0);
       summary_.state_bytes.resize(S, 0.0);
       for (int s = 0; s < S; ++s) {
         summary_.base_bytes[s] = std::max(summary_.base_bytes[s], stats_.base_bytes(s));
         summary_.state_bytes[s] = first ? stats_.base_bytes(s) : std::min(summary_.state_bytes[s], stats_.base_bytes(s));
         summary_.peak_bytes[s] = std::max(summary_.peak_bytes[s], stats_.peak_bytes(s));
+        summary_.reserved_bytes[s] = std::max(summary_.reserved_bytes[s], stats_.reserved_bytes(s));
       }
     }
     total_s_ += seconds;

@@ -105,6 +105,38 @@ std::string utilisation_text(const Utilisation& u, const plan::Plan& p) {
   return out + ")";
 }
 
+// Each stage's predicted tensor bytes under the schedule this run used: static memory plus
+// the most its list holds at once (schedule::peak_held_bytes).
+std::vector<double> predicted_stage_bytes(const plan::Plan& p) {
+  const std::vector<int> counts = schedule::launch_counts_for(p, p.schedule);
+  const auto lowered = schedule::lower_plan(p);
+  std::vector<double> out;
+  for (int i = 0; i < p.num_stages(); ++i) {
+    const plan::Stage& st = p.stages[i];
+    out.push_back(st.memory_static_bytes + (lowered.ok()
+                                                ? schedule::peak_held_bytes(lowered->lowered.actions[i],
+                                                                            st.activation_bytes, st.weight_grad_bytes)
+                                                : counts[i] * st.activation_bytes));
+  }
+  return out;
+}
+
+// "memory per stage, measured peak / predicted: stage 0 1.2 GB / 1.1 GB (+9%), ...", with
+// the allocator's reserved peak where it differs (CUDA's cache); "" without measurements.
+std::string memory_text(const TrainSummary& summary, const plan::Plan& p) {
+  if (summary.peak_bytes.empty()) return "";
+  const std::vector<double> predicted = predicted_stage_bytes(p);
+  std::string out = "memory per stage, measured peak / predicted:";
+  for (int i = 0; i < p.num_stages() && i < static_cast<int>(summary.peak_bytes.size()); ++i) {
+    const double measured = summary.peak_bytes[i], reserved = summary.reserved_bytes[i];
+    out += fmt("%s stage %d %s", i ? "," : "", i, fmt_bytes(measured).c_str());
+    if (reserved > measured) out += " (" + fmt_bytes(reserved) + " reserved)";
+    out += " / " + fmt_bytes(predicted[i]);
+    if (predicted[i] > 0) out += fmt(" (%+.0f%%)", 100 * (measured - predicted[i]) / predicted[i]);
+  }
+  return out;
+}
+
 // summary.json: the prediction beside the measurement, memory per stage, checkpoints.
 Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, const sim::PredictionReport& report) {
   const plan::Plan& p = s.r.plan;
@@ -139,9 +171,10 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
   }
   // Tensor memory per stage: the plan's figure for the schedule this run used (what each
   // stage's list holds at most: schedule::peak_held_bytes) beside the measured one (the
-  // counting allocator; first replica of each stage).
+  // counting allocator on the CPU, the caching allocator on CUDA; first replica of each
+  // stage).
   const std::vector<int> counts = schedule::launch_counts_for(p, p.schedule);
-  const auto lowered = schedule::lower_plan(p);
+  const std::vector<double> predicted = predicted_stage_bytes(p);
   Json memory = Json::array();
   for (int i = 0; i < p.num_stages() && i < static_cast<int>(summary.peak_bytes.size()); ++i) {
     const plan::Stage& st = p.stages[i];
@@ -150,14 +183,11 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
                       {"predicted_static_bytes", st.memory_static_bytes},
                       {"predicted_activation_bytes", st.activation_bytes},
                       {"predicted_weight_grad_bytes", st.weight_grad_bytes},
-                      {"predicted_bytes",
-                       st.memory_static_bytes +
-                           (lowered.ok() ? schedule::peak_held_bytes(lowered->lowered.actions[i], st.activation_bytes,
-                                                                     st.weight_grad_bytes)
-                                         : counts[i] * st.activation_bytes)},
+                      {"predicted_bytes", predicted[i]},
                       {"measured_base_bytes", summary.base_bytes[i]},
                       {"measured_state_bytes", summary.state_bytes[i]},
-                      {"measured_peak_bytes", summary.peak_bytes[i]}});
+                      {"measured_peak_bytes", summary.peak_bytes[i]},
+                      {"measured_reserved_bytes", summary.reserved_bytes[i]}});
   }
   j["memory"] = memory;
   // Rank 0's checkpoints: what the step waited and how long the write took.
@@ -192,7 +222,7 @@ StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::open(RunRequest request, std
   HARP_RETURN_IF_ERROR(open_device(s.get()));
   s->options = train_options(c);
   s->options.exec.device = s->device;
-  s->options.measure_memory = s->device.is_cpu();  // the counting allocator sees the CPU's tensors only
+  s->options.measure_memory = true;  // the counting allocator (CPU), the caching allocator's statistics (CUDA)
   s->options.resume = s->r.resume;
   s->options.val_data = s->val_data.get();
   s->options.sample_tokenizer = s->sample_tokenizer.get();
@@ -237,6 +267,7 @@ Status TrainingRun::run() {
   const sim::PredictionReport report = sim::predict_against_measured(p, summary.median_iteration_s);
   if (c.progress && report.predicted_s > 0 && report.measured_s > 0)
     log << sim::prediction_line(report, p, s.r.planned_schedule, s.options.exec.emulate) << "\n";
+  if (c.progress && s.device.is_cuda()) log << memory_text(summary, p) << "\n";
   // The same figures for scripts (make demo's table, bench/): OUT/summary.json.
   return write_text_file_atomic(c.out + "/summary.json", summary_json(s, summary, report).dump(2) + "\n");
 }

@@ -55,13 +55,13 @@ ReferenceRun train_reference(const model::ModelSpec& model, const runtime::Token
       tail_tied.mutable_grad().copy_(sum);
     }
     run.losses.push_back(loss_sum / global_tokens);
-    if (step + 1 == steps) {
+    const double norm = std::sqrt(adamw.grad_squared_norm(count).item<double>());
+    run.grad_norms.push_back(norm);
+    adamw.step(step, adamw.clip_scale(norm));
+    if (step + 1 == steps) {  // as the update left them: clipped (AdamW::step)
       run.grads.clear();
       for (const auto& [name, p] : params) run.grads.emplace_back(name, p.grad().clone());
     }
-    const double norm = std::sqrt(adamw.grad_squared_norm(count));
-    run.grad_norms.push_back(norm);
-    adamw.step(step, adamw.clip_scale(norm));
   }
   for (const auto& [name, p] : params) run.params.emplace_back(name, p.detach().clone());
   return run;

@@ -21,7 +21,7 @@ struct ReferenceRun {
   std::vector<double> grad_norms;  // per step: global gradient norm before clipping
   // After the last step, global names (as runtime::named_parameters gives them).
   std::vector<std::pair<std::string, torch::Tensor>> params;
-  // Gradients of the last step, before clipping (global names).
+  // Gradients of the last step as its update left them: clipped (global names).
   std::vector<std::pair<std::string, torch::Tensor>> grads;
 };
 

@@ -121,9 +121,9 @@ TEST(RuntimeOptimizer, GradSquaredNormAndClipScaleByHand) {
   OptimConfig c;
   c.grad_clip = 1.0;
   AdamW adamw(params, c);
-  EXPECT_EQ(adamw.grad_squared_norm({true, true, true}), 38.0);
-  EXPECT_EQ(adamw.grad_squared_norm({true, false, true}), 30.0);
-  EXPECT_EQ(adamw.grad_squared_norm({false, true, false}), 8.0);
+  EXPECT_DOUBLE_EQ(adamw.grad_squared_norm({true, true, true}).item<double>(), 38.0);
+  EXPECT_DOUBLE_EQ(adamw.grad_squared_norm({true, false, true}).item<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(adamw.grad_squared_norm({false, true, false}).item<double>(), 8.0);
   EXPECT_EQ(adamw.clip_scale(0.5), 1.0);
   EXPECT_EQ(adamw.clip_scale(1.0), 1.0 / (1.0 + 1e-6));
   EXPECT_DOUBLE_EQ(adamw.clip_scale(4.0), 1.0 / (4.0 + 1e-6));
@@ -131,7 +131,7 @@ TEST(RuntimeOptimizer, GradSquaredNormAndClipScaleByHand) {
   EXPECT_EQ(AdamW(params, c).clip_scale(1e9), 1.0);
 
   adamw.zero_grad();
-  EXPECT_EQ(adamw.grad_squared_norm({true, true, true}), 0.0);
+  EXPECT_DOUBLE_EQ(adamw.grad_squared_norm({true, true, true}).item<double>(), 0.0);
   EXPECT_TRUE(params[0].second.grad().defined());
 }
 

@@ -65,21 +65,30 @@ void for_each_rank(const plan::Plan& plan, const model::ModelSpec& model, Body b
 std::vector<std::string> run_plan_in_memory(const model::ModelSpec& model, const plan::Plan& plan,
                                             const runtime::TokenSource& data, int steps,
                                             const runtime::ExecConfig& config, std::vector<runtime::Fault> faults,
-                                            std::chrono::milliseconds timeout, RankRun* out) {
+                                            std::chrono::milliseconds timeout, RankRun* out,
+                                            runtime::MemNetwork::Rules rules) {
   int world = 0;
   for (const auto& s : plan.stages) world += s.dp * s.tp;
-  runtime::MemNetwork net(world, std::move(faults));
+  runtime::MemNetwork net(world, std::move(faults), rules);
   auto lowered = schedule::lower_plan(plan);
   HARP_CHECK(lowered.ok() && lowered->check.ok);
   std::mutex mu;
+  if (out != nullptr) out->host_syncs.assign(static_cast<size_t>(steps), 0);
   return for_each_rank_on(
       plan, [&](const runtime::RankLayout& l) { return net.connect(l, timeout); },
       [&](runtime::Transport& comm) {
         runtime::Executor ex(model, plan, *lowered, comm, data, config);
         std::vector<double> losses;
-        for (int s = 0; s < steps; ++s) losses.push_back(ex.run_step(s).loss);
+        std::vector<std::int64_t> syncs;
+        for (int s = 0; s < steps; ++s) {
+          const runtime::StepResult r = ex.run_step(s);
+          losses.push_back(r.loss);
+          syncs.push_back(r.host_syncs);
+        }
         std::lock_guard<std::mutex> lock(mu);
-        if (out != nullptr && comm.layout().rank == 0) out->losses = losses;
+        if (out == nullptr) return;
+        if (comm.layout().rank == 0) out->losses = losses;
+        for (int s = 0; s < steps; ++s) out->host_syncs[s] = std::max(out->host_syncs[s], syncs[s]);
       });
 }
 

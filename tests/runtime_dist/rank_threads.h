@@ -16,8 +16,11 @@ namespace harp::testing {
 struct RankRun {
   std::vector<double> losses;  // rank 0's view (every rank agrees)
   std::vector<double> grad_norms;  // the same
+  // Per step, the most host synchronisations any rank made (StepResult::host_syncs;
+  // run_plan_in_memory only).
+  std::vector<std::int64_t> host_syncs;
   // dp replica 0 of every stage: global names, full tensors (tp shards gathered); grads
-  // of the last step before clipping.
+  // of the last step as its update left them (unscaled and clipped: AdamW::step).
   std::vector<std::pair<std::string, torch::Tensor>> params, grads;
 };
 
@@ -27,12 +30,14 @@ RankRun run_plan_threads(const model::ModelSpec& model, const plan::Plan& plan,
                          const runtime::TokenSource& data, int steps, const runtime::ExecConfig& config);
 
 // Executes `steps` steps with thread ranks over the in-memory transport, which injects
-// `faults`; returns each rank's error ("" when it finished), and rank 0's losses in
-// `out` when it finished.
+// `faults` and keeps `rules` (mem_transport.h); returns each rank's error ("" when it
+// finished), and rank 0's losses and every rank's host synchronisations in `out` when it
+// finished.
 std::vector<std::string> run_plan_in_memory(const model::ModelSpec& model, const plan::Plan& plan,
                                             const runtime::TokenSource& data, int steps,
                                             const runtime::ExecConfig& config, std::vector<runtime::Fault> faults,
-                                            std::chrono::milliseconds timeout, RankRun* out);
+                                            std::chrono::milliseconds timeout, RankRun* out,
+                                            runtime::MemNetwork::Rules rules = runtime::MemNetwork::Rules::kBuffered);
 
 // Runs runtime::train on every rank as threads; returns rank 0's summary.
 runtime::TrainSummary train_threads(const model::ModelSpec& model, const plan::Plan& plan,

@@ -85,6 +85,9 @@ struct TrainSummary {
   // live tensor bytes when a step starts (parameters, gradients, optimizer state) and
   // the peak during a step (that plus the in-flight activations and workspace).
   std::vector<double> base_bytes, peak_bytes;
+  // The most the device's allocator held at once (CUDA: allocated and cached, as
+  // torch.cuda.max_memory_reserved; the CPU: peak_bytes).
+  std::vector<double> reserved_bytes;
   // The smallest of the base bytes: the training state alone (a step may begin while
   // Gloo still holds a finished transfer's tensors, released from its own thread).
   std::vector<double> state_bytes;

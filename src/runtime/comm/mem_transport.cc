@@ -24,14 +24,60 @@ class MemTransport : public Transport {
     const auto arrives = std::chrono::steady_clock::now() +
                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(transit));
     std::lock_guard<std::mutex> lock(net_.mu_);
-    if (!dropping_) net_.mail_[{layout().rank, peer, tag}].push_back({t.clone(), arrives});
+    std::shared_ptr<Transfer::Op> op = std::make_shared<Done>();
+    if (net_.rules_ == MemNetwork::Rules::kNccl) {
+      MemNetwork::Link& link = net_.links_[{layout().rank, peer}];
+      const std::int64_t index = link.sends++;
+      if (!dropping_) link.sent[index] = {t.clone(), arrives, tag};
+      op = std::make_shared<NcclSend>(*this, peer, index);
+    } else if (!dropping_) {
+      net_.mail_[{layout().rank, peer, tag}].push_back({t.clone(), arrives, tag});
+    }
     net_.cv_.notify_all();
-    return Transfer(std::make_shared<Done>(), what, peer);
+    return Transfer(op, what, peer);
   }
 
   Transfer irecv(torch::Tensor& t, int peer, int tag, const std::string& what) override {
     check_open();
-    return Transfer(std::make_shared<Recv>(*this, t, peer, tag), what, peer);
+    if (net_.rules_ != MemNetwork::Rules::kNccl)
+      return Transfer(std::make_shared<Recv>(*this, t, peer, tag), what, peer);
+    std::lock_guard<std::mutex> lock(net_.mu_);
+    MemNetwork::Link& link = net_.links_[{peer, layout().rank}];
+    const std::int64_t index = link.receives++;
+    link.receive_tags[index] = tag;
+    net_.cv_.notify_all();  // a send waiting for its receive
+    return Transfer(std::make_shared<NcclRecv>(*this, t, peer, tag, index), what, peer);
+  }
+
+  void synchronize_device(const std::string& what) override {
+    check_open();
+    if (net_.rules_ != MemNetwork::Rules::kNccl) return;
+    std::unique_lock<std::mutex> lock(net_.mu_);
+    const int me = layout().rank;
+    std::string waiting;  // what the synchronisation waits for, once it cannot go on
+    auto done = [&] {
+      for (const auto& [ends, link] : net_.links_) {
+        if (ends.second == me)
+          for (const auto& [index, tag] : link.receive_tags)
+            if (!link.sent.count(index)) {
+              waiting = "the receive of tag " + std::to_string(tag) + " from rank " + std::to_string(ends.first) +
+                        ", posted before it, whose message has not been sent";
+              return net_.gone_.count(ends.first) > 0;
+            }
+        if (ends.first == me && link.receives < link.sends) {
+          waiting = "a send to rank " + std::to_string(ends.second) + " whose receive has not been posted";
+          return net_.gone_.count(ends.second) > 0;
+        }
+      }
+      waiting.clear();
+      return true;
+    };
+    if (!net_.cv_.wait_until(lock, std::chrono::steady_clock::now() + timeout(), done))
+      throw RuntimeFailure(what + ": a device-wide synchronisation waits for every transfer NCCL has posted, and " +
+                           "still waits for " + waiting + " after " + std::to_string(timeout().count()) +
+                           " ms: on a GPU the ranks deadlock here");
+    if (!waiting.empty())
+      throw RuntimeFailure(what + ": the device-wide synchronisation waits for " + waiting + ", and that rank is gone");
   }
 
   void allreduce_dp(torch::Tensor& t, const std::string& what) override {
@@ -141,6 +187,60 @@ class MemTransport : public Transport {
     int peer_, tag_;
   };
 
+  // Rules::kNccl: send `index` to `peer` completes once its receive is posted.
+  struct NcclSend : Transfer::Op {
+    NcclSend(MemTransport& self, int peer, std::int64_t index) : self_(self), peer_(peer), index_(index) {}
+    void wait(std::chrono::milliseconds timeout) override {
+      MemNetwork& net = self_.net_;
+      std::unique_lock<std::mutex> lock(net.mu_);
+      const MemNetwork::Link& link = net.links_[{self_.layout().rank, peer_}];
+      auto ready = [&] { return link.receives > index_ || net.gone_.count(peer_) > 0 || !self_.aborted_.empty(); };
+      if (!net.cv_.wait_until(lock, std::chrono::steady_clock::now() + timeout, ready))
+        throw RuntimeFailure("timed out after " + std::to_string(timeout.count()) +
+                             " ms: its receive was never posted (an NCCL send waits for it)");
+      if (link.receives > index_) return;
+      if (!self_.aborted_.empty()) throw RuntimeFailure("aborted: " + self_.aborted_);
+      throw RuntimeFailure("the peer " + net.gone_.at(peer_));
+    }
+    MemTransport& self_;
+    int peer_;
+    std::int64_t index_;
+  };
+  // Rules::kNccl: receive `index` from `peer` takes that peer's send `index`.
+  struct NcclRecv : Transfer::Op {
+    NcclRecv(MemTransport& self, torch::Tensor t, int peer, int tag, std::int64_t index)
+        : self_(self), t_(std::move(t)), peer_(peer), tag_(tag), index_(index) {}
+    void wait(std::chrono::milliseconds timeout) override {
+      MemNetwork& net = self_.net_;
+      std::unique_lock<std::mutex> lock(net.mu_);
+      MemNetwork::Link& link = net.links_[{peer_, self_.layout().rank}];
+      const auto deadline = std::chrono::steady_clock::now() + timeout;
+      auto ready = [&] { return link.sent.count(index_) > 0 || net.gone_.count(peer_) > 0 || !self_.aborted_.empty(); };
+      if (!net.cv_.wait_until(lock, deadline, ready))
+        throw RuntimeFailure("timed out after " + std::to_string(timeout.count()) + " ms");
+      auto it = link.sent.find(index_);
+      if (it == link.sent.end()) {
+        if (!self_.aborted_.empty()) throw RuntimeFailure("aborted: " + self_.aborted_);
+        throw RuntimeFailure("the peer " + net.gone_.at(peer_));
+      }
+      if (it->second.tag != tag_)
+        throw RuntimeFailure("NCCL matches messages by their order, not their tag: receive " + std::to_string(index_) +
+                             " from this peer was posted for tag " + std::to_string(tag_) + ", and its send " +
+                             std::to_string(index_) + " carries tag " + std::to_string(it->second.tag) +
+                             " (the two ranks' lists order their messages differently)");
+      const auto arrives = it->second.arrives;  // in transit until then (the transit function)
+      if (arrives > deadline) throw RuntimeFailure("timed out after " + std::to_string(timeout.count()) + " ms");
+      while (std::chrono::steady_clock::now() < arrives) net.cv_.wait_until(lock, arrives);
+      t_.copy_(link.sent.at(index_).tensor);
+      link.sent.erase(index_);
+      link.receive_tags.erase(index_);
+    }
+    MemTransport& self_;
+    torch::Tensor t_;
+    int peer_, tag_;
+    std::int64_t index_;
+  };
+
   void check_open() const {
     if (!aborted_.empty()) throw RuntimeFailure("aborted: " + aborted_);
   }
@@ -194,8 +294,8 @@ class MemTransport : public Transport {
   std::map<std::string, int> sequence_;
 };
 
-MemNetwork::MemNetwork(int world_size, std::vector<Fault> faults)
-    : world_size_(world_size), faults_(std::move(faults)) {}
+MemNetwork::MemNetwork(int world_size, std::vector<Fault> faults, Rules rules)
+    : world_size_(world_size), faults_(std::move(faults)), rules_(rules) {}
 
 std::unique_ptr<Transport> MemNetwork::connect(const RankLayout& layout, std::chrono::milliseconds timeout) {
   return std::make_unique<MemTransport>(*this, layout, timeout);

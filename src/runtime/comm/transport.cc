@@ -18,12 +18,19 @@ std::vector<int> tied_group_members(const RankLayout& layout) {
 Transfer::Transfer(std::shared_ptr<Op> op, std::string what, int peer)
     : op_(std::move(op)), what_(std::move(what)), peer_(peer) {}
 
-void Transfer::wait(std::chrono::milliseconds timeout) {
+void Transfer::wait(std::chrono::milliseconds timeout) { complete(timeout, false); }
+
+void Transfer::wait_on_stream(std::chrono::milliseconds timeout) { complete(timeout, true); }
+
+void Transfer::complete(std::chrono::milliseconds timeout, bool on_stream) {
   if (!op_) return;
   std::shared_ptr<Op> op = std::move(op_);
   op_.reset();
   try {
-    op->wait(timeout);
+    if (on_stream)
+      op->wait_on_stream(timeout);
+    else
+      op->wait(timeout);
   } catch (const RuntimeFailure& e) {
     throw RuntimeFailure(what_ + " " + std::to_string(peer_) + ": " + e.what());
   }

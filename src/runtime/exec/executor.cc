@@ -7,9 +7,6 @@
 #include <cmath>
 #include <thread>
 
-#include <torch/cuda.h>
-
-
 namespace harp::runtime {
 namespace {
 
@@ -17,11 +14,16 @@ constexpr int kTagsPerMicrobatch = 2;  // forward and backward direction
 
 }  // namespace
 
-Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan,
-                   const schedule::LoweredPlan& lowered, Transport& comm, const TokenSource& data,
-                   ExecConfig config)
-    : model_(model), plan_(plan), comm_(comm), data_(&data), data_seed_(config.seed), config_(config),
-      layout_(comm.layout()) {
+Executor::Executor(const model::ModelSpec& model, const plan::Plan& plan, const schedule::LoweredPlan& lowered,
+                   Transport& comm, const TokenSource& data, ExecConfig config)
+    : model_(model),
+      plan_(plan),
+      comm_(comm),
+      data_(&data),
+      data_seed_(config.seed),
+      config_(config),
+      layout_(comm.layout()),
+      stream_(make_compute_stream(config.device)) {
   const plan::Stage& st = plan.stages[layout_.stage];
   first_layer_ = st.first_layer;
   last_layer_ = st.last_layer;
@@ -126,20 +128,10 @@ void Executor::post_recv(int mb, bool forward_direction, int step) {
 torch::Tensor Executor::gather(std::vector<Part>& parts, const schedule::Action& recv) {
   std::vector<torch::Tensor> pieces;
   for (Part& p : parts) {
-    const auto begin = std::chrono::steady_clock::now();
-    p.transfer.wait(comm_.timeout());
-    if (&p == &parts.front()) note_time(arrived_s_, recv.kind == schedule::ActionKind::kRecvF, recv.microbatch);
-    if (tracing_) {
-      schedule::TimelineEvent e;
-      e.rank = layout_.rank;
-      e.action = recv;
-      e.lane = schedule::Lane::kRecv;
-      e.start_us = us_since_origin(begin);
-      e.dur_us = us_since_origin(std::chrono::steady_clock::now()) - e.start_us;
-      e.step = step_;
-      e.peer = p.peer;
-      trace_.push_back(e);
-    }
+    const ComputeStream::Mark begin = stream_->mark();
+    stream_->wait(p.transfer, comm_.timeout());
+    if (&p == &parts.front()) note_time(arrived_marks_, recv.kind == schedule::ActionKind::kRecvF, recv.microbatch);
+    if (tracing_) waits_.push_back({recv, begin, stream_->mark(), p.peer});
     pieces.push_back(p.buffer);
   }
   torch::Tensor t = pieces.size() == 1 ? pieces[0] : torch::cat(pieces, 0);
@@ -160,7 +152,7 @@ void Executor::forward(int step, int mb) {
   if (has_head(layers_) || has_tail(layers_))
     tokens = sample_tokens(*data_, data_seed_, step, mb * plan_.microbatch_size + sample_offset_, samples_,
                            model_.gpt.seq_len);
-  if (tokens.defined() && !config_.device.is_cpu()) tokens = tokens.to(config_.device);
+  if (tokens.defined()) tokens = stream_->to_device(tokens);
   if (has_head(layers_)) x = tokens.slice(1, 0, model_.gpt.seq_len);
   if (has_tail(layers_)) s.targets = tokens.slice(1, 1, model_.gpt.seq_len + 1);
   torch::Tensor y;
@@ -185,11 +177,12 @@ void Executor::forward(int step, int mb) {
       }
     }
   }
-  if (has_tail(layers_) && layout_.tp_rank == 0) loss_sum_ += y.item<double>();  // tp ranks hold the same loss
+  if (has_tail(layers_) && layout_.tp_rank == 0) {  // tp ranks hold the same loss
+    const torch::Tensor loss = y.detach().to(torch::kFloat64);
+    loss_sum_ = loss_sum_.defined() ? loss_sum_ + loss : loss.clone();  // (in float64 `loss` is y's own storage)
+  }
   s.output = y;
-  const double secs = finish_compute();
-  compute_s_ += secs;
-  forward_s_ += secs;
+  finish_compute();
 }
 
 torch::Tensor Executor::run_layers(int begin, int end, torch::Tensor x, const torch::Tensor& targets) {
@@ -240,17 +233,13 @@ void Executor::backward(int mb) {
     s.unit_outputs.clear();
   }
   s.output = torch::Tensor();
-  const double secs = finish_compute();
-  compute_s_ += secs;
-  backward_s_ += secs;
+  finish_compute();
 }
 
 void Executor::weight_pass(int mb) {
   begin_compute();
   stash_[mb].wgrad->run();
-  const double secs = finish_compute();
-  compute_s_ += secs;
-  backward_s_ += secs;
+  finish_compute();
 }
 
 void Executor::send(int mb, bool forward_direction) {
@@ -258,7 +247,7 @@ void Executor::send(int mb, bool forward_direction) {
   const int other = layout_.stage + (forward_direction ? 1 : -1);
   torch::Tensor payload = (forward_direction ? s.output.detach() : s.input.grad()).to(config_.dtype);
   const schedule::Action a{layout_.stage, forward_direction ? schedule::ActionKind::kSendF : schedule::ActionKind::kSendB, mb};
-  note_time(sent_s_, forward_direction, mb);
+  note_time(sent_marks_, forward_direction, mb);
   for (const Part& p : peers_of(other, true)) {
     torch::Tensor slice = payload.slice(0, p.first, p.first + p.count).contiguous();
     Transfer t = comm_.isend(slice, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
@@ -268,38 +257,82 @@ void Executor::send(int mb, bool forward_direction) {
   if (!forward_direction) s.input = torch::Tensor();  // the gradient has been handed over
 }
 
-void Executor::note_time(std::array<std::vector<double>, 2>& times, bool forward_direction, int mb) const {
-  std::vector<double>& v = times[forward_direction ? 0 : 1];
-  if (mb < static_cast<int>(v.size()))  // not in evaluate() before the first step
-    v[static_cast<size_t>(mb)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_begin_).count();
+void Executor::note_time(std::array<std::vector<ComputeStream::Mark>, 2>& marks, bool forward_direction, int mb) {
+  std::vector<ComputeStream::Mark>& v = marks[forward_direction ? 0 : 1];
+  if (mb < static_cast<int>(v.size()))
+    v[static_cast<size_t>(mb)] = stream_->mark();  // not in evaluate() before the first step
 }
 
-void Executor::begin_compute() { compute_start_ = start_compute(); }
+void Executor::begin_compute() {
+  compute_start_ = start_compute();
+  compute_from_ = stream_->mark();
+}
 
-double Executor::finish_compute() {
-  // On CUDA the host runs ahead of the kernels: a span ends when the device is done.
-  if (config_.device.is_cuda()) torch::cuda::synchronize(config_.device.index());
+void Executor::finish_compute() {
   // An emulated slower device (emulation.h) is busy factor x what the compute needed;
-  // the span and the stage's measured time include the sleep.
+  // the span and the stage's measured time include the sleep. It needs the compute's
+  // host time: on a device the stream is synchronised first (only when emulating).
   const double factor =
       (config_.emulate ? plan_.stages[layout_.stage].slowdown_of(layout_.dp_rank) : 1.0) * extra_slowdown_;
-  if (config_.emulate || extra_slowdown_ != 1) finish_emulated_compute(compute_start_, factor);
-  compute_end_ = std::chrono::steady_clock::now();
-  return std::chrono::duration<double>(compute_end_ - compute_start_.wall).count();
+  if (config_.emulate || extra_slowdown_ != 1) {
+    if (!stream_->host_timed()) stream_->synchronize(comm_);
+    finish_emulated_compute(compute_start_, factor);
+  }
+  // No synchronisation: the span's end is a mark on the stream, read at the step's end.
+  // (A device-wide one here waited for the receives posted ahead on NCCL's streams, and
+  // every multi-stage plan deadlocked: tests/runtime_dist/nccl_semantics_test.cc.)
+  compute_to_ = stream_->mark();
+}
+
+void Executor::resolve_marks(int step, StepResult* result) {
+  auto seconds = [&](ComputeStream::Mark m) { return stream_->seconds(m); };
+  const double origin_us = us_since_origin(stream_->step_begin());
+  auto event = [&](const Span& span, schedule::Lane lane) {
+    schedule::TimelineEvent e;
+    e.rank = layout_.rank;
+    e.action = span.action;
+    e.lane = lane;
+    e.start_us = origin_us + 1e6 * seconds(span.from);
+    e.dur_us = origin_us + 1e6 * seconds(span.to) - e.start_us;
+    e.step = step;
+    e.peer = span.peer;
+    return e;
+  };
+  for (const Span& span : spans_) {
+    if (span.action.is_compute()) {
+      const double secs = seconds(span.to) - seconds(span.from);
+      result->compute_seconds += secs;
+      (span.action.kind == schedule::ActionKind::kF ? result->forward_seconds : result->backward_seconds) += secs;
+    }
+    if (tracing_) trace_.push_back(event(span, schedule::Lane::kCompute));
+  }
+  for (const Span& wait : waits_) trace_.push_back(event(wait, schedule::Lane::kRecv));
+  for (int d = 0; d < 2; ++d) {
+    result->sent_s[d].assign(stash_.size(), -1.0);
+    result->arrived_s[d].assign(stash_.size(), -1.0);
+    for (size_t mb = 0; mb < stash_.size(); ++mb) {
+      if (sent_marks_[d][mb] >= 0) result->sent_s[d][mb] = seconds(sent_marks_[d][mb]);
+      if (arrived_marks_[d][mb] >= 0) result->arrived_s[d][mb] = seconds(arrived_marks_[d][mb]);
+    }
+  }
 }
 
 StepResult Executor::run_step(int step, bool trace) {
   StepResult result;
   step_ = step;
-  loss_sum_ = 0;
-  compute_s_ = forward_s_ = backward_s_ = 0;
+  loss_sum_ = torch::Tensor();
   tracing_ = trace;
   trace_.clear();
+  spans_.clear();
+  waits_.clear();
   optimizer_->zero_grad();
   for (Stash& s : stash_) s.wgrad->clear();  // left over only by a step that failed
   if (trace) comm_.barrier(where(layout_, step) + " before a traced step");
-  const auto begin = step_begin_ = std::chrono::steady_clock::now();
-  for (auto* v : {&sent_s_[0], &sent_s_[1], &arrived_s_[0], &arrived_s_[1]}) v->assign(stash_.size(), -1.0);
+  const std::int64_t syncs_before = stream_->host_syncs();
+  stream_->begin_step();
+  const auto begin = stream_->step_begin();
+  for (auto* v : {&sent_marks_[0], &sent_marks_[1], &arrived_marks_[0], &arrived_marks_[1]})
+    v->assign(stash_.size(), -1);
   if (trace && !traced_before_) {
     origin_ = config_.clock_origin_ns > 0
                   ? std::chrono::steady_clock::time_point(std::chrono::nanoseconds(config_.clock_origin_ns))
@@ -310,9 +343,14 @@ StepResult Executor::run_step(int step, bool trace) {
   posted_b_.assign(stash_.size(), 0);
   int forwards_done = 0;
   post_ahead(step, forwards_done);
+  // Under bf16 or fp16 autocast each weight is cast once this step, for every
+  // microbatch; the copies go with this scope, after STEP has updated the weights.
+  AutocastCacheScope casts_once(config_.dtype);
   for (const schedule::Action& a : actions_) {
     comm_.before_action(step, a);
-    const auto start = std::chrono::steady_clock::now();
+    const bool timed_other =
+        trace && (a.kind == schedule::ActionKind::kReduceGrad || a.kind == schedule::ActionKind::kStep);
+    const ComputeStream::Mark start = timed_other ? stream_->mark() : 0;
     switch (a.kind) {
       case schedule::ActionKind::kRecvF:  // posted ahead (post_ahead), unless the list runs further ahead
         for (; posted_f_upto_ <= a.microbatch; ++posted_f_upto_) post_recv(posted_f_upto_, true, step);
@@ -330,26 +368,15 @@ StepResult Executor::run_step(int step, bool trace) {
       case schedule::ActionKind::kReduceGrad: reduce_grads(step); break;
       case schedule::ActionKind::kStep: apply_step(step, &result); break;
     }
-    if (trace && (a.is_compute() || a.kind == schedule::ActionKind::kReduceGrad ||
-                  a.kind == schedule::ActionKind::kStep)) {
-      // Compute spans exclude the wait for their input, as in the simulator's trace.
-      const auto from = a.is_compute() ? compute_start_.wall : start;
-      const auto to = a.is_compute() ? compute_end_ : std::chrono::steady_clock::now();
-      schedule::TimelineEvent e;
-      e.rank = layout_.rank;
-      e.action = a;
-      e.start_us = us_since_origin(from);
-      e.dur_us = us_since_origin(to) - e.start_us;
-      e.step = step;
-      trace_.push_back(e);
-    }
+    // Compute spans exclude the wait for their input, as in the simulator's trace.
+    if (a.is_compute()) spans_.push_back({a, compute_from_, compute_to_});
+    if (timed_other) spans_.push_back({a, start, stream_->mark()});
   }
+  // The step ends when its work on the device is done; then the marks can be read.
+  stream_->synchronize(comm_);
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  result.compute_seconds = compute_s_;
-  result.forward_seconds = forward_s_;
-  result.backward_seconds = backward_s_;
-  result.sent_s = sent_s_;
-  result.arrived_s = arrived_s_;
+  resolve_marks(step, &result);
+  result.host_syncs = stream_->host_syncs() - syncs_before;
   return result;
 }
 
@@ -359,7 +386,8 @@ double Executor::evaluate(const TokenSource& source, int batch) {
   data_ = &source;
   data_seed_ = config_.seed ^ 0x5eedeba1ULL;  // the evaluation's own sample stream
   step_ = batch;
-  loss_sum_ = 0;
+  loss_sum_ = torch::Tensor();
+  stream_->begin_step();
   for (const schedule::Action& a : actions_) {
     switch (a.kind) {
       case schedule::ActionKind::kRecvF: post_recv(a.microbatch, true, batch); break;
@@ -368,12 +396,13 @@ double Executor::evaluate(const TokenSource& source, int batch) {
       default: break;  // no backward, reduction or update
     }
   }
-  for (auto& [buffer, transfer] : sends_) transfer.wait(comm_.timeout());
+  for (auto& [buffer, transfer] : sends_) stream_->wait(transfer, comm_.timeout());
   sends_.clear();
   for (Stash& s : stash_) s.input = s.output = s.targets = torch::Tensor();
   data_ = training;
   data_seed_ = config_.seed;
-  torch::Tensor shared = torch::tensor({loss_sum_}, torch::kFloat64);
+  torch::Tensor shared =
+      loss_sum_.defined() ? stream_->to_host(comm_, loss_sum_).reshape({1}) : torch::zeros({1}, torch::kFloat64);
   comm_.allreduce_world(shared, where(layout_, batch) + " in evaluation");
   return shared[0].item<double>() / global_tokens_;
 }
@@ -403,6 +432,7 @@ std::vector<std::pair<std::string, torch::Tensor>> Executor::full_tensors(
     comm_.allreduce_tp(full, where(layout_, step_) + " gathering `" + name + "`");
     out.emplace_back(name, full);
   }
+  comm_.finish_step();  // the callers read them on the host (checkpoints)
   return out;
 }
 

@@ -58,7 +58,7 @@ void Executor::reduce_grads(int step) {
 }
 
 void Executor::apply_step(int step, StepResult* result) {
-  for (auto& [buffer, transfer] : sends_) transfer.wait(comm_.timeout());
+  for (auto& [buffer, transfer] : sends_) stream_->wait(transfer, comm_.timeout());
   sends_.clear();
   // Global norm: each parameter once (replica 0 of each stage; the LM head copy of a
   // tied embedding is left to the token embedding), plus this rank's loss share.
@@ -71,9 +71,11 @@ void Executor::apply_step(int step, StepResult* result) {
                     (layout_.tp_rank == 0 || shards_.at(name).split()) &&
                     !(model_.gpt.tied_embeddings && tied_tail.defined() && p.is_same(tied_tail)));
   }
-  const double squares = zero_ ? zero_->owned_squared_norm(count) : optimizer_->grad_squared_norm(count);
+  const torch::Tensor squares = zero_ ? zero_->owned_squared_norm(count) : optimizer_->grad_squared_norm(count);
   // Every last-stage replica holds the loss of its own samples: the sum is the total.
-  torch::Tensor shared = torch::tensor({squares, loss_sum_}, torch::kFloat64);
+  const torch::Tensor loss = loss_sum_.defined() ? loss_sum_ : torch::zeros_like(squares);
+  // The step's one read of the device: the norm and the loss together.
+  torch::Tensor shared = stream_->to_host(comm_, torch::stack({squares, loss.reshape({})}));
   comm_.allreduce_world(shared, where(layout_, step) + " in STEP");
   // With loss scaling the gradients are the scale times the true ones, exactly: so is
   // their norm. A norm that is not finite means an overflow on some rank, and every
@@ -86,6 +88,7 @@ void Executor::apply_step(int step, StepResult* result) {
   result->skipped = !scaler_.update(std::isfinite(squared));
   if (result->skipped) return;
   const double grad_scale = optimizer_->clip_scale(result->grad_norm) / scale;
+  stream_->fence_copies();  // an asynchronous checkpoint still copying the parameters and moments
   if (!zero_) {
     optimizer_->step(step, grad_scale);
     return;
@@ -97,7 +100,9 @@ void Executor::apply_step(int step, StepResult* result) {
 
 std::vector<std::pair<std::string, torch::Tensor>> Executor::whole_optimizer_state() {
   if (!zero_) return optimizer_->state();
-  return zero_->gather_state(comm_, *optimizer_, where(layout_, step_) + " gathering the optimizer state");
+  auto state = zero_->gather_state(comm_, *optimizer_, where(layout_, step_) + " gathering the optimizer state");
+  comm_.finish_step();  // the callers read it on the host (checkpoints)
+  return state;
 }
 
 }  // namespace harp::runtime

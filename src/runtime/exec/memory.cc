@@ -9,6 +9,7 @@
 #endif
 
 #include <c10/core/CPUAllocator.h>
+#include <c10/core/CachingDeviceAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
 
 namespace harp::runtime {
@@ -56,9 +57,39 @@ void install_counting_allocator() {
   (void)allocator;
 }
 
-double live_tensor_bytes() { return static_cast<double>(g_live.load()); }
-double peak_tensor_bytes() { return static_cast<double>(g_peak.load()); }
-void reset_peak_tensor_bytes() { g_peak = g_live.load(); }
+namespace {
+
+// The caching allocator's statistics for a device (c10's device-generic interface: no
+// CUDA header here).
+c10::CachingDeviceAllocator::DeviceStats device_stats(const c10::Device& device) {
+  return c10::getDeviceAllocator(device.type())->getDeviceStats(device.index());
+}
+constexpr size_t kAll = static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+
+}  // namespace
+
+double live_tensor_bytes(const c10::Device& device) {
+  if (device.is_cpu()) return static_cast<double>(g_live.load());
+  return static_cast<double>(device_stats(device).allocated_bytes[kAll].current);
+}
+
+double peak_tensor_bytes(const c10::Device& device) {
+  if (device.is_cpu()) return static_cast<double>(g_peak.load());
+  return static_cast<double>(device_stats(device).allocated_bytes[kAll].peak);
+}
+
+double peak_reserved_bytes(const c10::Device& device) {
+  if (device.is_cpu()) return peak_tensor_bytes(device);
+  return static_cast<double>(device_stats(device).reserved_bytes[kAll].peak);
+}
+
+void reset_peak_tensor_bytes(const c10::Device& device) {
+  if (device.is_cpu()) {
+    g_peak = g_live.load();
+    return;
+  }
+  c10::getDeviceAllocator(device.type())->resetPeakStats(device.index());
+}
 
 void retain_freed_memory() {
 #ifdef __GLIBC__

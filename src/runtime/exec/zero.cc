@@ -82,13 +82,13 @@ std::vector<torch::Tensor> ZeroShards::step_grads() const {
   return out;
 }
 
-double ZeroShards::owned_squared_norm(const std::vector<bool>& count) const {
+torch::Tensor ZeroShards::owned_squared_norm(const std::vector<bool>& count) const {
   HARP_CHECK_EQ(count.size(), params_.size());
   const std::vector<torch::Tensor> grads = step_grads();
-  double sum = 0;
+  std::vector<torch::Tensor> counted;
   for (size_t i = 0; i < grads.size(); ++i)
-    if (count[i] && grads[i].defined()) sum += grads[i].to(torch::kFloat64).pow(2).sum().item<double>();
-  return sum;
+    if (count[i]) counted.push_back(grads[i]);
+  return squared_norm(counted, params_.empty() ? torch::Device(torch::kCPU) : params_.front().device());
 }
 
 void ZeroShards::gather(Transport& comm, const std::vector<torch::Tensor>& from, const std::vector<torch::Tensor>& to,

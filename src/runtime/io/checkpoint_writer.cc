@@ -34,21 +34,26 @@ Status CheckpointWriter::save(Executor& ex, Transport& comm, int steps_done, con
   // (every replica takes part), so the files do not depend on ZeRO or dp.
   NamedTensors state = ex.whole_optimizer_state();
   if (l.dp_rank == 0) {
-    // Full tensors (tp shards gathered): the files do not depend on the tp degree. The
-    // copies are what the writer reads while the next steps update the parameters.
+    // Full tensors (tp shards gathered): the files do not depend on the tp degree.
     tensors = ex.optimizer().params();
     for (auto& s : state) tensors.push_back(s);
     if (l.tp() > 1) tensors = ex.full_tensors(tensors);
     if (l.tp_rank != 0) tensors.clear();
-    for (auto& [name, t] : tensors) t = t.detach().clone();
   }
+  // The copies the writer reads while the next steps update the parameters: on CUDA in
+  // pinned host memory, copied on a side stream (no second copy of the state on the GPU).
+  std::vector<torch::Tensor> values;
+  for (const auto& [name, t] : tensors) values.push_back(t);
+  ComputeStream::HostCopies copies = ex.stream().copy_to_host(values);
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].second = copies.tensors[i];
   const std::string file = sd + "/stage_" + std::to_string(l.stage) + ".bin";
   const long long counter = ex.optimizer().steps_taken();
   timings_.push_back({steps_done, 0, 0});
   const size_t slot = timings_.size() - 1;
   const CheckpointId id{steps_done, l.stage, run_};
-  auto job = [this, file, counter, slot, id, tensors = std::move(tensors)]() {
+  auto job = [this, file, counter, slot, id, tensors = std::move(tensors), wait = copies.wait]() {
     if (tensors.empty()) return Status();
+    wait();
     if (before_write_) before_write_();
     const auto w0 = std::chrono::steady_clock::now();
     Status s = write_tensor_file(file, tensors, counter, id);

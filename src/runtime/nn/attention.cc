@@ -1,6 +1,11 @@
-// Causal attention on libtorch's operations (gpt_pieces.h): for CUDA, float64, bf16 and
-// fp16 autocast, and builds without oneDNN, where the fused CPU kernel (kernels.h) does
-// not apply; with selective recomputation as an autograd function that keeps only q, k, v.
+// Causal attention where the fused CPU kernel (kernels.h) does not apply (gpt_pieces.h):
+// libtorch's scaled_dot_product_attention on CUDA (flash, cuDNN or memory-efficient: no
+// s x s scores kept, grouped-query heads read without copies) and for the CPU's float64
+// and float32 without oneDNN; and, for the CPU's bf16 and fp16 autocast, matmul, a
+// float32 softmax and matmul, with selective recomputation as an autograd function that
+// keeps only q, k, v. Measured on this CPU (docs/runtime.md, "Attention"): SDPA is
+// 1.4-3.8x faster in float64 with the same values, and in bf16 as fast at s = 256 but
+// 2.3x slower at s = 64, so the CPU's bf16 keeps its own path.
 #include <cmath>
 #include <limits>
 
@@ -87,10 +92,28 @@ struct RecomputedAttention : public torch::autograd::Function<RecomputedAttentio
 
 }  // namespace
 
+torch::Tensor sdpa_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, /*dropout_p=*/0.0, /*is_causal=*/true,
+                                          /*scale=*/std::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
+}
+
 torch::Tensor libtorch_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                         bool recompute) {
-  if (recompute && torch::GradMode::is_enabled()) return RecomputedAttention::apply(q, k, v);
-  return libtorch_attention(q, k, v);
+  torch::Tensor keys = k, values = v;
+  if (k.size(1) != q.size(1)) {  // grouped-query attention: query head i reads key/value head i / (a / g)
+    keys = k.repeat_interleave(q.size(1) / k.size(1), 1);
+    values = v.repeat_interleave(q.size(1) / k.size(1), 1);
+  }
+  if (recompute && torch::GradMode::is_enabled()) return RecomputedAttention::apply(q, keys, values);
+  return libtorch_attention(q, keys, values);
+}
+
+torch::Tensor causal_attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    bool recompute) {
+  // SDPA keeps q, k, v, its output and the log-sum-exp, nothing of s x s: selective
+  // recomputation has nothing left to free there.
+  if (!(q.is_cpu() && low_precision(q))) return sdpa_causal_attention(q, k, v);
+  return libtorch_causal_attention(q, k, v, recompute);
 }
 
 }  // namespace harp::runtime

@@ -4,7 +4,7 @@
 // computes exactly what two one-piece layers compute, without the copies of the joined
 // tensor between them: any cut reproduces the unpartitioned forward bit for bit. Omits
 // dropout. Attention is the fused CPU kernel (kernels.h) where it applies, else libtorch's
-// operations (attention.cc; written for libtorch 1.13, which had no SDPA).
+// scaled_dot_product_attention or, for the CPU's bf16, its plain operations (attention.cc).
 #include "harp/runtime/nn/gpt.h"
 
 #include <cmath>
@@ -81,21 +81,6 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) {
   auto y = x.to(compute);
   y = y * torch::rsqrt(y.pow(2).mean(-1, /*keepdim=*/true) + kRmsNormEps);
   return weight * y.to(x.scalar_type());
-}
-
-// Rotary embedding in the Hugging Face layout (the two halves of each head rotate
-// together: rotate_half) at positions 0..s-1, for x of [b, heads, s, d], or of
-// [b, s, heads, d] when `tokens_first`.
-torch::Tensor rotary(const torch::Tensor& x, double theta, bool tokens_first = false) {
-  const std::int64_t s = x.size(tokens_first ? 1 : 2), d = x.size(-1);
-  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  auto inv_freq = torch::pow(theta, -torch::arange(0, d, 2, f64) / static_cast<double>(d));
-  auto angles = torch::outer(torch::arange(s, f64), inv_freq);  // [s, d/2]
-  angles = torch::cat({angles, angles}, -1);
-  if (tokens_first) angles = angles.unsqueeze(1);  // [s, 1, d]: the same angle for every head
-  const auto cos = angles.cos().to(x.options()), sin = angles.sin().to(x.options());
-  auto rotated = torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
-  return x * cos + rotated * sin;
 }
 
 // How a parameter starts: normal(0, 0.02), normal with the residual scale, or 1 (norms);
@@ -308,8 +293,36 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   return res.defined() ? torch::cat({t, res}, -1) : t;
 }
 
+// Rotary embedding in the Hugging Face layout: the two halves of each head rotate together
+// (rotate_half).
+torch::Tensor GptLayerImpl::rotary(const torch::Tensor& x, bool tokens_first) const {
+  const std::int64_t s = x.size(tokens_first ? 1 : 2), d = x.size(-1);
+  const std::string key = std::to_string(s) + "/" + c10::toString(x.scalar_type()) + "/" + x.device().str();
+  std::pair<torch::Tensor, torch::Tensor> table;
+  {
+    std::lock_guard<std::mutex> lock(rotary_mu_);
+    auto it = rotary_tables_.find(key);
+    if (it == rotary_tables_.end()) {
+      const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+      auto inv_freq = torch::pow(config_.rope_theta, -torch::arange(0, d, 2, f64) / static_cast<double>(d));
+      auto angles = torch::outer(torch::arange(s, f64), inv_freq);  // [s, d/2]
+      angles = torch::cat({angles, angles}, -1);
+      it =
+          rotary_tables_.emplace(key, std::make_pair(angles.cos().to(x.options()), angles.sin().to(x.options()))).first;
+    }
+    table = it->second;
+  }
+  auto [cos, sin] = table;
+  if (tokens_first) {  // [s, 1, d]: the same angle for every head
+    cos = cos.unsqueeze(1);
+    sin = sin.unsqueeze(1);
+  }
+  auto rotated = torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
+  return x * cos + rotated * sin;
+}
+
 torch::Tensor GptLayerImpl::attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const {
-  return libtorch_causal_attention(q, k, v, recompute_attention_);
+  return causal_attention_core(q, k, v, recompute_attention_);
 }
 
 torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
@@ -360,21 +373,16 @@ torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const
       const std::int64_t b = t.size(0), s = t.size(1);
       if (fused_kernels_apply(t)) {  // [b, s, n, d] views; kv heads shared without copies (kernels.h)
         auto heads = [&](std::int64_t offset, std::int64_t n) { return t.narrow(-1, offset, n * d).view({b, s, n, d}); };
-        auto q = rotary(heads(0, a), config_.rope_theta, true), k = rotary(heads(h, g), config_.rope_theta, true);
+        auto q = rotary(heads(0, a), true), k = rotary(heads(h, g), true);
         return row_linear(causal_attention(q, k, heads(h + kv, g), recompute_attention_), w("attn.proj.weight"),
                           torch::Tensor());
       }
       auto heads = [&](std::int64_t offset, std::int64_t n) {  // [b, n, s, d]
         return t.narrow(-1, offset, n * d).reshape({b, s, n, d}).transpose(1, 2);
       };
-      auto q = rotary(heads(0, a), config_.rope_theta);
-      auto k = rotary(heads(h, g), config_.rope_theta);
-      auto v = heads(h + kv, g);
-      if (g != a) {  // grouped-query attention: query head i reads key/value head i / (a / g)
-        k = k.repeat_interleave(a / g, 1);
-        v = v.repeat_interleave(a / g, 1);
-      }
-      auto context = attention(q, k, v).transpose(1, 2).reshape({b, s, h});
+      auto q = rotary(heads(0, a), false);
+      auto k = rotary(heads(h, g), false);
+      auto context = attention(q, k, heads(h + kv, g)).transpose(1, 2).reshape({b, s, h});  // g < a: GQA
       return row_linear(context, w("attn.proj.weight"), torch::Tensor());
     }
     case kMlpIn: {

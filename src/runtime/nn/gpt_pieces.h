@@ -14,10 +14,18 @@ inline bool low_precision(const torch::Tensor& t) {
   return t.scalar_type() == torch::kBFloat16 || t.scalar_type() == torch::kHalf;
 }
 
-// softmax(q kᵀ / √d + causal mask) v for q, k, v of [b, heads, s, d] on libtorch's
-// operations (attention.cc), returning [b, heads, s, d]. With `recompute` (selective
-// recomputation) and a graph being built, only q, k and v are kept and the backward
-// reruns the forward: gradients bit for bit those of the kept version on the CPU.
+// softmax(q kᵀ / √d + causal mask) v for q of [b, a, s, d] and k, v of [b, g, s, d] (g
+// divides a: grouped-query attention, query head i reading key/value head i / (a / g)),
+// returning [b, a, s, d]: the attention core where the fused CPU kernel does not apply
+// (attention.cc says which path runs where). With `recompute` (selective recomputation)
+// and a graph being built, the CPU's bf16 path keeps only q, k and v and its backward
+// reruns the forward (gradients bit for bit those of the kept version).
+torch::Tensor causal_attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    bool recompute);
+// Its two paths, for the tests that hold them to each other: libtorch's
+// scaled_dot_product_attention (causal; GQA without copies), and matmul, softmax and
+// matmul (k and v repeated per query head).
+torch::Tensor sdpa_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 torch::Tensor libtorch_causal_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                         bool recompute);
 

@@ -15,10 +15,11 @@ const TensorParallel& tp_at(torch::autograd::AutogradContext* ctx) {
   return *reinterpret_cast<const TensorParallel*>(ctx->saved_data["tp"].toInt());
 }
 
-// Sums `x` over the tp group, in float32 at least (a bf16 partial product is summed in
-// float32 and rounded once).
+// Sums `x` over the tp group. On CUDA in x's own dtype, as Megatron does (NCCL sums bf16:
+// half the bytes of a float32 wire); on the CPU a bf16 partial product is summed in
+// float32 and rounded once (Gloo has no bf16 sum).
 torch::Tensor summed(const TensorParallel& tp, const torch::Tensor& x) {
-  torch::Tensor y = low_precision(x) ? x.to(torch::kFloat) : x.contiguous().clone();
+  torch::Tensor y = low_precision(x) && !x.is_cuda() ? x.to(torch::kFloat) : x.contiguous().clone();
   tp.allreduce(y);
   return y.to(x.scalar_type());
 }

@@ -35,6 +35,15 @@ AutocastGuard::~AutocastGuard() {
   set_dtype(device_, was_dtype_);
 }
 
+AutocastCacheScope::AutocastCacheScope(torch::Dtype compute)
+    : on_(compute == torch::kBFloat16 || compute == torch::kHalf) {
+  if (on_) at::autocast::increment_nesting();
+}
+
+AutocastCacheScope::~AutocastCacheScope() {
+  if (on_ && at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
+}
+
 AutocastState AutocastGuard::current() {
   for (c10::DeviceType d : {c10::DeviceType::CPU, c10::DeviceType::CUDA})
     if (enabled(d)) return AutocastState{true, d, dtype_of(d)};

@@ -12,8 +12,16 @@
 // a receive posted early on one link cannot hold up a send on another, as it can on one
 // shared communicator (docs/runtime.md, "GPUs"). The link groups are created and used
 // once at start, in one global order, so that NCCL's lazy, blocking set-up of a
-// communicator cannot deadlock two ranks waiting on different pairs. The world group
-// stays Gloo's, on the CPU, for the metrics reduction and barriers.
+// communicator cannot deadlock two ranks waiting on different pairs; the dp, tp and tied
+// communicators are made at once too. The world group stays Gloo's, on the CPU, for the
+// metrics reduction and barriers.
+//
+// On NCCL nothing in a step blocks the host: a received tensor, a send and a collective
+// make the current stream wait for NCCL's work (c10d's Work::wait without a timeout), and
+// finish_step, before the step's first read of the device, checks within the timeout
+// that all of it completed, so a peer that dies still ends the run with a message naming
+// the transfer. NCCL's own timeout (its watchdog, which would end the process without that
+// message) is set to twice HARP's plus a minute, so HARP's check comes first.
 #pragma once
 
 #include <chrono>
@@ -21,6 +29,7 @@
 #include <string>
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "harp/runtime/comm/transport.h"
 
@@ -55,14 +64,20 @@ class C10dTransport : public Transport {
   void allreduce_world(torch::Tensor& t, const std::string& what) override;
   void barrier(const std::string& what) override;
   double round_trip(int peer, std::int64_t bytes, bool initiator, const std::string& what) override;
-  // Pending Gloo work is not cancelled: later calls throw, and peers
-  // notice when this process exits and its sockets close.
+  // NCCL's groups are aborted (their kernels end); pending Gloo work is not cancelled:
+  // later calls throw, and peers notice when this process exits and its sockets close.
   void abort(const std::string& reason) override;
+  // NCCL: polls each work the streams were made to wait for this step, until the
+  // timeout; a work not done by then aborts the groups and throws its description.
+  void finish_step() override;
 
  private:
   struct Groups;
   C10dTransport(RankLayout layout, std::chrono::milliseconds timeout);
   void check_open() const;
+  // A collective's end: on NCCL the current stream waits (kept for finish_step), on Gloo
+  // the host waits, bounded by the timeout. Throws RuntimeFailure("<what>: <reason>").
+  void complete(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
   // "<what> (data-parallel group of stage S)": what a failed dp collective says.
   std::string in_dp_group(const std::string& what) const;
   std::unique_ptr<Groups> groups_;

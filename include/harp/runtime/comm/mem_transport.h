@@ -8,10 +8,21 @@
 //           (peers must time out);
 //   kDelay  the rank sleeps delay_s before the action, then goes on;
 //   kDrop   the rank's sends at that action are lost (the receiver times out).
-// Sends are buffered (they complete at once), so it models asynchronous sends; the
-// strict rendezvous rule is the validator's job (schedule/validate.h). A transit function
-// (set_transit) makes a point-to-point message arrive that many seconds after it was sent:
-// a link that is slow, or slows down mid-run.
+// By default sends are buffered (they complete at once), so it models asynchronous sends;
+// the strict rendezvous rule is the validator's job (schedule/validate.h). A transit
+// function (set_transit) makes a point-to-point message arrive that many seconds after it
+// was sent: a link that is slow, or slows down mid-run.
+//
+// Rules::kNccl keeps NCCL's rules on a GPU instead, so that what only a GPU would show
+// (a deadlock between a device-wide synchronisation and posted receives) fails a CPU test:
+//   - messages between two ranks match in the order posted, per direction; tags are not
+//     used to match (NCCL has none), only checked: a receive whose message was sent with
+//     another tag fails, naming both (on a GPU it would take the wrong data);
+//   - a send completes only once its receive is posted (NCCL's rendezvous);
+//   - a posted receive is device work until its data has arrived, and a posted send until
+//     its receive is posted: Transport::synchronize_device (what cudaDeviceSynchronize
+//     does to NCCL's streams) waits for all of them, and fails after the timeout naming
+//     what it waited for.
 #pragma once
 
 #include <chrono>
@@ -46,7 +57,8 @@ class RankKilled : public RuntimeFailure {
 
 class MemNetwork {
  public:
-  explicit MemNetwork(int world_size, std::vector<Fault> faults = {});
+  enum class Rules { kBuffered, kNccl };
+  explicit MemNetwork(int world_size, std::vector<Fault> faults = {}, Rules rules = Rules::kBuffered);
   MemNetwork(const MemNetwork&) = delete;
   MemNetwork& operator=(const MemNetwork&) = delete;
 
@@ -69,10 +81,19 @@ class MemNetwork {
   struct Mail {
     torch::Tensor tensor;
     std::chrono::steady_clock::time_point arrives;
+    int tag = 0;
+  };
+  // Rules::kNccl: one direction between two ranks. Send i and receive i match.
+  struct Link {
+    std::map<std::int64_t, Mail> sent;         // by send index, until its receive takes it
+    std::int64_t sends = 0, receives = 0;      // posted so far
+    std::map<std::int64_t, int> receive_tags;  // by receive index, until it takes its message
   };
 
   int world_size_;
   std::vector<Fault> faults_;
+  Rules rules_;
+  std::map<std::pair<int, int>, Link> links_;  // (sender, receiver), Rules::kNccl
   TransitFn transit_;
   std::mutex mu_;
   std::condition_variable cv_;

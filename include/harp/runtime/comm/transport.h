@@ -44,14 +44,23 @@ class Transfer {
   struct Op {
     virtual ~Op() = default;
     virtual void wait(std::chrono::milliseconds timeout) = 0;
+    // Makes the calling thread's current stream wait for the transfer, where the
+    // transport can (NCCL); the host waits (wait) where it cannot.
+    virtual void wait_on_stream(std::chrono::milliseconds timeout) { wait(timeout); }
   };
 
   Transfer() = default;
   Transfer(std::shared_ptr<Op> op, std::string what, int peer);
+  // The host waits until the transfer is done.
   void wait(std::chrono::milliseconds timeout);
+  // The current stream waits for it (NCCL: the host goes on; a transfer that never
+  // completes is found by Transport::finish_step); elsewhere as wait().
+  void wait_on_stream(std::chrono::milliseconds timeout);
   bool pending() const { return op_ != nullptr; }
 
  private:
+  void complete(std::chrono::milliseconds timeout, bool on_stream);
+
   std::shared_ptr<Op> op_;
   std::string what_;
   int peer_ = -1;
@@ -94,6 +103,17 @@ class Transport {
   // and peers waiting on this rank fail instead of waiting for the timeout (where the
   // implementation can tell them). Idempotent.
   virtual void abort(const std::string& reason) = 0;
+  // Waits, on the host, for every transfer of this rank's that is device work: what a
+  // device-wide synchronisation (cudaDeviceSynchronize) waits for among the
+  // communication, NCCL's posted receives and unmatched sends included. Nothing on Gloo
+  // (its transfers complete on the host); the in-memory transport's NCCL rules wait for
+  // them (mem_transport.h). Throws RuntimeFailure where that cannot end.
+  virtual void synchronize_device(const std::string& what) { (void)what; }
+  // The end of a step's communication: waits, bounded by the timeout, for the work that
+  // streams were made to wait for (wait_on_stream, and NCCL collectives); throws
+  // RuntimeFailure naming the first that did not complete (and aborts the NCCL groups, so
+  // no kernel spins on). Nothing to do where every wait was the host's.
+  virtual void finish_step() {}
   // Called by the executor before each action of a step. The c10d transport ignores
   // it; the in-memory one injects its faults here.
   virtual void before_action(int step, const schedule::Action& action) {

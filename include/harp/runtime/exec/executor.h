@@ -30,11 +30,12 @@
 #include "harp/model/model_spec.h"
 #include "harp/plan/plan.h"
 #include "harp/runtime/comm/transport.h"
+#include "harp/runtime/exec/compute_stream.h"
 #include "harp/runtime/exec/data.h"
 #include "harp/runtime/exec/emulation.h"
-#include "harp/runtime/nn/gpt.h"
 #include "harp/runtime/exec/optimizer.h"
 #include "harp/runtime/exec/zero.h"
+#include "harp/runtime/nn/gpt.h"
 #include "harp/runtime/nn/precision.h"
 #include "harp/runtime/nn/weight_grad.h"
 #include "harp/schedule/action.h"
@@ -88,6 +89,9 @@ struct StepResult {
   // neighbouring stage's first replica, so the two ends of one message meet in the
   // metrics reduction.
   std::array<std::vector<double>, 2> sent_s, arrived_s;
+  // Host synchronisations of the step (ComputeStream: the rank's stream synchronised,
+  // values copied to the host): a constant, whatever the parameters and microbatches.
+  std::int64_t host_syncs = 0;
 };
 
 class Executor {
@@ -121,9 +125,10 @@ class Executor {
   LossScaler& loss_scaler() { return scaler_; }  // a resume restores its state
   std::uint64_t seed() const { return config_.seed; }
   const std::vector<GptLayer>& layers() const { return layers_; }
-  // Named parameters and their gradients of the last step (global names; this rank's
-  // shards under tensor parallelism). Under ZeRO the summed gradients are sharded: these
-  // are this replica's own (level 1) or undefined (level 2).
+  // Named parameters and their gradients of the last step as its update left them:
+  // unscaled and clipped, as PyTorch's GradScaler.unscale_ and clip_grad_norm_ leave them
+  // (global names; this rank's shards under tensor parallelism). Under ZeRO the summed
+  // gradients are sharded: these are this replica's own (level 1) or undefined (level 2).
   std::vector<std::pair<std::string, torch::Tensor>> named_grads() const;
   // Where a parameter (or its optimizer state "<name>.exp_avg", ".exp_avg_sq") lies in
   // its full tensor. REQUIRES: the name is this rank's.
@@ -134,6 +139,9 @@ class Executor {
   std::vector<std::pair<std::string, torch::Tensor>> full_tensors(
       const std::vector<std::pair<std::string, torch::Tensor>>& local);
   const std::vector<schedule::Action>& actions() const { return actions_; }
+  // Where this rank computes (an asynchronous checkpoint copies through it; the update of
+  // the next STEP waits for those copies).
+  ComputeStream& stream() { return *stream_; }
   // A compute slowdown on top of the plan's emulation (tests of drift detection: a
   // stage that becomes slower mid-run); 1: none.
   void set_extra_slowdown(double factor) { extra_slowdown_ = factor; }
@@ -178,17 +186,22 @@ class Executor {
   // a gradient's receive once per step.
   void post_ahead(int step, int forwards_done);
   void post_gradient_recv(int mb, int step);
-  // Waits for every part (a traced step records each wait as a recv-lane event).
+  // Makes compute wait for every part (a traced step records each wait as a recv-lane
+  // event).
   torch::Tensor gather(std::vector<Part>& parts, const schedule::Action& recv);
-  // Records now (seconds since this step began) for microbatch mb's message in `times`.
-  void note_time(std::array<std::vector<double>, 2>& times, bool forward_direction, int mb) const;
+  // Marks now on the stream for microbatch mb's message in `marks`.
+  void note_time(std::array<std::vector<ComputeStream::Mark>, 2>& marks, bool forward_direction, int mb);
   // executor_update.cc: the step's reductions, update and the whole optimizer state.
   void reduce_grads(int step);
   void apply_step(int step, StepResult* result);
-  // Starts a compute span (its wall and this thread's CPU clock), and ends it, sleeping
-  // first on an emulated device; finish_compute returns its seconds, the sleep included.
+  // Starts a compute span (a mark on the stream; for an emulated device this thread's
+  // clocks too), and ends it, sleeping first on an emulated device (the sleep is part of
+  // the span).
   void begin_compute();
-  double finish_compute();
+  void finish_compute();
+  // The step's marks resolved (after the stream's synchronisation): each span's seconds
+  // into `result`, the trace's events, the link times.
+  void resolve_marks(int step, StepResult* result);
 
   const model::ModelSpec& model_;
   const plan::Plan& plan_;
@@ -215,12 +228,24 @@ class Executor {
   bool split_backward_ = false;  // the list runs I and W (a zero-bubble schedule)
   std::vector<Stash> stash_;
   std::vector<std::pair<torch::Tensor, Transfer>> sends_;
-  double loss_sum_ = 0, compute_s_ = 0, forward_s_ = 0, backward_s_ = 0;
+  std::unique_ptr<ComputeStream> stream_;  // where this rank computes (compute_stream.h)
+  // The sum of the tail's losses this step, on the device (float64; read once, at STEP).
+  torch::Tensor loss_sum_;
   int step_ = 0;
   bool tracing_ = false, traced_before_ = false;
-  std::chrono::steady_clock::time_point origin_, compute_end_, step_begin_;
-  std::array<std::vector<double>, 2> sent_s_, arrived_s_;  // this step's (StepResult)
+  std::chrono::steady_clock::time_point origin_;
+  // This step's spans on the stream: compute (F, B, I, W), and REDUCE_GRAD and STEP when
+  // tracing; waits for received data (traced steps); when each cut tensor's first part
+  // was sent and arrived, by direction and microbatch (-1: none).
+  struct Span {
+    schedule::Action action;
+    ComputeStream::Mark from, to;
+    int peer = -1;  // a wait's sender
+  };
+  std::vector<Span> spans_, waits_;
+  std::array<std::vector<ComputeStream::Mark>, 2> sent_marks_, arrived_marks_;
   ComputeStart compute_start_;  // of the last compute begun (begin_compute)
+  ComputeStream::Mark compute_from_ = 0, compute_to_ = 0;
   int upstream_launches_ = 0;   // the previous stage's launch count (0 on the first stage)
   int posted_f_upto_ = 0;       // this step's activation receives posted: microbatches below it
   std::vector<char> posted_b_;  // this step's gradient receives posted, by microbatch

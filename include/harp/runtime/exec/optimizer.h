@@ -26,6 +26,12 @@ struct OptimConfig {
 // Learning rate of 0-based step `step`.
 double lr_at(const OptimConfig& config, int step);
 
+// The sum of the squares of `tensors` (undefined ones skipped) in float64, whatever their
+// dtype, so that the global norm does not depend on how a layout splits the sum: a
+// zero-dimensional tensor on `device`, left there (one host read per step, by the
+// caller, for all of it).
+torch::Tensor squared_norm(const std::vector<torch::Tensor>& tensors, const torch::Device& device);
+
 class AdamW {
  public:
   // The elements of a parameter (flattened) whose state this optimizer keeps and
@@ -41,13 +47,15 @@ class AdamW {
         std::vector<Range> owned = {});
 
   // Sum of squared gradients of the parameters whose name passes `count` (the caller
-  // adds these across ranks, counting each parameter once, for the global norm).
-  double grad_squared_norm(const std::vector<bool>& count) const;
+  // adds these across ranks, counting each parameter once, for the global norm): a
+  // float64 scalar on the parameters' device, not read to the host (squared_norm).
+  torch::Tensor grad_squared_norm(const std::vector<bool>& count) const;
   // Multiplier for the gradients given the global norm (1 when within grad_clip).
   double clip_scale(double global_norm) const;
-  // One update at 0-based step `step` with gradients scaled by `grad_scale`. The
-  // gradients are the parameters' own, or `grads` (one per parameter: its owned range,
-  // flat; undefined: not updated).
+  // One update at 0-based step `step` with gradients scaled by `grad_scale` (the
+  // gradients are left so scaled). The gradients are the parameters' own, or `grads`
+  // (one per parameter: its owned range, flat; undefined: not updated). Nothing is read
+  // to the host.
   void step(int step, double grad_scale, const std::vector<torch::Tensor>* grads = nullptr);
   void zero_grad();
 
@@ -70,6 +78,7 @@ class AdamW {
   std::vector<bool> whole_;   // owned_[i] is all of parameter i
   OptimConfig config_;
   long long steps_taken_ = 0;
+  torch::Tensor step_count_;  // steps_taken_ on the parameters' device, for the kernel
 };
 
 }  // namespace harp::runtime

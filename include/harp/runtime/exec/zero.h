@@ -51,9 +51,9 @@ class ZeroShards {
   // After reduce(): per parameter, the summed gradient of its owned range (flat), or the
   // parameter's own gradient when it is not reduced here; AdamW::step's `grads`.
   std::vector<torch::Tensor> step_grads() const;
-  // Sum of squares (float64) of the owned chunk's gradients, of the parameters whose
-  // `count` is true.
-  double owned_squared_norm(const std::vector<bool>& count) const;
+  // Sum of squares of the owned chunk's gradients, of the parameters whose `count` is
+  // true: float64, on the device (squared_norm).
+  torch::Tensor owned_squared_norm(const std::vector<bool>& count) const;
   // After the step: every replica's updated chunk, gathered into the parameters.
   void gather_params(Transport& comm, const std::string& what);
   // The optimizer's state with every parameter's moments whole (a collective over the

@@ -44,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,8 @@ namespace harp::runtime {
 // A replica's tensor-parallel group as a layer sees it.
 struct TensorParallel {
   int size = 1, rank = 0;
-  // Sums a contiguous CPU tensor over the group in place (Transport::allreduce_tp).
+  // Sums a contiguous tensor over the group in place (Transport::allreduce_tp; on CUDA
+  // the stream waits for it, the host does not).
   std::function<void(torch::Tensor&)> allreduce;
 };
 
@@ -117,6 +119,11 @@ class GptLayerImpl : public torch::nn::Module {
 
   // softmax(q kᵀ / √d + causal mask) v, recomputed in the backward when selective.
   torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const;
+  // LLaMA's rotary embedding of x ([b, heads, s, d], or [b, s, heads, d] when
+  // `tokens_first`) at positions 0..s-1, with the cos and sin tables of its length, dtype
+  // and device made once (in float64 on the CPU, then cast and copied: the values every
+  // call computed before) and kept on the device.
+  torch::Tensor rotary(const torch::Tensor& x, bool tokens_first) const;
 
   int tp_size() const { return tp_ ? tp_->size : 1; }
   // g alone: the sum over the tp group forward, identity backward.
@@ -136,6 +143,10 @@ class GptLayerImpl : public torch::nn::Module {
   std::int64_t vocab_begin_ = 0, vocab_end_ = 0;  // this rank's vocabulary rows
   std::map<std::string, Shard> shards_;
   bool recompute_attention_ = false;
+  // rotary()'s cos and sin ([s, d]) by (s, dtype, device); a backward's recomputation on
+  // another thread may read them too.
+  mutable std::mutex rotary_mu_;
+  mutable std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> rotary_tables_;
   // submodules registered by name; see gpt.cc
 };
 TORCH_MODULE(GptLayer);

@@ -51,6 +51,22 @@ class AutocastGuard {
   at::ScalarType was_dtype_ = at::kBFloat16;
 };
 
+// Keeps autocast's low-precision copies of the weights while alive: AutocastGuards inside
+// it (each microbatch's) leave its cache alone, and it clears the cache at its end. A
+// step holds one, so each weight is cast once a step, not once a microbatch, and one copy
+// serves every microbatch in flight. Turns nothing on by itself. REQUIRES: the weights
+// do not change while it lives (it ends before the next step's casts, after the update).
+class AutocastCacheScope {
+ public:
+  explicit AutocastCacheScope(torch::Dtype compute);
+  ~AutocastCacheScope();
+  AutocastCacheScope(const AutocastCacheScope&) = delete;
+  AutocastCacheScope& operator=(const AutocastCacheScope&) = delete;
+
+ private:
+  bool on_ = false;
+};
+
 // Dynamic loss scaling, as torch.cuda.amp.GradScaler does it: the loss is multiplied by
 // `scale` before the backward, so that float16 gradients do not underflow; a step whose
 // gradients are not all finite (on any rank) is skipped and the scale halved; after
