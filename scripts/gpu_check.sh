@@ -1,70 +1,96 @@
 #!/usr/bin/env bash
-# The GPU check (docs/runtime.md, "GPUs"), one short run on a machine with an NVIDIA GPU
-# and a CUDA PyTorch: build harp against that PyTorch's libtorch (NCCL on), run the
-# GPU-labelled tests, profile GPT-350M's layers in bf16 on the GPU, plan from that
-# profile, and train a few steps in bf16 and in fp16 (dynamic loss scaling), printing the
-# plan's prediction beside the measured step. The libraries besides libtorch come from
-# .gpu/root (scripts/gpu_deps.sh, run where Debian's packages can be fetched) unless the
-# machine has them. Everything it writes lands in out/gpu_check/; with OUT set (the
-# device tool), a copy of the logs lands there too.
+# The one-GPU check (docs/runtime.md, "GPUs"), made to finish within 8 minutes on one H100
+# or H200, each step under its own timeout and named when it fails:
+#   build  harp, harp-train and the GPU tests against this machine's PyTorch, with every
+#          core, nothing else (the libraries besides libtorch from .gpu/root:
+#          scripts/gpu_deps.sh, run where Debian's packages can be fetched);
+#   (a)    the GPU tests (tests/gpu): one rank's layers, optimizer and executor on CUDA
+#          against the CPU, and 2- and 4-stage plans trained on the one GPU by thread ranks
+#          over the in-memory transport on CUDA tensors (the stream semantics of
+#          runtime/exec/compute_stream.h for real), losses equal to the CPU's within the
+#          tests' tolerances;
+#   (b, c) bench/gpu_vs_pytorch.py: tokens/s and MFU of GPT-350M and a LLaMA-1B shape on
+#          one rank against PyTorch 2.11 eager and torch.compile of the same model, batch
+#          and dtype on the same GPU, as ratios; the plan's predicted step and memory
+#          against the measured.
+# Usage: scripts/gpu_check.sh [--dry-run] [--build DIR]
+#   --dry-run  the same steps on the CPU, tiny shapes, with an existing build (DIR,
+#              default build): the script's own logic, which `make test` runs
+#              (tests/build: gpu_check_dry_run) so it is known to work before a GPU runs it.
+# Everything lands in out/gpu_check/ (DIR/gpu_check_dry/ for a dry run); with OUT set (the
+# device tool) the log, the CSV and the summaries are copied there too.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
+dry=0
+build=build-gpu
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dry-run) dry=1; build=build ;;
+    --build) build=$2; shift ;;
+    *) echo "gpu_check.sh: unknown argument $1 (use --dry-run, --build DIR)"; exit 2 ;;
+  esac
+  shift
+done
 out=out/gpu_check
+[ "$dry" = 1 ] && out=$build/gpu_check_dry
 rm -rf "$out" && mkdir -p "$out"
-log() { printf '\n== %s\n' "$*"; }
-fail=0
-run() {  # run "what" command...: prints, keeps going, remembers a failure
-  local what=$1; shift
-  log "$what"
-  echo "\$ $*"
+failed=()
+# step NAME SECONDS command...: prints, runs under a timeout, names a failure, goes on.
+step() {
+  local name=$1 limit=$2; shift 2
+  printf '\n== %s (at most %d s)\n$ %s\n' "$name" "$limit" "$*"
   local t0=$SECONDS
-  "$@" 2>&1 | tee -a "$out/log.txt"
+  timeout --kill-after=10 "$limit" "$@" 2>&1 | tee -a "$out/log.txt"
   local rc=${PIPESTATUS[0]}
-  echo "($what: exit $rc, $((SECONDS - t0)) s)"
-  [ "$rc" = 0 ] || fail=1
+  [ "$rc" = 124 ] && echo "(timed out after $limit s)"
+  echo "($name: exit $rc, $((SECONDS - t0)) s)"
+  [ "$rc" = 0 ] || failed+=("$name")
   return "$rc"
 }
 
-log "machine"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "available", torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")'
-torch_prefix=$(python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
-deps="$root/.gpu/root/usr"
-export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))'):${LD_LIBRARY_PATH:-}"
-jobs=$(nproc)
+if [ "$dry" = 1 ]; then
+  python=$root/.venv/bin/python  # the PyTorch harp links (make installs it)
+  device_env=(HARP_GPU_TEST_DEVICE=cpu)
+  [ -x "$build/src/cli/harp" ] || { echo "GPU CHECK (dry run): no build at $build (make build first)"; exit 1; }
+else
+  python=python3
+  device_env=()
+  echo "== machine"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+  torch_prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)')
+  "$python" -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda,
+                                    torch.cuda.get_device_name(0))'
+  deps="$root/.gpu/root/usr"
+  torch_lib=$("$python" -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib"))')
+  export LD_LIBRARY_PATH="$deps/lib/x86_64-linux-gnu:$torch_lib:${LD_LIBRARY_PATH:-}"
+  # The configuration CI compiles and links on every submission (make test with
+  # HARP_REQUIRE_CUDA=ON), against this machine's PyTorch; warnings stay warnings here.
+  step "configure" 120 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DHARP_WITH_TORCH=ON -DHARP_REQUIRE_CUDA=ON \
+    -DHARP_BUILD_BENCHMARKS=OFF -DHARP_WERROR=OFF "-DCMAKE_PREFIX_PATH=$torch_prefix;$deps" \
+    || { echo "GPU CHECK: configure failed"; exit 1; }
+  step "build harp and the GPU tests ($(nproc) jobs)" 300 cmake --build "$build" -j"$(nproc)" --target harp gpu_test \
+    || { echo "GPU CHECK: build failed"; exit 1; }
+  step "what harp-train was built with" 30 "$build/src/cli/harp-train" --version
+fi
 
-build=build-gpu
-# The configuration CI compiles and links on every submission (make test with
-# HARP_REQUIRE_CUDA=ON: tests/build/check_cuda_build.sh), against this machine's own
-# PyTorch; warnings stay warnings here (another compiler than CI's may find new ones).
-run "configure against $torch_prefix" \
-  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DHARP_WITH_TORCH=ON -DHARP_REQUIRE_CUDA=ON \
-        -DHARP_BUILD_BENCHMARKS=OFF -DHARP_WERROR=OFF "-DCMAKE_PREFIX_PATH=$torch_prefix;$deps" \
-  || { echo "GPU CHECK: configure failed"; exit 1; }
-run "build harp and the GPU tests ($jobs jobs)" cmake --build "$build" -j"$jobs" --target harp gpu_test \
-  || { echo "GPU CHECK: build failed"; exit 1; }
-harp="$build/src/cli/harp"
-run "what harp-train was built with" "$build/src/cli/harp-train" --version
-run "its links" tests/build/check_cuda_build.sh "$build/src/cli/harp-train" "$build/tests/gpu/gpu_test"
-
-run "GPU-labelled tests" bash -c "cd $build && ctest -L gpu --output-on-failure --timeout 300"
-
-job=examples/jobs/gpu_check.yaml
-run "profile GPT-350M's unique layers in bf16 on the GPU" \
-  "$harp" profile --job "$job" --device H200 --microbatch-sizes 4 --output "$out/profile.json"
-run "plan from that profile" "$harp" plan --job "$job" --profile "$out/profile.json" --output "$out/plan.json"
-for dtype in bfloat16 float16; do
-  run "train 6 steps in $dtype on the GPU" \
-    "$harp" train --plan "$out/plan.json" --job "$job" --dtype "$dtype" --steps 6 --out "$out/train_$dtype"
-done
-run "the same plan on the CPU in float32, 2 steps, for scale" \
-  "$harp" train --plan "$out/plan.json" --job "$job" --dtype float32 --device cpu --threads "$jobs" --steps 2 \
-  --out "$out/train_cpu"
+step "(a) the GPU tests: one rank against the CPU, 2- and 4-stage pipelines on the one GPU" 240 \
+  env "${device_env[@]}" "$build/tests/gpu/gpu_test" --gtest_brief=1
+bench=(bench/gpu_vs_pytorch.py --harp "$build/src/cli/harp" --python "$python" --out "$out/bench")
+[ "$dry" = 1 ] && bench+=(--dry-run)
+step "(b, c) harp against PyTorch 2.11 eager and torch.compile; predicted against measured" 420 \
+  "$python" "${bench[@]}"
 
 if [ -n "${OUT:-}" ]; then
   cp "$out/log.txt" "$OUT/gpu_check_log.txt" 2>/dev/null
-  for d in "$out"/train_*; do cp "$d/summary.json" "$OUT/summary_${d##*train_}.json" 2>/dev/null; done
+  cp "$out/bench/gpu_vs_pytorch.csv" "$OUT/" 2>/dev/null
+  for s in "$out"/bench/*/harp_*/summary.json; do
+    [ -f "$s" ] && cp "$s" "$OUT/summary_$(basename "$(dirname "$s")").json"
+  done
 fi
-[ "$fail" = 0 ] && echo "GPU CHECK: all steps passed" || echo "GPU CHECK: some steps failed (see above)"
-exit "$fail"
+if [ ${#failed[@]} = 0 ]; then
+  echo "GPU CHECK$([ "$dry" = 1 ] && echo ' (dry run)'): all steps passed"
+  exit 0
+fi
+echo "GPU CHECK$([ "$dry" = 1 ] && echo ' (dry run)'): failed: $(printf '%s; ' "${failed[@]}")"
+exit 1

@@ -1,13 +1,19 @@
 // The runtime on CUDA (label gpu: `make test` leaves them out; scripts/gpu_check.sh runs
 // them on a GPU machine). Each test skips itself where libtorch sees no CUDA device.
-// One GPU holds one NCCL rank, so these run one rank: the layers, the optimizer and
+// One GPU holds one NCCL rank, so these run one NCCL rank: the layers, the optimizer and
 // the executor on the GPU (NCCL in its one-rank tied-embedding group), against the same
 // run on the CPU; float32 within the GPU's own rounding, bf16 and fp16 (with dynamic loss
-// scaling) within their precision of float32.
+// scaling) within their precision of float32. Pipelines of 2 and 4 stages run on the one
+// GPU as thread ranks over the in-memory transport, with CUDA tensors: the executor's
+// stream semantics (marks, waits, one synchronisation at the step's end) for real.
+// HARP_GPU_TEST_DEVICE=cpu runs them all on the CPU instead (scripts/gpu_check.sh
+// --dry-run: the check's own logic, CPU against CPU; float16, CUDA's, is left out there).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
+#include <string>
 
 #include <torch/cuda.h>
 
@@ -21,12 +27,19 @@ namespace {
 
 using plan::ScheduleKind;
 
+// The device under test: cuda:0, or the CPU when HARP_GPU_TEST_DEVICE=cpu (a dry run).
+torch::Device device_under_test() {
+  const char* d = std::getenv("HARP_GPU_TEST_DEVICE");
+  return d != nullptr && std::string(d) == "cpu" ? torch::Device(torch::kCPU) : torch::Device(torch::kCUDA, 0);
+}
+
 class Gpu : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (device_under_test().is_cpu()) return;
     if (!torch::cuda::is_available()) GTEST_SKIP() << "libtorch sees no CUDA device";
     if (!runtime::C10dTransport::nccl_available()) GTEST_SKIP() << "this build has no NCCL";
-    runtime::set_current_device(torch::Device(torch::kCUDA, 0));
+    runtime::set_current_device(device_under_test());
   }
   runtime::ExecConfig config(torch::Dtype dtype, const torch::Device& device) const {
     runtime::ExecConfig c;
@@ -56,14 +69,14 @@ TEST_F(Gpu, Float32OnCudaIsTheCpuRun) {
   auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
   const plan::Plan p = make_plan(m, {}, {1}, 3, 2, ScheduleKind::k1F1B);
   const RankRun cpu = run_plan_threads(m, p, *data, 3, config(torch::kFloat32, torch::kCPU));
-  const RankRun gpu = run_plan_threads(m, p, *data, 3, config(torch::kFloat32, torch::Device(torch::kCUDA, 0)));
+  const RankRun gpu = run_plan_threads(m, p, *data, 3, config(torch::kFloat32, device_under_test()));
   ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
   for (size_t s = 0; s < cpu.losses.size(); ++s) {
-    std::printf("step %zu: loss cpu %.7f cuda %.7f\n", s, cpu.losses[s], gpu.losses[s]);
+    std::printf("step %zu: loss cpu %.7f device %.7f\n", s, cpu.losses[s], gpu.losses[s]);
     EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5 * cpu.losses[s]);
   }
   const double rel = max_relative(gpu, cpu);
-  std::printf("parameters after 3 steps: max |cuda - cpu| / max |cpu| = %.2e\n", rel);
+  std::printf("parameters after 3 steps: max |device - cpu| / max |cpu| = %.2e\n", rel);
   EXPECT_LT(rel, 1e-4);
 }
 
@@ -76,7 +89,7 @@ TEST_F(Gpu, GenerationOnCudaIsTheCpus) {
   runtime::NamedTensors params;
   for (auto& [name, p] : runtime::named_parameters(layers)) params.emplace_back(name, p.detach().mul(8.0));
   auto cpu = runtime::LanguageModel::from_params(m, params, torch::kFloat64, torch::kCPU);
-  auto gpu = runtime::LanguageModel::from_params(m, params, torch::kFloat64, torch::Device(torch::kCUDA, 0));
+  auto gpu = runtime::LanguageModel::from_params(m, params, torch::kFloat64, device_under_test());
   ASSERT_TRUE(cpu.ok() && gpu.ok());
   for (double temperature : {0.0, 1.0}) {
     runtime::GenerateOptions o;
@@ -95,9 +108,10 @@ TEST_F(Gpu, Bf16AndFp16TrainWithinTheirPrecision) {
   const model::ModelSpec m = three_block_model(2);
   auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
   const plan::Plan p = make_plan(m, {}, {1}, 3, 2, ScheduleKind::k1F1B);
-  const torch::Device cuda(torch::kCUDA, 0);
+  const torch::Device cuda = device_under_test();
   const RankRun f32 = run_plan_threads(m, p, *data, 4, config(torch::kFloat32, cuda));
   for (torch::Dtype low : {torch::kBFloat16, torch::kHalf}) {
+    if (low == torch::kHalf && cuda.is_cpu()) continue;
     const RankRun got = run_plan_threads(m, p, *data, 4, config(low, cuda));
     ASSERT_EQ(got.losses.size(), f32.losses.size());
     for (size_t s = 0; s < f32.losses.size(); ++s) {
@@ -107,6 +121,34 @@ TEST_F(Gpu, Bf16AndFp16TrainWithinTheirPrecision) {
     }
     std::printf("%s: parameters max relative difference to float32 %.2e\n", low == torch::kHalf ? "fp16" : "bf16",
                 max_relative(got, f32));
+  }
+}
+
+// 2 and 4 stages (1F1B and zb-h1) on the one GPU, each stage a thread rank, over the
+// in-memory transport with CUDA tensors: the losses of the same plan on the CPU. The
+// executor marks spans with CUDA events, lets compute wait for received tensors and
+// synchronises once per step: a device-wide synchronisation per span, as before, would
+// also pass here (the in-memory transport posts no device work); the CPU test of NCCL's
+// rules (nccl_semantics_test) is what fails on it.
+TEST_F(Gpu, PipelinesOnOneGpuAreTheCpuRun) {
+  const model::ModelSpec m = three_block_model(2);
+  auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);
+  for (const auto& [cuts, kind] : {std::make_pair(std::vector<int>{4}, ScheduleKind::k1F1B),
+                                   std::make_pair(std::vector<int>{2, 4, 6}, ScheduleKind::kZbH1)}) {
+    const plan::Plan p = make_plan(m, cuts, std::vector<int>(cuts.size() + 1, 1), 4, 2, kind);
+    RankRun cpu, gpu;
+    for (auto [device, run] :
+         {std::make_pair(torch::Device(torch::kCPU), &cpu), std::make_pair(device_under_test(), &gpu)})
+      for (const std::string& e : run_plan_in_memory(m, p, *data, 3, config(torch::kFloat32, device), {},
+                                                     std::chrono::milliseconds(60000), run))
+        EXPECT_EQ(e, "") << p.num_stages() << " stages";
+    ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+    for (size_t s = 0; s < cpu.losses.size(); ++s) {
+      std::printf("%d stages, step %zu: loss cpu %.7f device %.7f; host syncs %lld\n", p.num_stages(), s, cpu.losses[s],
+                  gpu.losses[s], static_cast<long long>(gpu.host_syncs[s]));
+      EXPECT_NEAR(gpu.losses[s], cpu.losses[s], 1e-5 * cpu.losses[s]);
+      EXPECT_EQ(gpu.host_syncs[s], 2);
+    }
   }
 }
 
