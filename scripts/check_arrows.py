@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """The layering check (make test runs it): every #include of a HARP header must follow an
-arrow of the room table in docs/architecture.md, and no HARP_* variable name is spelled
-outside src/launch/worker_env.cc (the launcher-worker contract, launch/worker_env.h).
+arrow of the room table in docs/architecture.md, no HARP_* variable name is spelled
+outside src/launch/worker_env.cc (the launcher-worker contract, launch/worker_env.h), and
+no file of the runtime but runtime/exec/compute_stream.cc synchronises the device or a
+stream (a device-wide synchronisation inside a step waits for NCCL's posted receives:
+the deadlock of tests/runtime_dist/nccl_semantics_test.cc; the one seam counts and bounds
+every host synchronisation, runtime/exec/compute_stream.h).
 
 The table is the first ``` block of docs/architecture.md: an entry starts at column 0
 with its room name(s) ("data, launch" names two) and ends with what it may include,
@@ -11,8 +15,9 @@ other runtime rooms count as rooms of their own; files directly under runtime/ a
 room "runtime").
 
   check_arrows.py [ROOT]            check the tree at ROOT (default: this script's ..)
-  check_arrows.py --self-test       copy the tree, plant a forbidden include and a
-                                    HARP_* literal, and require both to be caught
+  check_arrows.py --self-test       copy the tree, plant a forbidden include, a HARP_*
+                                    literal and a device synchronisation, and require all
+                                    three to be caught
 Exit 0 when clean, 1 with one line per broken rule.
 """
 import os
@@ -24,6 +29,10 @@ import tempfile
 INCLUDE = re.compile(r'^\s*#\s*include\s+"harp/([a-z_/]+)/[a-z_0-9]+\.h"')
 HARP_VAR = re.compile(r'"HARP_[A-Z0-9_]+"')
 RUNTIME_ROOMS = ("nn", "comm", "exec", "io")
+# A synchronisation of the device or of a stream, in libtorch's or CUDA's spelling.
+DEVICE_SYNC = re.compile(r"torch::cuda::synchronize|cuda(Device|Stream)Synchronize|synchronize(Device|Stream)\b|"
+                         r"(\.|->)synchronize\(\)")
+SYNC_HOME = "runtime/exec/compute_stream.cc"
 
 
 def read_table(root):
@@ -103,6 +112,11 @@ def check(root):
                 room = room_of(rel)
                 lines = open(path, encoding="utf-8", errors="replace").read().splitlines()
                 for n, line in enumerate(lines, 1):
+                    code = line.split("//", 1)[0]
+                    if rel.startswith("runtime/") and rel != SYNC_HOME and DEVICE_SYNC.search(code):
+                        broken.append(f"{shown}:{n}: synchronises the device or a stream "
+                                      f"({DEVICE_SYNC.search(code).group(0)}); only {SYNC_HOME} does (ComputeStream:"
+                                      " counted, after Transport::finish_step, never device-wide in a step)")
                     if HARP_VAR.search(line) and rel != "launch/worker_env.cc":
                         broken.append(f"{shown}:{n}: spells {HARP_VAR.search(line).group(0)}; "
                                       "HARP_* variables live in launch/worker_env.cc (use launch::WorkerEnv)")
@@ -134,13 +148,15 @@ def self_test(root):
             f.write('#include "harp/runtime/io/metrics.h"\n')
         with open(os.path.join(tmp, "src", "cli", "cli.cc"), "a") as f:
             f.write('// const char* v = getenv("HARP_EMULATE");\n')
+        with open(os.path.join(tmp, "src", "runtime", "exec", "executor.cc"), "a") as f:
+            f.write("void f() { torch::cuda::synchronize(0); }\n")
         caught = check(tmp)
-        want = ["src/common/status.cc", "src/runtime/nn/gpt.cc", "src/cli/cli.cc"]
+        want = ["src/common/status.cc", "src/runtime/nn/gpt.cc", "src/cli/cli.cc", "src/runtime/exec/executor.cc"]
         missed = [w for w in want if not any(c.startswith(w + ":") for c in caught)]
-        if missed or len(caught) != 3:
+        if missed or len(caught) != 4:
             print("self-test: expected one finding in each of " + ", ".join(want) + "; got:\n" + "\n".join(caught))
             return 1
-        print("self-test: the planted include and literal were caught:\n" + "\n".join(caught))
+        print("self-test: the planted include, literal and synchronisation were caught:\n" + "\n".join(caught))
         return 0
 
 
@@ -155,7 +171,8 @@ def main():
     for b in broken:
         print(b)
     if not broken:
-        print("include arrows: every #include follows docs/architecture.md; HARP_* only in launch/worker_env.cc")
+        print("include arrows: every #include follows docs/architecture.md; HARP_* only in launch/worker_env.cc; "
+              "device synchronisations only in " + SYNC_HOME)
     return 1 if broken else 0
 
 
