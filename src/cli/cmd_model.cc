@@ -12,11 +12,24 @@ int run_model_show(const std::string& what, int granularity, Context& ctx) {
   if (!m.ok()) return ctx.fail("model show", m.status());
   const auto& c = m->gpt;
   const bool llama = m->family == "llama";
-  ctx.out << "model " << c.name << ": " << (llama ? "LLaMA" : "GPT") << ", " << c.num_blocks << " blocks, hidden "
-          << c.hidden << ", " << c.heads << " heads"
+  // The family, then every part that differs from it (what a config.json set).
+  std::string parts;
+  if (c.head_dim > 0) parts += ", head_dim " + std::to_string(c.head_dim);
+  if (c.qkv_bias) parts += ", q/k/v biases";
+  if (c.qk_norm) parts += ", q/k RMSNorm per head";
+  if (c.sliding_window > 0) parts += ", sliding window " + std::to_string(c.sliding_window);
+  if (llama) parts += fmt(", rope theta %g", c.rope_theta);
+  if (!c.rope_scaling.type.empty())
+    parts += fmt(" scaled %s (factor %g, low %g, high %g, original %d)", c.rope_scaling.type.c_str(),
+                 c.rope_scaling.factor, c.rope_scaling.low_freq_factor, c.rope_scaling.high_freq_factor,
+                 c.rope_scaling.original_max_position_embeddings);
+  if (c.norm_eps != model::GptConfig().norm_eps) parts += fmt(", norm eps %g", c.norm_eps);
+  ctx.out << "model " << c.name << ": " << (c.architecture.empty() ? (llama ? "LLaMA" : "GPT") : c.architecture) << ", "
+          << c.num_blocks << " blocks, hidden " << c.hidden << ", " << c.heads << " heads"
           << (llama && c.kv_heads != c.heads ? " (" + std::to_string(c.kv_heads) + " key/value)" : std::string())
           << ", seq " << c.seq_len << ", vocab " << c.vocab << ", ffn " << c.ffn_hidden
-          << (llama ? " (SwiGLU), RMSNorm, rotary" : "") << (c.tied_embeddings ? "" : ", untied embeddings") << "\n";
+          << (llama ? " (SwiGLU), RMSNorm, rotary" : "") << (c.tied_embeddings ? "" : ", untied embeddings") << parts
+          << "\n";
   ctx.out << "granularity k = " << c.granularity << ": L = 2 + " << c.num_blocks << " x "
           << c.granularity << " = " << m->num_layers() << " layers; "
           << fmt("%.3f", m->param_count() / 1e9) << " B parameters; "

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "harp/common/fields.h"
+#include "harp/common/format.h"
 #include "harp/common/hash.h"
 #include "harp/model/model_spec.h"
 
@@ -64,15 +65,25 @@ std::vector<Part> parts_for(int k) {
 struct PieceCost {
   double flops, params, act_bytes, out_bytes, wgrad_bytes;
 };
+// The keys a query attends to, counted as in GPT's 4·s²·h (every key, the causal mask
+// aside): s, or the sliding window where it is shorter.
+double keys_per_query(const GptConfig& c) {
+  return c.sliding_window > 0 ? std::min(c.seq_len, c.sliding_window) : c.seq_len;
+}
+
 PieceCost llama_piece_cost(int piece, const GptConfig& c) {
-  const double h = c.hidden, a = c.heads, s = c.seq_len, f = c.ffn_hidden;
-  const double kv = c.kv_heads * (h / a);  // width of k (and of v)
+  const double h = c.hidden, a = c.heads, f = c.ffn_hidden, d = c.head_size();
+  const double q = a * d, kv = c.kv_heads * d;  // widths of q and of k (and of v)
+  const double qkv_bias = c.qkv_bias ? q + 2 * kv : 0;
+  // Qwen3's q/k norm (in attn_out, before rotary): its weights, and its float32 inputs kept.
+  const double norm_params = c.qk_norm ? 2 * d : 0, norm_act = c.qk_norm ? 4 * (q + kv) : 0;
   switch (piece) {
-    case kAttnIn:  // RMSNorm 1 + q, k, v projections; the residual travels with them
-      return {2 * h * (h + 2 * kv), h + h * (h + 2 * kv), 4 * h, 2 * (2 * h + 2 * kv), 2 * (2 * h + 2 * kv)};
-    case kAttnOut:  // rotary, attention (memory-efficient: q, k, v and the fp32 log-sum-exp
-                    // are kept, no s x s scores), output projection, residual add
-      return {4 * s * h + 2 * h * h, h * h, 2 * (h + 2 * kv) + 2 * h + 4 * a, 2 * h, 2 * (2 * h)};
+    case kAttnIn:  // RMSNorm 1 + q, k, v projections (biases: Qwen2); the residual travels with them
+      return {2 * h * (q + 2 * kv), h + h * (q + 2 * kv) + qkv_bias, 4 * h, 2 * (q + 2 * kv + h), 2 * (h + q + 2 * kv)};
+    case kAttnOut:  // q/k norm, rotary, attention (memory-efficient: q, k, v and the fp32
+                    // log-sum-exp are kept, no s x s scores), output projection, residual add
+      return {4 * keys_per_query(c) * q + 2 * q * h, q * h + norm_params, 2 * (q + 2 * kv) + 2 * q + 4 * a + norm_act,
+              2 * h, 2 * (q + h)};
     case kMlpIn:  // RMSNorm 2 + gate and up projections + SiLU(gate) x up
       return {4 * h * f, h + 2 * h * f, 4 * h + 6 * f, 2 * (f + h), 2 * (h + 2 * f)};
     default:  // down projection + residual add
@@ -105,9 +116,12 @@ Layer make_layer(const std::string& name, LayerKind kind, const std::string& str
 }
 
 std::string shape_key(const GptConfig& c) {
-  return "h" + std::to_string(c.hidden) + "/a" + std::to_string(c.heads) + "/s" +
-         std::to_string(c.seq_len) + "/f" + std::to_string(c.ffn_hidden) + "/v" +
-         std::to_string(c.vocab) + (c.family == "llama" ? "/kv" + std::to_string(c.kv_heads) : std::string());
+  return "h" + std::to_string(c.hidden) + "/a" + std::to_string(c.heads) + "/s" + std::to_string(c.seq_len) + "/f" +
+         std::to_string(c.ffn_hidden) + "/v" + std::to_string(c.vocab) +
+         (c.family == "llama" ? "/kv" + std::to_string(c.kv_heads) : std::string()) +
+         // The parts that change a layer's work (not its eps or rotary frequencies).
+         (c.head_dim > 0 ? "/d" + std::to_string(c.head_dim) : std::string()) + (c.qkv_bias ? "/qkvb" : "") +
+         (c.qk_norm ? "/qkn" : "") + (c.sliding_window > 0 ? "/w" + std::to_string(c.sliding_window) : std::string());
 }
 
 }  // namespace
@@ -115,6 +129,17 @@ std::string shape_key(const GptConfig& c) {
 int llama_ffn_hidden(int hidden) {
   const int f = 8 * hidden / 3;
   return (f + 255) / 256 * 256;
+}
+
+int max_tensor_parallel(const GptConfig& c) {
+  const int kv = c.family == "llama" && c.kv_heads > 0 ? c.kv_heads : c.heads;
+  auto splits = [&](int tp) {
+    const long long per = (static_cast<long long>(c.vocab) + tp - 1) / tp;
+    return c.heads % tp == 0 && kv % tp == 0 && c.ffn_hidden % tp == 0 && per * (tp - 1) < c.vocab;
+  };
+  int tp = 1;
+  while (tp < (1 << 12) && splits(2 * tp)) tp *= 2;
+  return tp;
 }
 
 std::vector<std::string> gpt_preset_names() {
@@ -160,15 +185,34 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
   if (c.num_blocks < 1) return bad("num_blocks", c.num_blocks, "must be at least 1", "use 1 or more blocks");
   if (c.hidden < 1) return bad("hidden", c.hidden, "must be at least 1", "use a positive hidden size");
   if (c.heads < 1) return bad("heads", c.heads, "must be at least 1", "use a positive head count");
-  if (c.hidden % c.heads != 0)
+  // The LLaMA lineage's parts belong to the llama family.
+  if (!llama && (c.head_dim > 0 || c.qkv_bias || c.qk_norm || c.sliding_window > 0 || !c.rope_scaling.type.empty()))
+    return field_error(file, join_path(path, "family"), c.family,
+                       "has no head_dim, qkv_bias, qk_norm, sliding_window or rope_scaling (the LLaMA lineage's parts)",
+                       "use family llama, or drop those fields");
+  if (c.head_dim < 0 || c.head_dim > (1 << 12))
+    return bad("head_dim", c.head_dim, "must be between 1 and 4096", "use the model's head size");
+  if (c.head_dim == 0 && c.hidden % c.heads != 0)
     return bad("heads", c.heads, "must divide hidden (" + std::to_string(c.hidden) + ")",
-               "choose heads so that hidden / heads is a whole number");
+               "choose heads so that hidden / heads is a whole number, or give head_dim");
   // Rotary embeddings turn pairs of a head's dimensions: the head size must be even.
-  if (llama && (c.hidden / c.heads) % 2 != 0)
-    return bad("heads", c.heads,
-               "makes the head size hidden / heads = " + std::to_string(c.hidden / c.heads) +
-                   ", which rotary embeddings (LLaMA) need even",
-               "choose hidden and heads so that hidden / heads is even (LLaMA models use 64 or 128)");
+  if (llama && c.head_size() % 2 != 0)
+    return bad(c.head_dim > 0 ? "head_dim" : "heads", c.head_dim > 0 ? c.head_dim : c.heads,
+               "makes the head size " + std::to_string(c.head_size()) + ", which rotary embeddings (LLaMA) need even",
+               "choose an even head size (LLaMA models use 64 or 128)");
+  if (c.sliding_window < 0 || c.sliding_window > (1 << 20))
+    return bad("sliding_window", c.sliding_window, "must be between 0 (none) and 2^20", "use the model's window");
+  if (!(c.norm_eps > 0 && c.norm_eps < 1))
+    return field_error(file, join_path(path, "norm_eps"), fmt("%g", c.norm_eps), "must be in (0, 1)",
+                       "use the model's epsilon (1e-5 LLaMA and GPT-2, 1e-6 Qwen and Mistral)");
+  if (const RopeScaling& r = c.rope_scaling; !r.type.empty()) {
+    if (r.type != "llama3" || !(r.factor > 0) || !(r.low_freq_factor > 0) ||
+        !(r.high_freq_factor > r.low_freq_factor) || r.original_max_position_embeddings < 1)
+      return field_error(file, join_path(path, "rope_scaling"), r.type,
+                         "must be llama3 with a positive factor, 0 < low_freq_factor < high_freq_factor and a "
+                         "positive original_max_position_embeddings",
+                         "use LLaMA 3.1's values (factor 8, 1, 4, 8192)");
+  }
   if (c.seq_len < 1) return bad("seq_len", c.seq_len, "must be at least 1", "use a positive sequence length");
   if (c.vocab < 2) return bad("vocab", c.vocab, "must be at least 2", "use the tokenizer's vocabulary size");
   // Upper bounds far beyond published models (GPT-3 175B: 96 blocks, hidden 12288), so
@@ -227,11 +271,13 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
         first = false;
         l.fwd_flops += pc.flops * s;
         if (piece == kAttnOut) {
-          l.attention_flops = 4 * s * h * s;  // q kᵀ and the weighted sum of v
+          // q kᵀ and the weighted sum of v: 4·s·h per token (the width of q and the keys a
+          // query sees for the LLaMA lineage)
+          l.attention_flops = llama ? 4 * keys_per_query(c) * c.heads * c.head_size() * s : 4 * s * h * s;
           // GPT: the softmax's probabilities (2·a·s per token: Korthikanti's 5·a·s less
           // dropout's mask and output; HARP trains without dropout); LLaMA's
           // memory-efficient core keeps only its output and log-sum-exp.
-          l.attention_score_bytes = (llama ? 2 * h + 4 * c.heads : 2 * c.heads * s) * s;
+          l.attention_score_bytes = (llama ? 2.0 * c.heads * c.head_size() + 4 * c.heads : 2 * c.heads * s) * s;
         }
         l.param_count += static_cast<std::int64_t>(pc.params);
         l.activation_bytes += pc.act_bytes * s;

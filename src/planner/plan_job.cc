@@ -163,7 +163,9 @@ StatusOr<PlanOutcome> plan_job(const job::Job& job, const PlanRequest& asked) {
                               "planner.microbatch_size in " + job.file + "); use a divisor or auto");
     bs.emplace_back(b, global_batch / b);
   }
-  const int max_tp = max_tp_for(job.cluster, request.max_tp.value_or(job.planner.max_tp));
+  // No higher than the model splits evenly (Qwen2.5-7B's 28 heads and 4 key/value heads: 4).
+  const int max_tp = std::min(max_tp_for(job.cluster, request.max_tp.value_or(job.planner.max_tp)),
+                              model::max_tensor_parallel(job.model.gpt));
   const bool sweep = ks.size() * bs.size() > 1;
   const SearchOptions search = search_options(request, job.planner);
   HARP_RETURN_IF_ERROR(check_order_search(job.cluster, search.fixed_order));

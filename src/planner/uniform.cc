@@ -26,6 +26,13 @@ StatusOr<plan::Plan> plan_uniform(const StageCosts& costs, const BuildOptions& o
       // Data parallel as far as the microbatch splits evenly, tensor parallel for the rest.
       pl.dp = std::gcd(costs.microbatch_size(), sub.devices_per_node);
       pl.tp = sub.devices_per_node / pl.dp;
+      if (pl.tp > costs.max_tp())
+        return infeasible("the uniform strategy runs node " + std::to_string(node) + " of subcluster " + sub.name +
+                          " as one stage of dp " + std::to_string(pl.dp) + " x tp " + std::to_string(pl.tp) +
+                          " (dp as far as the microbatch of " + std::to_string(costs.microbatch_size()) +
+                          " splits), but tensor parallelism goes to " + std::to_string(costs.max_tp()) +
+                          " here (the model's heads, key/value heads and ffn width, and --max-tp); use a "
+                          "microbatch size that more replicas divide");
       if (!costs.has(sc, pl.dp, pl.tp))
         return not_found("the uniform strategy needs times for " + costs.missing_entry(sc, pl.dp, pl.tp) +
                          " (node " + std::to_string(node) + " of subcluster " + sub.name +

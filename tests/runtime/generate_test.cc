@@ -332,17 +332,19 @@ TEST(HfModel, ConfigFieldsTheRuntimeCannotComputeAreRefused) {
   EXPECT_FALSE(ok->gpt.tied_embeddings);
   auto eps = write(R"({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                        "intermediate_size": 128, "vocab_size": 256, "max_position_embeddings": 32})");
-  ASSERT_FALSE(eps.ok());
-  EXPECT_NE(eps.status().message().find("rms_norm_eps is 1e-06"), std::string::npos) << eps.status().message();
+  ASSERT_FALSE(eps.ok());  // LlamaConfig's default epsilon, 1e-6
+  EXPECT_NE(eps.status().message().find("norm_eps = 1e-06 (config.json's rms_norm_eps"), std::string::npos)
+      << eps.status().message();
   auto scaling = write(llama + R"(, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})");
   ASSERT_FALSE(scaling.ok());
   EXPECT_NE(scaling.status().message().find("rope_scaling"), std::string::npos);
-  auto other = write(R"({"model_type": "mistral"})");
+  auto other = write(R"({"model_type": "bert"})");
   ASSERT_FALSE(other.ok());
-  EXPECT_NE(other.status().message().find("model_type is \"mistral\""), std::string::npos);
+  EXPECT_NE(other.status().message().find("model_type = \"bert\": harp reads GPT2LMHeadModel"), std::string::npos)
+      << other.status().message();
   auto missing = write(R"({"model_type": "gpt2", "n_embd": 64})");
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("n_layer is missing"), std::string::npos) << missing.status().message();
+  EXPECT_NE(missing.status().message().find("n_layer: is missing"), std::string::npos) << missing.status().message();
   std::filesystem::remove(dir + "/config.json");
   EXPECT_FALSE(hf_model(dir).ok());
 }

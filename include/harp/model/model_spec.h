@@ -9,7 +9,10 @@
 // MLP in and out): gpt (LayerNorm, learned positions, GELU MLP of ffn_hidden, biases,
 // tied embeddings by default) and llama (RMSNorm, rotary positions, SwiGLU MLP of
 // ffn_hidden = the intermediate size, grouped-query attention with kv_heads, no biases,
-// untied embeddings). The runtime trains both (runtime/gpt.h).
+// untied embeddings). The LLaMA lineage's other families are llama with parts set
+// (GptConfig: Qwen2/2.5's q, k, v biases; Qwen3's q/k norm and explicit head_dim;
+// Mistral's sliding window; LLaMA 3.1's rope scaling), read from Hugging Face's
+// config.json by model/hf_config.h. The runtime trains both (runtime/gpt.h).
 #pragma once
 
 #include <cstdint>
@@ -21,6 +24,20 @@
 #include "harp/common/units.h"
 
 namespace harp::model {
+
+// LLaMA 3.1's scaling of the rotary frequencies (Hugging Face's rope_type "llama3"):
+// wavelengths beyond original_max_position_embeddings / low_freq_factor are stretched by
+// `factor`, those below ... / high_freq_factor kept, the ones between interpolated.
+struct RopeScaling {
+  std::string type;  // "" (none) or "llama3"
+  double factor = 0, low_freq_factor = 0, high_freq_factor = 0;
+  int original_max_position_embeddings = 0;
+  bool operator==(const RopeScaling& o) const {
+    return type == o.type && factor == o.factor && low_freq_factor == o.low_freq_factor &&
+           high_freq_factor == o.high_freq_factor &&
+           original_max_position_embeddings == o.original_max_position_embeddings;
+  }
+};
 
 struct GptConfig {
   std::string family = "gpt";  // gpt | llama
@@ -35,6 +52,22 @@ struct GptConfig {
   bool tied_embeddings = true;  // LM head shares the token embedding (GPT-2/3)
   int kv_heads = 0;             // llama: key/value heads (grouped-query attention); = heads
   double rope_theta = 10000;    // llama: rotary base
+  // The norms' epsilon (GPT's LayerNorm, LLaMA's RMSNorm): 1e-5, LLaMA-2's, LLaMA-3's and
+  // GPT-2's; Qwen's and Mistral's configs give 1e-6.
+  double norm_eps = 1e-5;
+  // llama parts (the LLaMA lineage; all off for LLaMA itself):
+  int head_dim = 0;          // per-head size; 0: hidden / heads (Qwen3 gives 128 at any size)
+  bool qkv_bias = false;     // biases on the q, k and v projections (Qwen2/2.5)
+  bool qk_norm = false;      // RMSNorm of each q and k head before rotary, weights of head_dim (Qwen3)
+  int sliding_window = 0;    // a query sees the last W positions, its own included (Mistral); 0: all
+  RopeScaling rope_scaling;  // LLaMA 3.1
+  // The Hugging Face class the config names (LlamaForCausalLM, Qwen2ForCausalLM, ...):
+  // what an export writes back; "" for harp's own models (GPT2LMHeadModel or
+  // LlamaForCausalLM by family).
+  std::string architecture;
+
+  // hidden / heads unless head_dim says otherwise.
+  int head_size() const { return head_dim > 0 ? head_dim : (heads > 0 ? hidden / heads : 0); }
 };
 
 enum class LayerKind { kHead, kBlockPart, kTail };
@@ -90,6 +123,11 @@ std::vector<std::string> gpt_preset_names();
 // 8h/3 rounded up to a multiple of 256 (11008 for 4096).
 int llama_ffn_hidden(int hidden);
 
+// The largest tensor-parallel degree, a power of two, that splits `c` as the runtime does:
+// it divides the heads, the key/value heads and the ffn width, and leaves every rank
+// vocabulary rows (ceil(V / tp) each). The planner searches no higher.
+int max_tensor_parallel(const GptConfig& c);
+
 // Returns the preset's config; NotFound with the list of presets otherwise.
 StatusOr<GptConfig> gpt_preset(const std::string& name);
 
@@ -97,13 +135,17 @@ StatusOr<GptConfig> gpt_preset(const std::string& name);
 StatusOr<ModelSpec> build_gpt(const GptConfig& config, const std::string& file = "",
                               const std::string& path = "model");
 
-// Parses a model section: {family: gpt, preset: gpt-1.3b, granularity: 2} or explicit
-// {family: gpt, num_blocks, hidden, heads, seq_len, vocab, ffn_hidden, granularity};
-// llama adds kv_heads and rope_theta (ffn_hidden defaults to Meta's rule: 8h/3 rounded
-// up to a multiple of 256).
+// Parses a model section: {family: gpt, preset: gpt-1.3b, granularity: 2}, explicit
+// {family: gpt, num_blocks, hidden, heads, seq_len, vocab, ffn_hidden, granularity}
+// (llama adds kv_heads and rope_theta, ffn_hidden defaulting to Meta's rule: 8h/3 rounded
+// up to a multiple of 256, and the parts: head_dim, qkv_bias, qk_norm, sliding_window,
+// rope_scaling; every family norm_eps), or a Hugging Face config: {hf_config: PATH,
+// seq_len, granularity, name}, PATH a config.json or the folder holding one, relative to
+// `file`'s folder (model/hf_config.h; seq_len defaults to max_position_embeddings).
 StatusOr<ModelSpec> parse_model(const Json& node, const std::string& file,
                                 const std::string& path = "model");
-// A preset name alone ("gpt-1.3b") or a model file path.
+// A preset name alone ("gpt-1.3b"), a model file path, or a Hugging Face config.json (or
+// the folder holding one).
 StatusOr<ModelSpec> load_model(const std::string& preset_or_file, int granularity_override = 0);
 
 Json model_to_json(const ModelSpec& model);

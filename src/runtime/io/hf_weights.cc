@@ -1,6 +1,8 @@
 // Hugging Face GPT-2 and LLaMA weights in and out (see hf_weights.h).
 #include "harp/runtime/io/hf_weights.h"
 
+#include "harp/model/hf_config.h"
+
 #include <cmath>
 
 #include <cstring>
@@ -196,46 +198,7 @@ HfName hf_name(const std::string& ours, const model::ModelSpec& model) {
                                  : hf_gpt2_name(ours, model.gpt.tied_embeddings);
 }
 
-Json hf_config(const model::ModelSpec& model) {
-  const auto& c = model.gpt;
-  if (model.family == "llama")
-    return {{"architectures", {"LlamaForCausalLM"}},
-            {"model_type", "llama"},
-            {"hidden_size", c.hidden},
-            {"intermediate_size", c.ffn_hidden},
-            {"num_hidden_layers", c.num_blocks},
-            {"num_attention_heads", c.heads},
-            {"num_key_value_heads", c.kv_heads},
-            {"head_dim", c.hidden / c.heads},
-            {"max_position_embeddings", c.seq_len},
-            {"vocab_size", c.vocab},
-            {"hidden_act", "silu"},
-            {"rms_norm_eps", kRmsNormEps},
-            {"rope_theta", c.rope_theta},
-            {"rope_scaling", nullptr},
-            {"attention_bias", false},
-            {"mlp_bias", false},
-            {"attention_dropout", 0.0},
-            {"tie_word_embeddings", c.tied_embeddings},
-            {"torch_dtype", "float32"}};
-  return {{"architectures", {"GPT2LMHeadModel"}},
-          {"model_type", "gpt2"},
-          {"n_embd", c.hidden},
-          {"n_layer", c.num_blocks},
-          {"n_head", c.heads},
-          {"n_positions", c.seq_len},
-          {"n_ctx", c.seq_len},
-          {"vocab_size", c.vocab},
-          {"n_inner", c.ffn_hidden},
-          {"activation_function", "gelu_new"},
-          {"layer_norm_epsilon", kLayerNormEps},
-          {"resid_pdrop", 0.0},
-          {"embd_pdrop", 0.0},
-          {"attn_pdrop", 0.0},
-          {"scale_attn_weights", true},
-          {"tie_word_embeddings", c.tied_embeddings},
-          {"torch_dtype", "float32"}};
-}
+Json hf_config(const model::ModelSpec& model) { return model::hf_config_json(model.gpt); }
 
 Status export_hf(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir) {
   HARP_RETURN_IF_ERROR(check_trainable(model));
@@ -273,106 +236,10 @@ StatusOr<model::ModelSpec> hf_model(const std::string& path) {
                      "model.safetensors, as harp export writes)");
   std::string folder = fs::is_directory(path, ec) ? path : fs::path(path).parent_path().string();
   if (folder.empty()) folder = ".";
-  const std::string file = folder + "/config.json";
-  if (!fs::is_regular_file(file, ec))
-    return not_found(shown_path(file) + ": not found; a Hugging Face folder holds config.json beside its weights "
-                     "(what harp export writes)");
-  HARP_ASSIGN_OR_RETURN(Json doc, load_document(file));
-  if (!doc.is_object()) return invalid_argument(shown_path(file) + ": is not a JSON object");
-  const std::string where = shown_path(file) + ": ";
-  // A positive integer field, `fallback` when absent or null (0: required).
-  auto whole = [&](const char* field, long long fallback, long long* out) -> Status {
-    const auto it = doc.find(field);
-    if (it == doc.end() || it->is_null()) {
-      if (fallback > 0) {
-        *out = fallback;
-        return Status();
-      }
-      return invalid_argument(where + field + " is missing; it is a positive integer of the model's config");
-    }
-    if (!it->is_number_integer() || it->get<long long>() <= 0 || it->get<long long>() > (1LL << 30))
-      return invalid_argument(where + field + " is " + it->dump().substr(0, 40) + "; it must be a positive integer");
-    *out = it->get<long long>();
-    return Status();
-  };
-  auto real = [&](const char* field, double fallback) -> StatusOr<double> {
-    const auto it = doc.find(field);
-    if (it == doc.end() || it->is_null()) return fallback;
-    if (!it->is_number()) return invalid_argument(where + field + " is " + it->dump().substr(0, 40) + "; it must be a number");
-    return it->get<double>();
-  };
-  auto text = [&](const char* field, const std::string& fallback) -> std::string {
-    const auto it = doc.find(field);
-    return it != doc.end() && it->is_string() ? it->get<std::string>() : fallback;
-  };
-  auto flag = [&](const char* field, bool fallback) {
-    const auto it = doc.find(field);
-    return it != doc.end() && it->is_boolean() ? it->get<bool>() : fallback;
-  };
-  // What the runtime computes with a fixed value (nn/gpt.h) must be what the model has.
-  auto must_be = [&](const char* field, double value, double want, const std::string& why) -> Status {
-    if (std::abs(value - want) > 1e-12 * std::abs(want))
-      return invalid_argument(where + field + " is " + fmt("%g", value) + "; the runtime computes with " +
-                              fmt("%g", want) + " (" + why + "); such a model is not supported");
-    return Status();
-  };
-  model::GptConfig c;
-  c.name = fs::path(folder).filename().string();
-  if (c.name.empty() || c.name == ".") c.name = "custom";
-  const std::string type = text("model_type", "");
-  long long blocks = 0, hidden = 0, heads = 0, kv = 0, ffn = 0, vocab = 0, seq = 0;
-  if (type == "gpt2") {
-    c.family = "gpt";
-    HARP_RETURN_IF_ERROR(whole("n_embd", 0, &hidden));
-    HARP_RETURN_IF_ERROR(whole("n_layer", 0, &blocks));
-    HARP_RETURN_IF_ERROR(whole("n_head", 0, &heads));
-    HARP_RETURN_IF_ERROR(whole("vocab_size", 0, &vocab));
-    HARP_RETURN_IF_ERROR(whole("n_positions", 0, &seq));
-    HARP_RETURN_IF_ERROR(whole("n_inner", std::min(4 * hidden, 1LL << 30), &ffn));
-    const std::string act = text("activation_function", "gelu_new");
-    if (act != "gelu_new" && act != "gelu_pytorch_tanh")
-      return invalid_argument(where + "activation_function is " + act.substr(0, 40) +
-                              "; the runtime's GPT uses GELU with the tanh approximation (gelu_new)");
-    HARP_ASSIGN_OR_RETURN(double eps, real("layer_norm_epsilon", kLayerNormEps));
-    HARP_RETURN_IF_ERROR(must_be("layer_norm_epsilon", eps, kLayerNormEps, "GPT-2's LayerNorm epsilon"));
-    c.tied_embeddings = flag("tie_word_embeddings", true);
-  } else if (type == "llama") {
-    c.family = "llama";
-    HARP_RETURN_IF_ERROR(whole("hidden_size", 0, &hidden));
-    HARP_RETURN_IF_ERROR(whole("num_hidden_layers", 0, &blocks));
-    HARP_RETURN_IF_ERROR(whole("num_attention_heads", 0, &heads));
-    HARP_RETURN_IF_ERROR(whole("num_key_value_heads", heads, &kv));
-    HARP_RETURN_IF_ERROR(whole("intermediate_size", 0, &ffn));
-    HARP_RETURN_IF_ERROR(whole("vocab_size", 0, &vocab));
-    HARP_RETURN_IF_ERROR(whole("max_position_embeddings", 0, &seq));
-    HARP_ASSIGN_OR_RETURN(double eps, real("rms_norm_eps", 1e-6));  // LlamaConfig's default
-    HARP_RETURN_IF_ERROR(must_be("rms_norm_eps", eps, kRmsNormEps, "LLaMA-2's and LLaMA-3's RMSNorm epsilon"));
-    HARP_ASSIGN_OR_RETURN(c.rope_theta, real("rope_theta", 10000.0));
-    const auto scaling = doc.find("rope_scaling");
-    if (scaling != doc.end() && !scaling->is_null())
-      return invalid_argument(where + "rope_scaling is " + scaling->dump().substr(0, 60) +
-                              "; the runtime's rotary embedding has no scaling (LLaMA-2, LLaMA-3; not LLaMA-3.1)");
-    if (text("hidden_act", "silu") != "silu" || flag("attention_bias", false) || flag("mlp_bias", false))
-      return invalid_argument(where + "hidden_act, attention_bias or mlp_bias differ from LLaMA's (silu, false, "
-                              "false); such a model is not supported");
-    long long head_dim = 0;
-    HARP_RETURN_IF_ERROR(whole("head_dim", hidden / heads > 0 ? hidden / heads : 1, &head_dim));
-    if (head_dim * heads != hidden)
-      return invalid_argument(where + "head_dim is " + std::to_string(head_dim) +
-                              "; the runtime's LLaMA has head_dim = hidden_size / num_attention_heads");
-    c.kv_heads = static_cast<int>(kv);
-    c.tied_embeddings = flag("tie_word_embeddings", false);
-  } else {
-    return invalid_argument(where + "model_type is " + (type.empty() ? std::string("missing") : "\"" + type.substr(0, 40) + "\"") +
-                            "; harp reads Hugging Face gpt2 (GPT2LMHeadModel) and llama (LlamaForCausalLM) models");
-  }
-  c.num_blocks = static_cast<int>(blocks);
-  c.hidden = static_cast<int>(hidden);
-  c.heads = static_cast<int>(heads);
-  c.ffn_hidden = static_cast<int>(ffn);
-  c.vocab = static_cast<int>(vocab);
-  c.seq_len = static_cast<int>(seq);
-  return model::build_gpt(c, file, "");
+  HARP_ASSIGN_OR_RETURN(model::GptConfig c, model::read_hf_config(folder));
+  HARP_ASSIGN_OR_RETURN(model::ModelSpec m, model::build_gpt(c, shown_path(path), ""));
+  HARP_RETURN_IF_ERROR(check_trainable(m));
+  return m;
 }
 
 Status check_hf_size(const model::ModelSpec& model, const std::string& path) {

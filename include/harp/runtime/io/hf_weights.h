@@ -57,10 +57,8 @@ HfName hf_gpt2_name(const std::string& ours, bool tied);
 HfName hf_llama_name(const std::string& ours, bool tied);
 HfName hf_name(const std::string& ours, const model::ModelSpec& model);
 
-// config.json for `model`: GPT2LMHeadModel's (n_embd, n_layer, n_head, n_positions,
-// vocab_size, n_inner, activation_function gelu_new, layer_norm_epsilon 1e-5, ...) or
-// LlamaForCausalLM's (hidden_size, intermediate_size, num_key_value_heads, rope_theta,
-// rms_norm_eps 1e-5, max_position_embeddings = seq_len, ...).
+// config.json for `model` (model::hf_config_json: its Hugging Face class with every field
+// that class reads, max_position_embeddings = seq_len).
 Json hf_config(const model::ModelSpec& model);
 
 // Writes OUT_DIR/model.safetensors (float32, Hugging Face names and layouts, a tied
@@ -79,13 +77,8 @@ Status load_hf_params(const model::ModelSpec& model, const std::string& path,
                       const std::function<const Shard&(const std::string&)>& shard_of);
 
 // The model a Hugging Face config.json describes (in the folder `path`, or beside the
-// .safetensors file `path`): GPT2LMHeadModel (model_type gpt2: n_embd, n_layer, n_head,
-// n_positions as seq_len, vocab_size, n_inner or 4 n_embd, tie_word_embeddings) or
-// LlamaForCausalLM (model_type llama: hidden_size, num_hidden_layers,
-// num_attention_heads, num_key_value_heads, intermediate_size, vocab_size,
-// max_position_embeddings as seq_len, rope_theta, tie_word_embeddings), granularity 1.
-// What the runtime fixes must match: norm epsilon 1e-5, GELU tanh (GPT-2), SiLU, no
-// rope_scaling, no biases (LLaMA); InvalidArgument naming the field otherwise.
+// .safetensors file `path`; model::read_hf_config), granularity 1, when the runtime can
+// compute it (check_trainable): an error naming the field otherwise.
 StatusOr<model::ModelSpec> hf_model(const std::string& path);
 // InvalidArgument when `model` has more parameters than the files at `path` hold numbers:
 // checked before the model is built, so that a config.json describing a model larger than
