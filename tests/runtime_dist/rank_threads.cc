@@ -11,6 +11,7 @@
 #include "harp/runtime/comm/comm.h"
 #include "harp/runtime/comm/rendezvous.h"
 #include "harp/runtime/comm/mem_transport.h"
+#include "harp/runtime/nn/trainable.h"
 #include "testutil/tiny_gpt.h"
 
 namespace harp::testing {
@@ -164,6 +165,15 @@ runtime::TrainSummary train_in_memory(const model::ModelSpec& model, const plan:
 
 std::vector<std::string> train_threads_errors(const model::ModelSpec& model, const plan::Plan& plan,
                                               const runtime::TokenSource& data, const runtime::TrainOptions& options) {
+  // As harp train does (TrainingRun::open), the plan is checked before any group is made:
+  // a rank that failed the check after making them closed its sockets while a slower
+  // peer still finished its handshake, and that peer reported the closed connection
+  // instead of the check (seen once under load).
+  if (const Status s = runtime::check_plan_matches_model(plan, model); !s.ok()) {
+    int world = 0;
+    for (const auto& st : plan.stages) world += st.dp * st.tp;
+    return std::vector<std::string>(static_cast<size_t>(world), s.message());
+  }
   return for_each_rank_on(
       plan, gloo(model),
       [&](runtime::Transport& comm) {
