@@ -26,10 +26,14 @@ DEB_PACKAGES := cmake g++ make pkg-config nlohmann-json3-dev libyaml-cpp-dev lib
 # TORCH_PREFIX=<dir with TorchConfig.cmake> builds against another libtorch 2.x instead.
 TORCH_VERSION := 2.11.0
 NUMPY_VERSION := 2.4.6
+# Hugging Face transformers, the reference the model families are tested against
+# (tests/runtime/transformers_test.cc), beside the torch above (about 10 MB).
+TRANSFORMERS_VERSION := 5.25.0
 VENV ?= .venv
 TORCH_PREFIX ?=
 HARP_REQUIRE_CUDA ?= OFF
 TORCH_STAMP := $(VENV)/.harp-torch-$(TORCH_VERSION)
+TRANSFORMERS_STAMP := $(VENV)/.harp-transformers-$(TRANSFORMERS_VERSION)
 
 .PHONY: all deps torch configure build tools test demo bench bench-pytorch bench-limits bench-generate bench-testbed bench-testbed-interrupts bench-replan bench-replan-link evaluation clean
 
@@ -55,7 +59,15 @@ $(TORCH_STAMP): | deps
 	$(VENV)/bin/python -c 'import torch; assert torch.__version__.split("+")[0] == "$(TORCH_VERSION)", torch.__version__'
 	touch $@
 
-torch: $(if $(TORCH_PREFIX),,$(TORCH_STAMP))
+# Into the same environment, so that an environment made before it was pinned keeps its torch.
+$(TRANSFORMERS_STAMP): $(TORCH_STAMP)
+	@echo "installing transformers $(TRANSFORMERS_VERSION) from PyPI into $(VENV)"
+	$(VENV)/bin/pip install --no-cache-dir --progress-bar off --disable-pip-version-check \
+	  transformers==$(TRANSFORMERS_VERSION)
+	$(VENV)/bin/python -c 'import transformers; assert transformers.__version__ == "$(TRANSFORMERS_VERSION)"'
+	touch $@
+
+torch: $(if $(TORCH_PREFIX),,$(TRANSFORMERS_STAMP))
 
 configure: deps torch
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DHARP_WITH_TORCH=ON -DHARP_REQUIRE_CUDA=$(HARP_REQUIRE_CUDA) \

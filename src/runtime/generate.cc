@@ -13,6 +13,7 @@
 #include "harp/runtime/io/hf_weights.h"
 #include "harp/runtime/nn/linear.h"
 #include "harp/runtime/nn/trainable.h"
+#include "nn/gpt_pieces.h"
 
 namespace harp::runtime {
 namespace {
@@ -21,22 +22,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// LLaMA's RMSNorm (in float32 at least, then cast back and scaled) and GPT's LayerNorm.
-torch::Tensor rms(const torch::Tensor& x, const torch::Tensor& weight) {
-  const auto compute = x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  const torch::Tensor y = x.to(compute);
-  return weight * (y * torch::rsqrt(y.pow(2).mean(-1, /*keepdim=*/true) + kRmsNormEps)).to(x.scalar_type());
-}
-
 // Rotary embedding (rotate_half) at positions first..first+n-1 for heads of width d: the
 // angles' cosines and sines [n, d], once per forward (every block and both of q and k
-// use them).
+// use them), from the model's frequencies (its rope scaling included).
 struct Rotary {
   torch::Tensor cos, sin;
-  Rotary(std::int64_t first, std::int64_t n, std::int64_t d, double theta, const torch::TensorOptions& options) {
+  Rotary(std::int64_t first, std::int64_t n, std::int64_t d, const model::GptConfig& c,
+         const torch::TensorOptions& options) {
     const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-    const torch::Tensor inv_freq = torch::pow(theta, -torch::arange(0, d, 2, f64) / static_cast<double>(d));
-    torch::Tensor angles = torch::outer(torch::arange(first, first + n, f64), inv_freq);
+    torch::Tensor angles = torch::outer(torch::arange(first, first + n, f64), rotary_inv_freq(c, d));
     angles = torch::cat({angles, angles}, -1);  // [n, d]
     cos = angles.cos().to(options);
     sin = angles.sin().to(options);
@@ -140,7 +134,7 @@ const torch::Tensor& LanguageModel::weight(const std::string& name) const {
 
 LanguageModel::Cache LanguageModel::new_cache() const {
   const auto& c = model_.gpt;
-  const std::int64_t kv = c.family == "llama" ? c.kv_heads : c.heads, d = c.hidden / c.heads;
+  const std::int64_t kv = c.family == "llama" ? c.kv_heads : c.heads, d = c.head_size();
   Cache cache;
   for (int b = 0; b < c.num_blocks; ++b) {
     cache.keys.push_back(torch::zeros({kv, c.seq_len, d}, torch::TensorOptions().dtype(dtype_).device(device_)));
@@ -153,30 +147,35 @@ torch::Tensor LanguageModel::forward_cached(const std::vector<std::int64_t>& ids
   const auto& c = model_.gpt;
   const bool llama = c.family == "llama";
   const std::int64_t n = static_cast<std::int64_t>(ids.size()), past = cache.length, h = c.hidden;
-  const std::int64_t heads = c.heads, kv = llama ? c.kv_heads : c.heads, d = h / heads, group = heads / kv;
+  const std::int64_t heads = c.heads, kv = llama ? c.kv_heads : c.heads, d = c.head_size(), group = heads / kv;
+  const std::int64_t qw = heads * d;  // the width of q (hidden unless head_dim says)
   HARP_CHECK(n >= 1 && past + n <= c.seq_len) << past << " + " << n << " positions of " << c.seq_len;
   torch::NoGradGuard no_grad;
   const torch::Tensor tokens = torch::tensor(ids, torch::kInt64).to(device_);
   torch::Tensor x = weight("embed.token.weight").index_select(0, tokens);  // [n, h]
   if (!llama) x = x + weight("embed.position.weight").narrow(0, past, n);
   auto norm = [&](const torch::Tensor& t, const std::string& prefix) {
-    if (llama) return rms(t, weight(prefix + ".weight"));
-    return torch::layer_norm(t, {h}, weight(prefix + ".weight"), weight(prefix + ".bias"), kLayerNormEps);
+    if (llama) return rms_norm(t, weight(prefix + ".weight"), c.norm_eps);
+    return torch::layer_norm(t, {h}, weight(prefix + ".weight"), weight(prefix + ".bias"), c.norm_eps);
   };
   auto bias = [&](const std::string& name) { return llama ? torch::Tensor() : weight(name); };
-  // Query i (position past + i) sees keys 0..past + i.
+  auto qkv_bias = [&](const std::string& name) { return c.qkv_bias ? weight(name) : torch::Tensor(); };
+  auto head_norm = [&](const torch::Tensor& t, const std::string& name) {  // Qwen3: per head, before rotary
+    return c.qk_norm ? rms_norm(t, weight(name), c.norm_eps) : t;
+  };
+  // Query i (position past + i) sees keys 0..past + i (the last sliding_window of them).
   std::optional<Rotary> rotary;
-  if (llama) rotary.emplace(past, n, d, c.rope_theta, x.options());
-  torch::Tensor mask;
-  if (n > 1)
-    mask = torch::ones({n, past + n}, torch::TensorOptions().dtype(torch::kBool).device(device_)).triu(past + 1);
+  if (llama) rotary.emplace(past, n, d, c, x.options());
+  torch::Tensor mask;  // true where a score is masked
+  if (n > 1 || (c.sliding_window > 0 && past + n > c.sliding_window))
+    mask = attention_allowed(past, n, past + n, c.sliding_window, device_).logical_not();
   for (int b = 0; b < c.num_blocks; ++b) {
     const std::string p = "block" + std::to_string(b) + ".";
     torch::Tensor y = norm(x, p + "ln1"), q, k, v;
     if (llama) {
-      q = runtime::linear(y, weight(p + "attn.q.weight"));
-      k = runtime::linear(y, weight(p + "attn.k.weight"));
-      v = runtime::linear(y, weight(p + "attn.v.weight"));
+      q = runtime::linear(y, weight(p + "attn.q.weight"), qkv_bias(p + "attn.q.bias"));
+      k = runtime::linear(y, weight(p + "attn.k.weight"), qkv_bias(p + "attn.k.bias"));
+      v = runtime::linear(y, weight(p + "attn.v.weight"), qkv_bias(p + "attn.v.bias"));
     } else {
       const torch::Tensor qkv = runtime::linear(y, weight(p + "attn.qkv.weight"), weight(p + "attn.qkv.bias"));
       q = qkv.narrow(1, 0, h);
@@ -187,8 +186,8 @@ torch::Tensor LanguageModel::forward_cached(const std::vector<std::int64_t>& ids
     k = k.reshape({n, kv, d}).transpose(0, 1);
     v = v.reshape({n, kv, d}).transpose(0, 1);
     if (llama) {
-      q = (*rotary)(q);
-      k = (*rotary)(k);
+      q = (*rotary)(head_norm(q, p + "attn.q_norm.weight"));
+      k = (*rotary)(head_norm(k, p + "attn.k_norm.weight"));
     }
     cache.keys[b].narrow(1, past, n).copy_(k);
     cache.values[b].narrow(1, past, n).copy_(v);
@@ -199,7 +198,7 @@ torch::Tensor LanguageModel::forward_cached(const std::vector<std::int64_t>& ids
     if (mask.defined()) scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
     torch::Tensor probs = torch::softmax(scores, -1);
     torch::Tensor context = torch::matmul(probs.reshape({kv, group * n, past + n}), values);  // [kv, group n, d]
-    context = context.reshape({heads, n, d}).transpose(0, 1).reshape({n, h});
+    context = context.reshape({heads, n, d}).transpose(0, 1).reshape({n, qw});
     x = x + runtime::linear(context, weight(p + "attn.proj.weight"), bias(p + "attn.proj.bias"));
     y = norm(x, p + "ln2");
     if (llama) {

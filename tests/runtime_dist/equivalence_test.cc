@@ -133,6 +133,20 @@ TEST(Equivalence, TinyLlama) {
          "llama"});
 }
 
+// The LLaMA lineage's parts all at once (Qwen2's q/k/v biases, Qwen3's q/k norm and a
+// head size that is not hidden / heads, Mistral's sliding window, LLaMA 3.1's rope
+// scaling; rank_threads.h): pipelines, data and tensor parallelism and a split backward
+// give one process's run, as for LLaMA. (transformers_test holds each part to
+// transformers itself.)
+TEST(Equivalence, LlamaLineageParts) {
+  const auto f32 = torch::kFloat32, f64 = torch::kFloat64;
+  check({"lineage 1 stage", 1, {}, {1}, 2, 2, ScheduleKind::k1F1B, {}, f32, "lineage"});
+  check({"lineage k2 harp", 2, {1, 4, 7}, {1, 1, 1, 1}, 4, 1, ScheduleKind::kHarp1F1B, {4, 4, 2, 1}, f32, "lineage"});
+  check({"lineage tp 2", 1, {}, {1}, 2, 2, ScheduleKind::k1F1B, {}, f32, "lineage", {2}});
+  check({"lineage k4 tp 2 | 1 dp 1 | 2", 4, {8}, {1, 2}, 4, 2, ScheduleKind::kGpipe, {}, f32, "lineage", {2, 1}});
+  check({"lineage zb-h1 float64", 2, {1, 4}, {1, 1, 1}, 4, 1, ScheduleKind::kZbH1, {}, f64, "lineage"});
+}
+
 // Tensor parallelism (gpt.h): losses, gathered gradients and parameters after 3 steps
 // equal one process's. k = 4 puts cuts after attn_in (stage 0 = embed + attn_in: its q,
 // k, v are gathered from tp shards) and after mlp_in (the next stage splits the

@@ -212,8 +212,20 @@ plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts
 }
 
 model::ModelSpec three_block_model(int k, const std::string& family, int vocab) {
-  return family == "llama" ? tiny_llama(k, /*tied=*/false, /*blocks=*/3, 32, 4, 16, vocab)
-                           : tiny_gpt(k, /*tied=*/true, /*blocks=*/3, 32, 4, 16, vocab);
+  if (family == "gpt") return tiny_gpt(k, /*tied=*/true, /*blocks=*/3, 32, 4, 16, vocab);
+  const model::ModelSpec llama = tiny_llama(k, /*tied=*/false, /*blocks=*/3, 32, 4, 16, vocab);
+  if (family == "llama") return llama;
+  HARP_CHECK_EQ(family, "lineage");
+  model::GptConfig c = llama.gpt;
+  c.qkv_bias = true;                        // Qwen2
+  c.qk_norm = true;                         // Qwen3
+  c.head_dim = 12;                          // not 32 / 4
+  c.sliding_window = 5;                     // Mistral, shorter than the 16 positions
+  c.rope_scaling = {"llama3", 8, 1, 4, 8};  // LLaMA 3.1
+  c.norm_eps = 1e-6;
+  auto spec = model::build_gpt(c);
+  HARP_CHECK(spec.ok()) << spec.status().message();
+  return *spec;
 }
 
 runtime::ExecConfig equivalence_config(torch::Dtype dtype) {

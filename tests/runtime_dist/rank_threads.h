@@ -61,7 +61,9 @@ plan::Plan make_plan(const model::ModelSpec& model, const std::vector<int>& cuts
                      const std::vector<int>& launch_counts = {}, const std::vector<int>& tp = {});
 
 // The equivalence and resume tests' model: three blocks, enough layers for uneven 3- and
-// 4-stage cuts. GPT tied, LLaMA untied with grouped-query attention.
+// 4-stage cuts. GPT tied, LLaMA untied with grouped-query attention; "lineage" is that
+// LLaMA with every part of its lineage at once (q/k/v biases, q/k norm, head_dim 12,
+// a sliding window of 5, rope scaling llama3, norm eps 1e-6).
 model::ModelSpec three_block_model(int k, const std::string& family = "gpt", int vocab = 64);
 
 // Their optimizer. AdamW turns a gradient's rounding noise into an update of up to lr

@@ -161,6 +161,11 @@ HfName hf_llama_name(const std::string& ours, bool tied) {
        {"attn.q.weight", {"self_attn.q_proj.weight"}},
        {"attn.k.weight", {"self_attn.k_proj.weight"}},
        {"attn.v.weight", {"self_attn.v_proj.weight"}},
+       {"attn.q.bias", {"self_attn.q_proj.bias"}},  // Qwen2's
+       {"attn.k.bias", {"self_attn.k_proj.bias"}},
+       {"attn.v.bias", {"self_attn.v_proj.bias"}},
+       {"attn.q_norm.weight", {"self_attn.q_norm.weight"}},  // Qwen3's
+       {"attn.k_norm.weight", {"self_attn.k_norm.weight"}},
        {"attn.proj.weight", {"self_attn.o_proj.weight"}},
        {"ln2.weight", {"post_attention_layernorm.weight"}},
        {"mlp.gate.weight", {"mlp.gate_proj.weight"}},

@@ -109,7 +109,11 @@ torch::Tensor libtorch_causal_attention(const torch::Tensor& q, const torch::Ten
 }
 
 torch::Tensor causal_attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                    bool recompute) {
+                                    bool recompute, int window) {
+  const std::int64_t s = q.size(-2);
+  if (window > 0 && window < s)  // a sliding window: SDPA with the mask, on every device
+    return at::scaled_dot_product_attention(q, k, v, attention_allowed(0, s, s, window, q.device()), 0.0,
+                                            /*is_causal=*/false, std::nullopt, /*enable_gqa=*/k.size(1) != q.size(1));
   // SDPA keeps q, k, v, its output and the log-sum-exp, nothing of s x s: selective
   // recomputation has nothing left to free there.
   if (!(q.is_cpu() && low_precision(q))) return sdpa_causal_attention(q, k, v);

@@ -75,14 +75,6 @@ torch::Tensor lm_loss(const torch::Tensor& logits, const torch::Tensor& targets,
                           F::CrossEntropyFuncOptions().reduction(torch::kSum));
 }
 
-// RMSNorm as LLaMA computes it: in float32 at least, then cast back and scaled.
-torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight) {
-  const auto compute = x.scalar_type() == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
-  auto y = x.to(compute);
-  y = y * torch::rsqrt(y.pow(2).mean(-1, /*keepdim=*/true) + kRmsNormEps);
-  return weight * y.to(x.scalar_type());
-}
-
 // How a parameter starts: normal(0, 0.02), normal with the residual scale, or 1 (norms);
 // biases stay 0.
 enum class Init { kNormal, kResidual, kOne, kZero };
@@ -103,9 +95,11 @@ struct ParamSpec {
 // The parameters of one layer, in the order they are registered and drawn (each stream's
 // draws in this order).
 std::vector<ParamSpec> param_specs(const model::GptConfig& c, const model::Layer& layer) {
-  const std::int64_t h = c.hidden, f = c.ffn_hidden, V = c.vocab;
+  const std::int64_t h = c.hidden, f = c.ffn_hidden, V = c.vocab, d = c.head_size();
   const bool llama = c.family == "llama";
-  const std::int64_t kv = llama ? static_cast<std::int64_t>(c.kv_heads) * (h / c.heads) : h;
+  // The widths of q and of k (and v): heads x head size (hidden unless head_dim says).
+  const std::int64_t qw = llama ? static_cast<std::int64_t>(c.heads) * d : h;
+  const std::int64_t kv = llama ? static_cast<std::int64_t>(c.kv_heads) * d : h;
   std::vector<ParamSpec> out;
   auto add = [&](int stream, const std::string& name, std::vector<std::int64_t> shape, Init init,
                  Split split = Split::kNone) {
@@ -135,17 +129,24 @@ std::vector<ParamSpec> param_specs(const model::GptConfig& c, const model::Layer
       if (layer.pieces & kAttnIn) {
         norm(kAttnIn, p + "ln1");
         if (llama) {
-          add(kAttnIn, p + "attn.q.weight", {h, h}, Init::kNormal, Split::kRows);
+          add(kAttnIn, p + "attn.q.weight", {qw, h}, Init::kNormal, Split::kRows);
           add(kAttnIn, p + "attn.k.weight", {kv, h}, Init::kNormal, Split::kRows);
           add(kAttnIn, p + "attn.v.weight", {kv, h}, Init::kNormal, Split::kRows);
+          if (c.qkv_bias)  // Qwen2: biases on q, k and v (zeros, drawing nothing)
+            for (const auto& [name, n] : {std::make_pair("q", qw), std::make_pair("k", kv), std::make_pair("v", kv)})
+              add(kAttnIn, p + "attn." + name + ".bias", {n}, Init::kZero, Split::kRows);
         } else {
           add(kAttnIn, p + "attn.qkv.weight", {3 * h, h}, Init::kNormal, Split::kQkvRows);
           bias(kAttnIn, p + "attn.qkv.bias", 3 * h, Split::kQkvRows);
         }
       }
       if (layer.pieces & kAttnOut) {
-        add(kAttnOut, p + "attn.proj.weight", {h, h}, Init::kResidual, Split::kColumns);
+        add(kAttnOut, p + "attn.proj.weight", {h, qw}, Init::kResidual, Split::kColumns);
         bias(kAttnOut, p + "attn.proj.bias", h);
+        if (c.qk_norm) {  // Qwen3: RMSNorm of each q and k head (one weight for every head: replicated)
+          add(kAttnOut, p + "attn.q_norm.weight", {d}, Init::kOne);
+          add(kAttnOut, p + "attn.k_norm.weight", {d}, Init::kOne);
+        }
       }
       if (layer.pieces & kMlpIn) {
         norm(kMlpIn, p + "ln2");
@@ -230,11 +231,11 @@ torch::Tensor GptLayerImpl::forward(const torch::Tensor& x, const torch::Tensor&
   const bool llama = config_.family == "llama";
   const auto params = named_parameters(true);
   auto norm = [&](const torch::Tensor& t, const std::string& prefix) {
-    if (llama) return rms_norm(t, params[prefix + ".weight"]);
+    if (llama) return rms_norm(t, params[prefix + ".weight"], config_.norm_eps);
     // A bf16 input (a cut tensor under bf16 autocast) is normalised in float32, as the
     // float32 weights are: libtorch 1.13's CPU LayerNorm has no mixed-dtype backward.
     return torch::layer_norm(low_precision(t) ? t.to(torch::kFloat) : t, {h}, params[prefix + ".weight"],
-                             params[prefix + ".bias"], kLayerNormEps);
+                             params[prefix + ".bias"], config_.norm_eps);
   };
 
   if (layer_.kind == model::LayerKind::kHead) {
@@ -304,8 +305,7 @@ torch::Tensor GptLayerImpl::rotary(const torch::Tensor& x, bool tokens_first) co
     auto it = rotary_tables_.find(key);
     if (it == rotary_tables_.end()) {
       const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-      auto inv_freq = torch::pow(config_.rope_theta, -torch::arange(0, d, 2, f64) / static_cast<double>(d));
-      auto angles = torch::outer(torch::arange(s, f64), inv_freq);  // [s, d/2]
+      auto angles = torch::outer(torch::arange(s, f64), rotary_inv_freq(config_, d));  // [s, d/2]
       angles = torch::cat({angles, angles}, -1);
       it =
           rotary_tables_.emplace(key, std::make_pair(angles.cos().to(x.options()), angles.sin().to(x.options()))).first;
@@ -322,7 +322,7 @@ torch::Tensor GptLayerImpl::rotary(const torch::Tensor& x, bool tokens_first) co
 }
 
 torch::Tensor GptLayerImpl::attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) const {
-  return causal_attention_core(q, k, v, recompute_attention_);
+  return causal_attention_core(q, k, v, recompute_attention_, config_.sliding_window);
 }
 
 torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
@@ -356,33 +356,47 @@ torch::Tensor GptLayerImpl::gpt_piece(int piece, const torch::Tensor& t, const t
 
 torch::Tensor GptLayerImpl::llama_piece(int piece, const torch::Tensor& t, const torch::Tensor& normed,
                                         const Weights& w) const {
-  // This rank's share (see gpt_piece): heads / tp query and kv_heads / tp key/value heads.
+  // This rank's share (see gpt_piece): heads / tp query and kv_heads / tp key/value heads
+  // of the head size d (hidden / heads unless head_dim says: Qwen3).
   const int n = tp_size();
-  const std::int64_t d = config_.hidden / config_.heads;
-  const std::int64_t h = config_.hidden / n, f = config_.ffn_hidden / n, a = config_.heads / n;
-  const std::int64_t g = config_.kv_heads / n, kv = g * d;
+  const std::int64_t d = config_.head_size();
+  const std::int64_t f = config_.ffn_hidden / n, a = config_.heads / n;
+  const std::int64_t g = config_.kv_heads / n, qw = a * d, kv = g * d;
+  // q, k and v's biases (Qwen2), or none.
+  auto bias = [&](const char* name) {
+    return config_.qkv_bias ? w(std::string("attn.") + name + ".bias") : torch::Tensor();
+  };
+  // Qwen3's RMSNorm of each q and k head (on the head size, before rotary), or nothing.
+  // Its weight is replicated under tensor parallelism while each rank normalises only its
+  // own heads: f on the weight sums its gradient over the group.
+  auto head_norm = [&](const torch::Tensor& x, const char* name) {
+    return config_.qk_norm ? rms_norm(x, column_input(w(std::string("attn.") + name + ".weight")), config_.norm_eps)
+                           : x;
+  };
   switch (piece) {
     case kAttnIn: {  // q, k, v (rotary not yet applied; forward() keeps the residual beside them)
       const torch::Tensor x = column_input(normed);
-      return torch::cat({runtime::linear(x, w("attn.q.weight")), runtime::linear(x, w("attn.k.weight")),
-                         runtime::linear(x, w("attn.v.weight"))},
-                        -1);
+      return torch::cat(
+          {runtime::linear(x, w("attn.q.weight"), bias("q")), runtime::linear(x, w("attn.k.weight"), bias("k")),
+           runtime::linear(x, w("attn.v.weight"), bias("v"))},
+          -1);
     }
     case kAttnOut: {  // the projected attention (forward() adds the residual)
-      HARP_CHECK_EQ(t.size(-1), h + 2 * kv) << "attn_out takes [q, k, v] and the residual";
+      HARP_CHECK_EQ(t.size(-1), qw + 2 * kv) << "attn_out takes [q, k, v] and the residual";
       const std::int64_t b = t.size(0), s = t.size(1);
-      if (fused_kernels_apply(t)) {  // [b, s, n, d] views; kv heads shared without copies (kernels.h)
+      const bool windowed = config_.sliding_window > 0 && config_.sliding_window < s;
+      if (fused_kernels_apply(t) && !windowed) {  // [b, s, n, d] views; kv heads shared without copies (kernels.h)
         auto heads = [&](std::int64_t offset, std::int64_t n) { return t.narrow(-1, offset, n * d).view({b, s, n, d}); };
-        auto q = rotary(heads(0, a), true), k = rotary(heads(h, g), true);
-        return row_linear(causal_attention(q, k, heads(h + kv, g), recompute_attention_), w("attn.proj.weight"),
+        auto q = rotary(head_norm(heads(0, a), "q_norm"), true), k = rotary(head_norm(heads(qw, g), "k_norm"), true);
+        return row_linear(causal_attention(q, k, heads(qw + kv, g), recompute_attention_), w("attn.proj.weight"),
                           torch::Tensor());
       }
       auto heads = [&](std::int64_t offset, std::int64_t n) {  // [b, n, s, d]
         return t.narrow(-1, offset, n * d).reshape({b, s, n, d}).transpose(1, 2);
       };
-      auto q = rotary(heads(0, a), false);
-      auto k = rotary(heads(h, g), false);
-      auto context = attention(q, k, heads(h + kv, g)).transpose(1, 2).reshape({b, s, h});  // g < a: GQA
+      auto q = rotary(head_norm(heads(0, a), "q_norm"), false);
+      auto k = rotary(head_norm(heads(qw, g), "k_norm"), false);
+      auto context = attention(q, k, heads(qw + kv, g)).transpose(1, 2).reshape({b, s, qw});  // g < a: GQA
       return row_linear(context, w("attn.proj.weight"), torch::Tensor());
     }
     case kMlpIn: {

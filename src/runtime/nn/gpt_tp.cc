@@ -118,9 +118,11 @@ std::vector<std::int64_t> GptLayerImpl::sharded_widths(bool input) const {
   // The piece whose output crosses the cut: the layer's last (output) or the one before
   // its first (input: attn_out reads attn_in's output, mlp_out mlp_in's).
   const int last = input ? (layer_.pieces & -layer_.pieces) >> 1 : 1 << (31 - __builtin_clz(layer_.pieces));
-  const std::int64_t h = config_.hidden;
-  const std::int64_t kv = config_.family == "llama" ? static_cast<std::int64_t>(config_.kv_heads) * (h / config_.heads) : h;
-  if (last == kAttnIn) return {h, kv, kv};
+  const bool llama = config_.family == "llama";
+  const std::int64_t h = config_.hidden, d = config_.head_size();
+  const std::int64_t q = llama ? config_.heads * d : h,
+                     kv = llama ? static_cast<std::int64_t>(config_.kv_heads) * d : h;
+  if (last == kAttnIn) return {q, kv, kv};
   if (last == kMlpIn) return {config_.ffn_hidden};
   return {};
 }

@@ -2,37 +2,17 @@
 #include "harp/runtime/nn/trainable.h"
 
 #include <string>
-#include <vector>
 
 #include "harp/common/document.h"
-#include "harp/common/format.h"
 #include "harp/runtime/nn/gpt.h"
 
 namespace harp::runtime {
 
 Status check_trainable(const model::ModelSpec& model) {
-  if (model.family != "gpt" && model.family != "llama")
-    return failed_precondition("model " + model.gpt.name + " is of family " + model.family +
-                               ", which has no runtime layers (gpt, llama); it can be planned and simulated but "
-                               "not trained or profiled");
-  // The parts of the model spec the runtime's layers do not compute yet.
-  const model::GptConfig& c = model.gpt;
-  std::vector<std::string> missing;
-  if (c.norm_eps != model::GptConfig().norm_eps)
-    missing.push_back("norm_eps = " + fmt("%g", c.norm_eps) +
-                      " (config.json's rms_norm_eps or layer_norm_epsilon; "
-                      "the runtime's norms use 1e-5)");
-  if (c.head_dim > 0) missing.push_back("head_dim = " + std::to_string(c.head_dim) + " (not hidden / heads)");
-  if (c.qkv_bias) missing.push_back("biases on q, k and v (Qwen2)");
-  if (c.qk_norm) missing.push_back("q/k norm (Qwen3)");
-  if (c.sliding_window > 0) missing.push_back("a sliding window of " + std::to_string(c.sliding_window) + " (Mistral)");
-  if (!c.rope_scaling.type.empty()) missing.push_back("rope scaling " + c.rope_scaling.type + " (LLaMA 3.1)");
-  if (missing.empty()) return Status();
-  std::string list;
-  for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-  return failed_precondition("model " + c.name + " has " + list +
-                             ", which the runtime's layers do not compute yet: "
-                             "it can be planned and simulated, not trained, profiled or generated from");
+  if (model.family == "gpt" || model.family == "llama") return Status();
+  return failed_precondition("model " + model.gpt.name + " is of family " + model.family +
+                             ", which has no runtime layers (gpt, llama); it can be planned and simulated but "
+                             "not trained or profiled");
 }
 
 Status check_plan_matches_model(const plan::Plan& plan, const model::ModelSpec& model) {

@@ -75,11 +75,6 @@ struct Shard {
   void add_to(const torch::Tensor& local, torch::Tensor& full) const;  // full[slices] += local
 };
 
-// The norms' epsilon (GPT-2's layer_norm_epsilon; LLaMA-2's and LLaMA-3's rms_norm_eps),
-// also written into exported config.json files.
-inline constexpr double kLayerNormEps = 1e-5;
-inline constexpr double kRmsNormEps = 1e-5;
-
 // One layer of the sequence. Parameter names are global ("block3.attn.qkv.weight"), so
 // a checkpoint written by one layout loads into another. LLaMA's: embed.token.weight;
 // blockN.ln1.weight, blockN.attn.{q,k,v,proj}.weight, blockN.ln2.weight,
