@@ -13,6 +13,9 @@ harp reads, nothing downloaded.
   transformers_reference.py check EXPORT DIR
       loads the folder harp exported (EXPORT) with from_pretrained and prints the largest
       difference of its logits from DIR's reference, relative to their largest magnitude.
+  transformers_reference.py count FOLDER
+      prints num_parameters() of the model FOLDER's config.json describes, built on the
+      meta device (no memory, nothing downloaded).
 
 FAMILY: gpt2, llama, llama31 (rope scaling llama3), qwen2 (q/k/v biases, tied), qwen3
 (q/k norm, head_dim 24 where hidden / heads is 16) or mistral (sliding window 6, shorter
@@ -91,8 +94,17 @@ def check(export, out):
     print("%.3e" % ((logits - ref["logits"]).abs().max() / ref["logits"].abs().max()).item())
 
 
+def count(folder):
+    cfg = transformers.AutoConfig.from_pretrained(folder)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    print(model.num_parameters())
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "make":
+    if len(sys.argv) == 3 and sys.argv[1] == "count":
+        count(sys.argv[2])
+    elif len(sys.argv) == 4 and sys.argv[1] == "make":
         make(sys.argv[2], sys.argv[3])
     elif len(sys.argv) == 4 and sys.argv[1] == "check":
         check(sys.argv[2], sys.argv[3])

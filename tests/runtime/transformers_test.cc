@@ -137,6 +137,20 @@ TEST_P(Transformers, LogitsGradientsGenerationAndExportAreTransformers) {
   EXPECT_LE(e, kTolerance);
 }
 
+// The released configs in examples/models/: harp's parameter count is transformers'
+// num_parameters() exactly.
+TEST(TransformersCount, ReleasedConfigsHaveTransformersParameterCounts) {
+  for (const char* name : {"qwen2.5-7b", "qwen3-8b", "mistral-7b", "llama-3.1-8b"}) {
+    const std::string folder = std::string(HARP_SOURCE_DIR) + "/examples/models/" + name;
+    const std::string out = run(kPython + " " + kScript + " count " + folder);
+    HARP_ASSERT_OK_AND_ASSIGN(const model::ModelSpec m, model::load_model(folder));
+    const std::int64_t theirs = std::stoll(out.substr(out.find_last_of('\n', out.size() - 2) + 1));
+    std::printf("%s: harp %lld, transformers %lld parameters\n", name, static_cast<long long>(m.param_count()),
+                static_cast<long long>(theirs));
+    EXPECT_EQ(m.param_count(), theirs) << name;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, Transformers,
                          ::testing::Values("gpt2", "llama", "llama31", "qwen2", "qwen3", "mistral"));
 
