@@ -14,7 +14,10 @@ one or more of them in order:
 so a plan may cut between any two pieces and the tensor crossing the cut is the one the
 plan's cut_shape gives. GPT: pre-LayerNorm blocks with biases, learned positions, GELU
 (tanh), tied LM head. LLaMA: RMSNorm, rotary positions (Hugging Face's rotate_half),
-grouped-query attention, SwiGLU, no biases. Neither has dropout.
+grouped-query attention, SwiGLU, no biases; and the parts of its lineage the model config
+names (docs/file_formats.md, "Model"): q/k/v biases (Qwen2), a q/k norm per head and a
+head_dim (Qwen3), a sliding window (Mistral), rope scaling llama3 (LLaMA 3.1), the norms'
+epsilon. Neither has dropout.
 """
 
 import json
@@ -46,14 +49,17 @@ def layer_params(cfg, layer):
         return [("head.ln_f.weight", (h,)), ("head.ln_f.bias", (h,)), ("head.lm.weight", (V, h))]
     p = "block%d." % layer["block"]
     kv = cfg.get("kv_heads") or cfg["heads"]
-    kvw = kv * (h // cfg["heads"])
+    d = head_size(cfg)
+    qw, kvw = cfg["heads"] * d, kv * d
+    bias = [("attn.q.bias", (qw,)), ("attn.k.bias", (kvw,)), ("attn.v.bias", (kvw,))] if cfg.get("qkv_bias") else []
+    qk_norm = [("attn.q_norm.weight", (d,)), ("attn.k_norm.weight", (d,))] if cfg.get("qk_norm") else []
     out = []
     for piece in layer["pieces"]:
         if llama:
             out += {
-                "attn_in": [("ln1.weight", (h,)), ("attn.q.weight", (h, h)), ("attn.k.weight", (kvw, h)),
-                            ("attn.v.weight", (kvw, h))],
-                "attn_out": [("attn.proj.weight", (h, h))],
+                "attn_in": [("ln1.weight", (h,)), ("attn.q.weight", (qw, h)), ("attn.k.weight", (kvw, h)),
+                            ("attn.v.weight", (kvw, h))] + bias,
+                "attn_out": [("attn.proj.weight", (h, qw))] + qk_norm,
                 "mlp_in": [("ln2.weight", (h,)), ("mlp.gate.weight", (f, h)), ("mlp.up.weight", (f, h))],
                 "mlp_out": [("mlp.down.weight", (h, f))],
             }[piece]
@@ -73,11 +79,30 @@ def layer_params(cfg, layer):
 # The stage: a run of layers [first, last) as one module.
 
 
-def _rotary(x, theta):
+def head_size(cfg):
+    """hidden / heads, unless the config gives head_dim."""
+    return cfg.get("head_dim") or cfg["hidden"] // cfg["heads"]
+
+
+def _inv_freq(cfg, d):
+    """The rotary inverse frequencies, scaled as rope_type llama3 does (LLaMA 3.1)."""
+    inv = cfg.get("rope_theta", 10000.0) ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    r = cfg.get("rope_scaling")
+    if not r:
+        return inv
+    old, low, high, factor = (r["original_max_position_embeddings"], r["low_freq_factor"], r["high_freq_factor"],
+                              r["factor"])
+    wavelen = 2 * math.pi / inv
+    scaled = torch.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    medium = (wavelen >= old / high) & (wavelen <= old / low)
+    return torch.where(medium, (1 - smooth) * scaled / factor + smooth * scaled, scaled)
+
+
+def _rotary(x, cfg):
     """Hugging Face's rotary embedding for x of [b, heads, s, d] at positions 0..s-1."""
     s, d = x.shape[2], x.shape[3]
-    inv_freq = theta ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
-    angles = torch.outer(torch.arange(s, dtype=torch.float64), inv_freq)
+    angles = torch.outer(torch.arange(s, dtype=torch.float64), _inv_freq(cfg, d))
     angles = torch.cat([angles, angles], -1)
     cos, sin = angles.cos().to(x.dtype).to(x.device), angles.sin().to(x.dtype).to(x.device)
     rotated = torch.cat([-x[..., d // 2:], x[..., : d // 2]], -1)
@@ -110,17 +135,25 @@ class StageModule(torch.nn.Module):
         """(HARP name, parameter) in layer order."""
         return [(n, self.w(n)) for n in self.names]
 
+    def _rms(self, x, weight):
+        y = x.float() if x.dtype != torch.float64 else x
+        y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + self.cfg.get("norm_eps", NORM_EPS))
+        return weight * y.to(x.dtype)
+
     def _norm(self, x, prefix):
         if self.llama:
-            y = x.float() if x.dtype != torch.float64 else x
-            y = y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + NORM_EPS)
-            return self.w(prefix + ".weight") * y.to(x.dtype)
-        return F.layer_norm(x, (x.shape[-1],), self.w(prefix + ".weight"), self.w(prefix + ".bias"), NORM_EPS)
+            return self._rms(x, self.w(prefix + ".weight"))
+        return F.layer_norm(x, (x.shape[-1],), self.w(prefix + ".weight"), self.w(prefix + ".bias"),
+                            self.cfg.get("norm_eps", NORM_EPS))
 
     def _attention(self, q, k, v):
         s = q.shape[2]
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
-        mask = torch.ones(s, s, dtype=torch.bool, device=q.device).triu(1)
+        i = torch.arange(s, device=q.device)
+        mask = i.unsqueeze(0) > i.unsqueeze(1)  # a future position
+        window = self.cfg.get("sliding_window") or 0
+        if window:  # Mistral: the last `window` positions only, its own included
+            mask = mask | (i.unsqueeze(0) <= i.unsqueeze(1) - window)
         return torch.softmax(scores.masked_fill(mask, float("-inf")), -1) @ v
 
     def _piece(self, p, piece, t, normed):
@@ -129,24 +162,30 @@ class StageModule(torch.nn.Module):
         d = h // a
         if piece == "attn_in":
             if self.llama:
-                return torch.cat([F.linear(normed, self.w(p + "attn.q.weight")),
-                                  F.linear(normed, self.w(p + "attn.k.weight")),
-                                  F.linear(normed, self.w(p + "attn.v.weight"))], -1)
+                def bias(name):
+                    return self.w(p + "attn.%s.bias" % name) if cfg.get("qkv_bias") else None
+                return torch.cat([F.linear(normed, self.w(p + "attn.q.weight"), bias("q")),
+                                  F.linear(normed, self.w(p + "attn.k.weight"), bias("k")),
+                                  F.linear(normed, self.w(p + "attn.v.weight"), bias("v"))], -1)
             return F.linear(normed, self.w(p + "attn.qkv.weight"), self.w(p + "attn.qkv.bias"))
         if piece == "attn_out":
             b, s = t.shape[0], t.shape[1]
             g = (cfg.get("kv_heads") or a) if self.llama else a
-            kv = g * d
+            if self.llama:
+                d = head_size(cfg)
+            qw, kv = a * d, g * d
 
             def heads(offset, n):
                 return t[..., offset:offset + n * d].reshape(b, s, n, d).transpose(1, 2)
 
-            q, k, v = heads(0, a), heads(h, g), heads(h + kv, g)
+            q, k, v = heads(0, a), heads(qw, g), heads(qw + kv, g)
             if self.llama:
-                q, k = _rotary(q, cfg.get("rope_theta", 10000.0)), _rotary(k, cfg.get("rope_theta", 10000.0))
+                if cfg.get("qk_norm"):  # Qwen3: RMSNorm of each head, before rotary
+                    q, k = self._rms(q, self.w(p + "attn.q_norm.weight")), self._rms(k, self.w(p + "attn.k_norm.weight"))
+                q, k = _rotary(q, cfg), _rotary(k, cfg)
                 if g != a:
                     k, v = k.repeat_interleave(a // g, 1), v.repeat_interleave(a // g, 1)
-            context = self._attention(q, k, v).transpose(1, 2).reshape(b, s, h)
+            context = self._attention(q, k, v).transpose(1, 2).reshape(b, s, qw)
             bias = None if self.llama else self.w(p + "attn.proj.bias")
             return F.linear(context, self.w(p + "attn.proj.weight"), bias)
         if piece == "mlp_in":
@@ -199,6 +238,7 @@ _GPT2_BLOCK = {"ln1": "ln_1", "ln2": "ln_2", "attn.qkv": "attn.c_attn", "attn.pr
 _LLAMA_FIXED = {"embed.token.weight": "model.embed_tokens.weight", "head.norm.weight": "model.norm.weight"}
 _LLAMA_BLOCK = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm", "attn.q": "self_attn.q_proj",
                 "attn.k": "self_attn.k_proj", "attn.v": "self_attn.v_proj", "attn.proj": "self_attn.o_proj",
+                "attn.q_norm": "self_attn.q_norm", "attn.k_norm": "self_attn.k_norm",
                 "mlp.gate": "mlp.gate_proj", "mlp.up": "mlp.up_proj", "mlp.down": "mlp.down_proj"}
 
 

@@ -40,8 +40,12 @@ def plan(vocab, family="gpt"):
     grouped-query attention (2 key/value heads of 4)."""
     model = {"family": family, "name": "custom", "num_blocks": 2, "hidden": 32, "heads": 4, "seq_len": 16,
              "vocab": vocab, "ffn_hidden": 128, "granularity": 4, "tied_embeddings": family == "gpt"}
-    if family == "llama":
-        model.update({"kv_heads": 2, "ffn_hidden": 64, "rope_theta": 10000.0})
+    if family in ("llama", "lineage"):
+        model.update({"family": "llama", "kv_heads": 2, "ffn_hidden": 64, "rope_theta": 10000.0})
+    if family == "lineage":  # every part of the LLaMA lineage at once (docs/file_formats.md, "Model")
+        model.update({"qkv_bias": True, "qk_norm": True, "head_dim": 12, "sliding_window": 5, "norm_eps": 1e-6,
+                      "rope_scaling": {"type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                       "high_freq_factor": 4.0, "original_max_position_embeddings": 8}})
     stage = {"fwd_s": 0.01, "bwd_s": 0.02, "comm_s": 0.03, "crosses_nodes": True}
     return {"version": 1, "microbatches": 6, "microbatch_size": 4, "schedule": "1f1b", "granularity": 4,
             "model_config": model,
@@ -201,6 +205,10 @@ def main():
     with open(os.path.join(work, "llama.json"), "w") as fh:
         json.dump(plan(vocab, "llama"), fh)
     worst = max(worst, compare(harp, source, work, os.path.join(work, "llama.json"), data, ("zb-h1",), {}, env))
+    # The LLaMA lineage's parts: q/k/v biases, q/k norm, head_dim, sliding window, rope scaling.
+    with open(os.path.join(work, "lineage.json"), "w") as fh:
+        json.dump(plan(vocab, "lineage"), fh)
+    worst = max(worst, compare(harp, source, work, os.path.join(work, "lineage.json"), data, ("1f1b",), {}, env))
     # Uneven shares at both ends (replicas of different speeds): stage 0 dp 2 taking 3:1
     # samples, stage 2 dp 2 taking 1:3, so every replica exchanges with the middle one its
     # own slice and the tied embedding's gradient is summed over four ranks; 5 ranks.
@@ -224,7 +232,8 @@ def main():
     if counts["harp-1f1b"] == counts["1f1b"]:
         sys.exit("FAILED: harp-1f1b launches as 1F1B does (%s): the plan does not tell them apart" % counts["1f1b"])
     print("launch counts: %s" % counts)
-    print("OK: GPT under %d schedules, LLaMA and uneven shares under zb-h1, %d steps each, largest loss "
+    print("OK: GPT under %d schedules, LLaMA and uneven shares under zb-h1, the LLaMA lineage's parts under "
+          "1F1B, %d steps each, largest loss "
           "difference %.2e (tolerance %g)" % (len(ALL_KINDS), STEPS, worst, TOLERANCE))
 
 
