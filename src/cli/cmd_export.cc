@@ -44,17 +44,20 @@ namespace {
 struct Opts {
   std::string checkpoint, plan_file, model, format = "safetensors", output, to, schedule;
   int step = 0;  // 0: the latest
+  double max_shard_gb = 5;  // save_pretrained's default
 };
 
 // The checkpoint's weights as Hugging Face files in `dir`.
 int export_weights(const Opts& o, const std::string& dir, Context& ctx) {
   auto run = read_run_checkpoint(o.checkpoint, o.plan_file, o.model, o.step);
   if (!run.ok()) return ctx.fail("export", run.status());
-  Status s = runtime::export_hf(run->model, run->tensors, dir);
+  Status s = runtime::export_hf(run->model, run->tensors, dir, static_cast<std::int64_t>(o.max_shard_gb * 1e9));
   if (!s.ok()) return ctx.fail("export", s);
-  ctx.out << "wrote " << dir << "/model.safetensors and config.json ("
-          << runtime::hf_config(run->model)["architectures"][0].get<std::string>() << ", " << run->model.gpt.name
-          << ", step " << run->step << ")\n";
+  std::error_code ec;
+  const bool sharded = std::filesystem::exists(dir + "/model.safetensors.index.json", ec);
+  ctx.out << "wrote " << dir << (sharded ? "/model-*.safetensors, model.safetensors.index.json" : "/model.safetensors")
+          << " and config.json (" << runtime::hf_config(run->model)["architectures"][0].get<std::string>() << ", "
+          << run->model.gpt.name << ", step " << run->step << ")\n";
   return kExitOk;
 }
 
@@ -111,6 +114,11 @@ void add_export_command(CLI::App& root, Context& ctx) {
                   "With --to: export the plan under another schedule (as harp train --schedule runs it)");
   cmd->add_option("--model", o->model, "Model preset or file (default: the plan's)");
   cmd->add_option("--step", o->step, "Checkpoint step (default: the latest)")->check(whole(1));
+  cmd->add_option("--max-shard-gb", o->max_shard_gb,
+                  "Largest weight file in GB (10^9 bytes); larger models are sharded with an index, as "
+                  "save_pretrained does")
+      ->capture_default_str()
+      ->check(CLI::Range(0.001, 1e6));
   cmd->add_option("--format", o->format, "safetensors (Hugging Face GPT-2 or LLaMA names and config.json)")
       ->check(CLI::IsMember({"safetensors"}));
   cmd->add_option("-o,--output", o->output,

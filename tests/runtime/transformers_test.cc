@@ -129,12 +129,28 @@ TEST_P(Transformers, LogitsGradientsGenerationAndExportAreTransformers) {
     EXPECT_EQ(got.tokens, want) << (cache ? "with" : "without") << " the KV cache";
   }
 
-  // harp's export reads back into transformers with the same logits.
-  HARP_ASSERT_OK(export_hf(m, params, dir + "/exported"));
-  const std::string out = run(kPython + " " + kScript + " check " + dir + "/exported " + dir);
-  const double e = std::stod(out.substr(out.find_last_of('\n', out.size() - 2) + 1));
-  std::printf("%s: the export's logits in transformers within %.2e\n", family.c_str(), e);
-  EXPECT_LE(e, kTolerance);
+  // harp's export reads back into transformers with the same logits: in one file, and in
+  // shards of 40 KB with an index (as save_pretrained writes a large model); both read
+  // back into harp too.
+  for (std::int64_t shard : {kHfShardBytes, std::int64_t{40000}}) {
+    const std::string out_dir = dir + "/exported_" + std::to_string(shard);
+    HARP_ASSERT_OK(export_hf(m, params, out_dir, shard));
+    EXPECT_EQ(std::filesystem::exists(out_dir + "/model.safetensors.index.json"), shard < kHfShardBytes);
+    const std::string out = run(kPython + " " + kScript + " check " + out_dir + " " + dir);
+    const double e = std::stod(out.substr(out.find_last_of('\n', out.size() - 2) + 1));
+    std::printf("%s: the export's logits in transformers within %.2e (%s)\n", family.c_str(), e,
+                shard < kHfShardBytes ? "sharded" : "one file");
+    EXPECT_LE(e, kTolerance);
+    std::vector<GptLayer> back = build_gpt_layers(m, 0, m.num_layers(), 1, torch::kFloat32, torch::kCPU);
+    std::map<std::string, Shard> back_shards;
+    for (const auto& layer : back) back_shards.insert(layer->shards().begin(), layer->shards().end());
+    const auto back_params = named_parameters(back);
+    HARP_ASSERT_OK(load_hf_params(m, out_dir, back_params,
+                                  [&](const std::string& n) -> const Shard& { return back_shards.at(n); }));
+    ASSERT_EQ(back_params.size(), params.size());
+    for (size_t i = 0; i < params.size(); ++i)
+      EXPECT_TRUE(torch::equal(back_params[i].second, params[i].second)) << params[i].first;
+  }
 }
 
 // The released configs in examples/models/: harp's parameter count is transformers'

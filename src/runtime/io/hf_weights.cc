@@ -205,7 +205,8 @@ HfName hf_name(const std::string& ours, const model::ModelSpec& model) {
 
 Json hf_config(const model::ModelSpec& model) { return model::hf_config_json(model.gpt); }
 
-Status export_hf(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir) {
+Status export_hf(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir,
+                 std::int64_t max_shard_bytes) {
   HARP_RETURN_IF_ERROR(check_trainable(model));
   const bool tied = model.gpt.tied_embeddings;
   std::vector<data::SafetensorsTensor> out;
@@ -230,7 +231,39 @@ Status export_hf(const model::ModelSpec& model, const NamedTensors& params, cons
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error(shown_path(out_dir) + ": cannot create the output folder: " + ec.message());
-  HARP_RETURN_IF_ERROR(data::write_safetensors(out_dir + "/model.safetensors", out, {{"format", "pt"}}));
+  // Shards in order, each up to max_shard_bytes (a tensor larger than that alone), as
+  // save_pretrained cuts them; one file when everything fits.
+  std::vector<std::vector<data::SafetensorsTensor>> shards(1);
+  std::int64_t in_shard = 0, total = 0;
+  for (auto& t : out) {
+    const auto bytes = static_cast<std::int64_t>(t.bytes.size());
+    if (in_shard > 0 && in_shard + bytes > max_shard_bytes) {
+      shards.emplace_back();
+      in_shard = 0;
+    }
+    in_shard += bytes;
+    total += bytes;
+    shards.back().push_back(std::move(t));
+  }
+  // The other layout's files go first: a folder never holds both an earlier export's
+  // single file and this one's shards (or the reverse).
+  for (const auto& entry : fs::directory_iterator(out_dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "model.safetensors" || name == "model.safetensors.index.json" ||
+        (name.rfind("model-", 0) == 0 && entry.path().extension() == ".safetensors"))
+      fs::remove(entry.path(), ec);
+  }
+  if (shards.size() == 1) {
+    HARP_RETURN_IF_ERROR(data::write_safetensors(out_dir + "/model.safetensors", shards[0], {{"format", "pt"}}));
+  } else {
+    Json index = {{"metadata", {{"total_size", total}}}, {"weight_map", Json::object()}};
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const std::string file = fmt("model-%05zu-of-%05zu.safetensors", i + 1, shards.size());
+      for (const auto& t : shards[i]) index["weight_map"][t.name] = file;
+      HARP_RETURN_IF_ERROR(data::write_safetensors(out_dir + "/" + file, shards[i], {{"format", "pt"}}));
+    }
+    HARP_RETURN_IF_ERROR(write_text_file_atomic(out_dir + "/model.safetensors.index.json", index.dump(2) + "\n"));
+  }
   return write_text_file_atomic(out_dir + "/config.json", hf_config(model).dump(2) + "\n");
 }
 

@@ -153,7 +153,8 @@ TEST(Cli, FlagSurfaceIsFrozen) {
                         "--sample-tokenizer", "--quiet"})
     expected.push_back(std::string("harp train ") + f);
   register_command("export", add_export_command);
-  for (const char* f : {"--checkpoint", "--plan", "--to", "--schedule", "--model", "--step", "--format", "--output"})
+  for (const char* f :
+       {"--checkpoint", "--plan", "--to", "--schedule", "--model", "--step", "--max-shard-gb", "--format", "--output"})
     expected.push_back(std::string("harp export ") + f);
 #endif
   EXPECT_EQ(accepted_flags(), expected);

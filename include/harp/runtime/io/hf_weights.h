@@ -61,10 +61,16 @@ HfName hf_name(const std::string& ours, const model::ModelSpec& model);
 // that class reads, max_position_embeddings = seq_len).
 Json hf_config(const model::ModelSpec& model);
 
-// Writes OUT_DIR/model.safetensors (float32, Hugging Face names and layouts, a tied
-// lm_head left out) and OUT_DIR/config.json from every parameter of `params` (a whole
-// model under our global names). FailedPrecondition for a missing parameter.
-Status export_hf(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir);
+// Writes the weights (float32, Hugging Face names and layouts, a tied lm_head left out)
+// and OUT_DIR/config.json from every parameter of `params` (a whole model under our
+// global names): OUT_DIR/model.safetensors when they fit in max_shard_bytes, else
+// model-0000i-of-0000n.safetensors shards of at most that each (a larger tensor alone)
+// and model.safetensors.index.json, as save_pretrained writes them (its default: 5 GB);
+// the other layout's files in OUT_DIR are removed. FailedPrecondition for a missing
+// parameter.
+inline constexpr std::int64_t kHfShardBytes = 5'000'000'000;
+Status export_hf(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir,
+                 std::int64_t max_shard_bytes = kHfShardBytes);
 
 // Loads a Hugging Face checkpoint of the model's family into this rank's parameters:
 // `path` is a .safetensors file, or a folder with model.safetensors or the shards of
