@@ -5,7 +5,7 @@ build before and after a change):
 
   help      harp --help
   demo      harp plan --job examples/jobs/demo.yaml
-  sweep     the OPT-350M measured profiles (shared/data/profiles/sailor) on 128 A100 +
+  sweep     the OPT-350M measured profiles (examples/profiles/sailor) on 128 A100 +
             128 V100 (examples/clusters/a100_v100_256.yaml), one cost table per microbatch
             size, global batch 512: one `harp plan` process per table (the only way before),
             and one process given every table (--costs ... --global-batch) where supported.
@@ -23,7 +23,7 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROFILES = os.path.join(ROOT, "..", "shared", "data", "profiles", "sailor")
+PROFILES = os.path.join(ROOT, "examples", "profiles", "sailor")
 CLUSTER = os.path.join(ROOT, "examples", "clusters", "a100_v100_256.yaml")
 SIZES = [1, 2, 4]  # microbatch sizes profiled on both the A100-40 and the V100-16
 GLOBAL_BATCH = 512

@@ -6,7 +6,7 @@ the flags every script takes.
              shaped links; bench/testbed_lib.py), prediction beside measurement
   simulated  the paper's clusters and models, planned by `harp plan` and timed by
              `harp simulate` (costs: the analytic roofline, or Sailor's measured GPU
-             profiles in ../shared/data/profiles/sailor where a figure says so)
+             profiles in examples/profiles/sailor where a figure says so)
 
 Each script writes OUT/<figure>.csv and OUT/<figure>.svg (and one per scale where the two
 differ in kind), and prints one line per point.
@@ -22,7 +22,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import testbed_lib as tb  # noqa: E402
 from bench_util import DEFAULT_HARP, ROOT, run, write, write_csv  # noqa: E402,F401
 
-SAILOR = os.path.join(ROOT, "..", "shared", "data", "profiles", "sailor")
+SAILOR = os.path.join(ROOT, "examples", "profiles", "sailor")
 
 # The authors' network figures (harp-paper-notes.md §8): 200 Gbit/s inside a node,
 # 100 Gbit/s between the nodes of a pool, 5 Gbit/s and 1 ms between pools.

@@ -25,7 +25,7 @@ StatusOr<std::vector<SourceFile>> list_files(const ImportRequest& r) {
   std::error_code ec;
   if (!fs::is_directory(r.dir, ec))
     return not_found(shown_path(r.dir) + ": not a folder; give the folder of the " + r.format +
-                     " profiles (e.g. shared/data/profiles/sailor/OPT-350)");
+                     " profiles (e.g. examples/profiles/sailor/OPT-350)");
   std::vector<SourceFile> out;
   const std::regex sailor_name(R"(mbs([1-9][0-9]{0,5})_tmp([1-9][0-9]{0,3})\.json)");
   const std::regex metis_name(R"(DeviceType\.(.+)_tp([1-9][0-9]{0,3})_bs([1-9][0-9]{0,5})\.json)");
