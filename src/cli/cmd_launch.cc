@@ -5,18 +5,22 @@
 // to stderr. With --testbed each rank starts inside the namespace of its device's host
 // (harp/testbed/testbed.h) and binds Gloo to that host's address, so its messages cross
 // the shaped links; the testbed is brought up if it is not, and then taken down at the end.
+#include <cstdlib>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include "cmd_launch.h"
 #include "commands.h"
-#include "validators.h"
 #include "harp/cluster/cluster_io.h"
 #include "harp/launch/launcher.h"
+#include "harp/launch/node_rendezvous.h"
+#include "harp/launch/slurm.h"
 #include "harp/launch/worker_env.h"
 #include "harp/plan/plan_io.h"
 #include "harp/testbed/launch_ranks.h"
 #include "harp/testbed/testbed.h"
+#include "validators.h"
 
 namespace harp::cli {
 namespace {
@@ -26,12 +30,15 @@ struct Opts {
   int nnodes = 1, node_rank = 0, master_port = 29500;
   std::string master_addr = "127.0.0.1";
   bool elastic = false;
+  bool slurm = false;
+  bool master_addr_given = false, nodes_given = false;
   std::string job_file;
   int max_restarts = 3;
   bool emulate = false;
   std::string testbed_file, plan_file, prefix;
   double packet_us = testbed::kDefaultPacketUs;
   double grace_s = 5.0;
+  double join_timeout_s = 600;
   double replan_min_gain = -1;  // -1: the job's training.replan_min_gain
   std::vector<std::string> command;
 };
@@ -55,6 +62,61 @@ Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* o
   ctx.err << "harp launch: testbed " << t.prefix << (owned->empty() ? " (already up)" : " (brought up)")
           << ", links shaped as " << o.testbed_file << " says; ranks " << placed.map << "\n";
   return Status();
+}
+
+// With --nnodes and --plan: the workers of this node are the plan's devices on it (the
+// plan's `nodes`, from its cluster file's nodes in order); --nproc, if given, must agree.
+StatusOr<int> plan_workers_on_node(const Opts& o) {
+  HARP_ASSIGN_OR_RETURN(plan::Plan p, plan::load_plan(o.plan_file));
+  int here = 0, known = 0, devices = 0;
+  std::set<int> machines;
+  for (const plan::Stage& st : p.stages) {
+    devices += static_cast<int>(st.devices.size());
+    known += static_cast<int>(st.nodes.size());
+    for (int n : st.nodes) {
+      machines.insert(n);
+      here += n == o.node_rank;
+    }
+  }
+  if (devices == 0 || known != devices)
+    return invalid_argument(o.plan_file +
+                            ": the plan does not say which machine each device is on (no `nodes`); "
+                            "plan it with `harp plan` and its cluster file, or give --nproc");
+  const int last = *machines.rbegin();
+  if (last >= o.nnodes)
+    return invalid_argument(o.plan_file + ": the plan puts devices on machine " + std::to_string(last) +
+                            ", and --nnodes is " + std::to_string(o.nnodes) +
+                            "; launch one node per machine of the "
+                            "cluster file (" +
+                            std::to_string(last + 1) + " or more)");
+  if (here == 0)
+    return invalid_argument(o.plan_file + ": the plan uses no device of machine " + std::to_string(o.node_rank) +
+                            "; leave this node out, and number the others' --node-rank by the cluster file's nodes");
+  if (o.nproc != 0 && o.nproc != here)
+    return invalid_argument("--nproc " + std::to_string(o.nproc) + ": the plan " + o.plan_file + " runs " +
+                            std::to_string(here) + " ranks on machine " + std::to_string(o.node_rank) +
+                            "; leave --nproc out or set it to that");
+  return here;
+}
+
+// --slurm: the machines, this node's rank and node 0's address from srun's variables.
+int apply_slurm(Opts* o, Context& ctx) {
+  if (o->nodes_given) {
+    ctx.err << "harp launch: --slurm reads the node count and rank from SLURM; leave out --nnodes and --node-rank\n";
+    return kExitUsage;
+  }
+  auto node = launch::slurm_node([](const char* name) { return std::getenv(name); });
+  if (!node.ok()) {
+    ctx.err << "harp launch: " << node.status().message() << "\n";
+    return kExitUsage;
+  }
+  o->nnodes = node->nnodes;
+  o->node_rank = node->node_rank;
+  if (!o->master_addr_given) o->master_addr = node->master_addr;
+  if (o->nproc == 0 && o->plan_file.empty() && !o->elastic) o->nproc = node->gpus_on_node;
+  ctx.err << "harp launch: SLURM node " << o->node_rank << " of " << o->nnodes << ", node 0 at " << o->master_addr
+          << ":" << o->master_port << "\n";
+  return kExitOk;
 }
 
 int run_launch(const Opts& o, Context& ctx) {
@@ -102,16 +164,45 @@ int run_launch(const Opts& o, Context& ctx) {
               << ": a node's rank is 0.." << o.nnodes - 1 << "\n";
       return kExitUsage;
     }
+    if (!o.plan_file.empty()) {
+      auto n = plan_workers_on_node(o);
+      if (!n.ok()) return ctx.fail("launch", n.status());
+      options.nproc = *n;
+    } else if (o.nproc == 0) {
+      ctx.err << "harp launch: give --nproc N (this machine's workers), or --plan PLAN to run its devices on this "
+                 "node\n";
+      return kExitUsage;
+    }
+    // The machines agree on their workers' ranks, in node-rank order, before any starts.
+    launch::NodeMeeting meet;
+    meet.master_addr = o.master_addr;
+    meet.master_port = o.master_port;
+    meet.nnodes = o.nnodes;
+    meet.node_rank = o.node_rank;
+    meet.nproc = options.nproc;
+    meet.secret = launch::rendezvous_secret_from_env();
+    meet.timeout_s = o.join_timeout_s;
+    meet.progress = [&](const std::string& line) {
+      ctx.err << "harp launch: node " << o.node_rank << ": " << line << std::endl;
+    };
+    auto met = launch::meet_nodes(meet);
+    if (!met.ok()) return ctx.fail("launch", met.status());
+    for (int i = 0; i < options.nproc; ++i) options.ranks.push_back(met->first_rank + i);
+    options.world_size = met->world_size;
     options.nnodes = o.nnodes;
     options.node_rank = o.node_rank;
     options.master_addr = o.master_addr;
     options.master_port = o.master_port;
+    ctx.err << "harp launch: node " << o.node_rank << " of " << o.nnodes << " runs ranks " << met->first_rank << ".."
+            << met->first_rank + options.nproc - 1 << " of " << met->world_size << " (workers per node: ";
+    for (int r = 0; r < o.nnodes; ++r) ctx.err << (r ? " + " : "") << met->nprocs[static_cast<size_t>(r)];
+    ctx.err << ")\n";
   }
   std::string owned;  // the testbed prefix to take down at the end
   if (!o.testbed_file.empty()) {
     if (Status s = use_testbed(o, &options, &owned, ctx); !s.ok()) return ctx.fail("launch", s);
-  } else if (!o.plan_file.empty() || o.nproc == 0) {
-    ctx.err << "harp launch: give --nproc N (--plan goes with --testbed)\n";
+  } else if (o.nnodes == 1 && (!o.plan_file.empty() || o.nproc == 0)) {
+    ctx.err << "harp launch: give --nproc N (--plan goes with --testbed or --nnodes)\n";
     return kExitUsage;
   }
   options.command = o.command;
@@ -150,17 +241,20 @@ void add_launch_command(CLI::App& root, Context& ctx) {
       ->check(whole(1, 1 << 16));
   cmd->add_option("--testbed", o->testbed_file,
                   "Cluster file: run each rank in its device's namespace of the emulated cluster (harp testbed)");
-  cmd->add_option("--plan", o->plan_file, "With --testbed: the plan the ranks run, for their devices");
+  cmd->add_option("--plan", o->plan_file,
+                  "With --testbed: the plan the ranks run, for their devices; with --nnodes: this node's workers "
+                  "are the plan's devices on its machine");
   cmd->add_option("--testbed-prefix", o->prefix, "With --testbed: the testbed's namespace prefix");
   cmd->add_option("--testbed-packet-us", o->packet_us,
                   "With --testbed, where this launch brings it up: the time one packet takes on a shaped link")
       ->capture_default_str()
       ->check(real(10, 100000, false, "us"));
-  cmd->add_option("--nnodes", o->nnodes, "Machines (launchers) taking part, each with --nproc workers")
+  cmd->add_option("--nnodes", o->nnodes,
+                  "Machines (launchers) taking part; each gives its own --nproc, and ranks follow node-rank order")
       ->capture_default_str()
       ->check(whole(1, 65536));
-  cmd->add_option("--node-rank", o->node_rank, "This machine's rank, 0..nnodes-1 (its workers: ranks "
-                                               "node_rank*nproc ..)")
+  cmd->add_option("--node-rank", o->node_rank,
+                  "This machine's rank, 0..nnodes-1 (its workers: the ranks after those of nodes 0..node_rank-1)")
       ->capture_default_str()
       ->check(whole(0, 65535));
   cmd->add_option("--master-addr", o->master_addr, "Node 0's address: rank 0 hosts the rendezvous store there")
@@ -168,6 +262,14 @@ void add_launch_command(CLI::App& root, Context& ctx) {
   cmd->add_option("--master-port", o->master_port, "The rendezvous port on node 0 (the same on every node)")
       ->capture_default_str()
       ->check(whole(1, 65535));
+  cmd->add_option("--join-timeout-s", o->join_timeout_s,
+                  "With --nnodes: how long the launchers wait for each other before any worker starts")
+      ->capture_default_str()
+      ->check(real(1, 86400, false, "s"));
+  cmd->add_flag("--slurm", o->slurm,
+                "One launcher per node of a SLURM allocation (srun --ntasks-per-node=1): --nnodes, --node-rank and "
+                "--master-addr from SLURM_NNODES, SLURM_NODEID and the first host of SLURM_JOB_NODELIST; --nproc "
+                "from SLURM_GPUS_ON_NODE when neither it nor --plan is given");
   cmd->add_flag("--elastic", o->elastic,
                 "Re-plan over the surviving devices and resume from the last checkpoint when ranks are lost");
   cmd->add_option("--job", o->job_file, "With --elastic: the job (cluster, model, planner options, training)");
@@ -184,7 +286,13 @@ void add_launch_command(CLI::App& root, Context& ctx) {
       ->check(real(0, 3600, false, "s"));
   // A positional vector: after `--` CLI11 hands it every word, flags included.
   cmd->add_option("command", o->command, "Worker command and its arguments, after `--`")->required();
-  cmd->callback([o, &ctx] { ctx.rc = run_launch(*o, ctx); });
+  cmd->callback([o, cmd, &ctx] {
+    Opts opts = *o;
+    opts.master_addr_given = cmd->count("--master-addr") > 0;
+    opts.nodes_given = cmd->count("--nnodes") > 0 || cmd->count("--node-rank") > 0;
+    if (opts.slurm && (ctx.rc = apply_slurm(&opts, ctx)) != kExitOk) return;
+    ctx.rc = run_launch(opts, ctx);
+  });
 }
 
 }  // namespace harp::cli

@@ -22,6 +22,23 @@ int Cluster::first_device_id(int subcluster_index) const {
   return id;
 }
 
+int Cluster::num_nodes() const {
+  int n = 0;
+  for (const auto& s : subclusters) n += s.nodes;
+  return n;
+}
+
+int Cluster::node_of_device(int device_id) const {
+  HARP_CHECK(device_id >= 0 && device_id < num_devices()) << "device " << device_id;
+  int first = 0, nodes = 0;
+  for (const auto& s : subclusters) {
+    if (device_id < first + s.num_devices()) return nodes + (device_id - first) / s.devices_per_node;
+    first += s.num_devices();
+    nodes += s.nodes;
+  }
+  return nodes - 1;  // unreachable for a valid id
+}
+
 const DeviceType& Cluster::device_of(int subcluster_index) const {
   const auto& name = subclusters.at(subcluster_index).device;
   auto it = devices.find(name);

@@ -3,6 +3,7 @@
 #include <set>
 
 #include "harp/common/fields.h"
+#include "harp/common/format.h"
 #include "harp/common/quantities.h"
 
 namespace harp::cluster {
@@ -53,6 +54,12 @@ Status read_device(const Json& node, const std::string& file, const std::string&
   d->memory_gib = read_quantity(r, "memory_gib", quantity::kMemoryGib);
   d->memory_bandwidth_gbs = read_quantity(r, "memory_bandwidth_gbs", quantity::kMemoryBandwidthGbs);
   d->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
+  d->compute_capability = r.non_negative("compute_capability", 0.0);
+  if (!r.failed() && d->compute_capability >= 100)
+    r.fail("compute_capability", fmt("%g", d->compute_capability), "is not a CUDA compute capability",
+           "write it as major.minor, e.g. 7.0 for V100, 8.0 for A100, 9.0 for H100, or leave it out");
+  // Without a word, a CUDA device below 8.0 has no bfloat16 (Volta, Turing), others do.
+  d->bfloat16 = r.boolean("bfloat16", d->compute_capability == 0.0 || d->compute_capability >= 8.0);
   return r.finish();
 }
 
@@ -210,6 +217,9 @@ Json cluster_to_json(const Cluster& c) {
                     {"memory_gib", d.memory_gib},
                     {"memory_bandwidth_gbs", d.memory_bandwidth_gbs},
                     {"emulated_slowdown", d.emulated_slowdown}});
+    // Only when given, so that the fingerprints of earlier clusters stay as they were.
+    if (d.compute_capability > 0) devs.back()["compute_capability"] = d.compute_capability;
+    if (!d.bfloat16) devs.back()["bfloat16"] = false;
   }
   if (!devs.empty()) j["devices"] = devs;
   Json subs = Json::array();

@@ -4,6 +4,7 @@
 
 #include "harp/cluster/cluster_io.h"
 #include "harp/common/fields.h"
+#include "harp/common/format.h"
 
 namespace harp::job {
 namespace {
@@ -109,6 +110,24 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     // float32 (the default) doubles activations and cut tensors, float64 quadruples them,
     // bf16 and fp16 keep them. A cost section that sets activation_bytes_scale wins.
     const config::Dtype d = job.training.dtype;
+    // bfloat16 on a GPU without it (V100, T4) is refused, not quietly run as something
+    // else: the choice of float16 and its loss scaling is the user's to make. Runs on the
+    // CPU (device: cpu) use the cluster's names for emulation only.
+    const bool bf16 =
+        d == config::Dtype::kBFloat16 || job.training.grad_reduce_dtype == config::GradReduceDtype::kBFloat16;
+    if (bf16 && job.training.device != config::Device::kCpu)
+      for (const cluster::Subcluster& s : job.cluster.subclusters) {
+        const cluster::DeviceType& dev = job.cluster.devices.at(s.device);
+        if (dev.bfloat16) continue;
+        const bool in_dtype = d == config::Dtype::kBFloat16;
+        return field_error(file, in_dtype ? "training.dtype" : "training.grad_reduce_dtype", "\"bfloat16\"",
+                           dev.name + " (subcluster " + s.name + ", compute capability " +
+                               fmt("%.1f", dev.compute_capability) + ") has no bfloat16 arithmetic",
+                           in_dtype ? "train in `dtype: float16` (dynamic loss scaling, Megatron's --fp16) on a "
+                                      "cluster with " +
+                                          dev.name + ", or leave subcluster " + s.name + " out"
+                                    : "reduce in float16 or float32 on a cluster with " + dev.name);
+      }
     const double scale = d == config::Dtype::kFloat64 ? 4.0 : d == config::Dtype::kFloat32 ? 2.0 : 1.0;
     auto given = [&](const char* key) { return cost_node != nullptr && cost_node->contains(key); };
     if (!given("activation_bytes_scale")) job.cost.activation_bytes_scale = scale;

@@ -95,7 +95,17 @@ class Run {
       err_ << kWho << "no plan fits the " << cluster_.num_devices() << " devices left: " << outcome->reason << "\n";
       return kExitInfeasible;
     }
-    const plan::Plan& p = outcome->plan;
+    plan::Plan& p = outcome->plan;
+    // Which machine runs each device is this launch's to say (a degraded node is a
+    // subcluster of its own in the cluster left, yet still on its machine).
+    for (plan::Stage& st : p.stages) {
+      st.nodes.clear();
+      if (multi_)
+        for (int d : st.devices)
+          for (int m = 0; m < o_.nnodes; ++m)
+            if (machines_.hosts(m, d)) st.nodes.push_back(m);
+      if (st.nodes.size() != st.devices.size()) st.nodes.clear();
+    }
     replan_.start(p, cluster_);
     const std::string plan_file = elastic_dir_ + "/plan_" + std::to_string(attempt) + ".json";
     if (Status s = plan::save_plan(p, plan_file); !s.ok()) return fail(err_, s);

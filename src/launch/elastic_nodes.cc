@@ -10,13 +10,18 @@ namespace harp::launch {
 
 StatusOr<MachineDevices> MachineDevices::split(const cluster::Cluster& c, int machines) {
   const int D = c.num_devices();
-  if (machines < 1 || D % machines != 0)
-    return invalid_argument("the cluster has " + std::to_string(D) + " devices, which --nnodes " +
-                            std::to_string(machines) +
-                            " machines cannot share equally; each machine hosts the same number of the "
-                            "cluster's devices, in its order");
   MachineDevices out;
-  out.devices_.resize(static_cast<size_t>(machines));
+  out.devices_.resize(static_cast<size_t>(std::max(machines, 0)));
+  if (machines >= 1 && machines == c.num_nodes()) {  // the cluster file's machines, of any sizes
+    for (int d = 0; d < D; ++d) out.devices_[static_cast<size_t>(c.node_of_device(d))].push_back(d);
+    return out;
+  }
+  if (machines < 1 || D % machines != 0)
+    return invalid_argument("--nnodes " + std::to_string(machines) + ": the cluster has " +
+                            std::to_string(c.num_nodes()) + " nodes (machines) and " + std::to_string(D) +
+                            " devices; give --nnodes " + std::to_string(c.num_nodes()) +
+                            " (one launcher per node of the cluster file, in its order), or a number of machines "
+                            "that share the devices equally");
   for (int d = 0; d < D; ++d) out.devices_[static_cast<size_t>(d / (D / machines))].push_back(d);
   return out;
 }

@@ -51,6 +51,7 @@ std::vector<std::string> worker_env(const LaunchOptions& o, int local, int port,
   if (o.store_host != LaunchOptions::kRankZeroHosts) w.store_server = local == o.store_host ? "1" : "0";
   w.local_world_size = o.nproc;
   w.group_rank = o.node_rank;
+  w.group_world_size = o.nnodes;
   w.master_addr = o.multi_node() ? o.master_addr : "127.0.0.1";
   w.master_port = std::to_string(port);
   // One machine: rendezvous through a file only this launch knows, so nothing listens

@@ -23,6 +23,15 @@ constexpr const char* kSecret = "HARP_RENDEZVOUS_SECRET";
 
 }  // namespace
 
+std::string rendezvous_secret_from_env() {
+  const char* v = std::getenv(kSecret);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+bool is_loopback_address(const std::string& addr) {
+  return addr == "127.0.0.1" || addr == "localhost" || addr == "::1";
+}
+
 std::map<std::string, std::string> WorkerEnv::harp_env() const {
   std::map<std::string, std::string> vars;
   if (!store_file.empty()) vars[kStoreFile] = store_file;
@@ -42,6 +51,7 @@ std::map<std::string, std::string> WorkerEnv::to_env() const {
   vars["LOCAL_RANK"] = std::to_string(local_rank);
   vars["LOCAL_WORLD_SIZE"] = std::to_string(local_world_size);
   vars["GROUP_RANK"] = std::to_string(group_rank);
+  vars["GROUP_WORLD_SIZE"] = std::to_string(group_world_size);
   vars["MASTER_ADDR"] = master_addr;
   vars["MASTER_PORT"] = master_port;
   return vars;
@@ -73,6 +83,7 @@ StatusOr<WorkerEnv> WorkerEnv::from(const std::function<const char*(const char*)
   number("LOCAL_RANK", &e.local_rank, 0, kMaxRanks - 1);
   number("LOCAL_WORLD_SIZE", &e.local_world_size, 1, kMaxRanks);
   number("GROUP_RANK", &e.group_rank, 0, kMaxRanks - 1);
+  number("GROUP_WORLD_SIZE", &e.group_world_size, 1, kMaxRanks);
   text("MASTER_ADDR", &e.master_addr);
   text("MASTER_PORT", &e.master_port);
   int port = 0;  // kept as text (the store takes it so), but checked here

@@ -82,4 +82,22 @@ std::vector<int> Plan::used_devices() const {
   return {used.begin(), used.end()};
 }
 
+int Plan::node_of_device(int device) const {
+  for (const Stage& st : stages)
+    for (size_t i = 0; i < st.devices.size() && i < st.nodes.size(); ++i)
+      if (st.devices[i] == device) return st.nodes[i];
+  return -1;
+}
+
+std::vector<int> Plan::ranks_per_node() const {
+  std::vector<int> out;
+  for (int d : used_devices()) {
+    const int n = node_of_device(d);
+    if (n < 0) return {};
+    if (static_cast<int>(out.size()) <= n) out.resize(static_cast<size_t>(n) + 1, 0);
+    ++out[static_cast<size_t>(n)];
+  }
+  return out;
+}
+
 }  // namespace harp::plan

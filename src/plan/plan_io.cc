@@ -126,6 +126,19 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
     else
       for (const auto& d : *devs) s->devices.push_back(d.get<int>());
   }
+  if (const Json* nodes = r.get("nodes")) {
+    bool good = nodes->is_array() && nodes->size() == s->devices.size();
+    if (good)
+      for (const auto& n : *nodes)
+        good = good && n.is_number_integer() && n.get<std::int64_t>() >= 0 && n.get<std::int64_t>() < (1 << 20);
+    if (!good)
+      r.fail("nodes", nodes->dump(),
+             "must list the machine (node index >= 0) of each of the stage's " + std::to_string(s->devices.size()) +
+                 " devices",
+             "give one node index per entry of `devices`, or leave it out");
+    else
+      for (const auto& n : *nodes) s->nodes.push_back(n.get<int>());
+  }
   return r.finish();
 }
 
@@ -281,6 +294,7 @@ Json plan_to_json(const Plan& p) {
     if (s.subcluster >= 0) sj["subcluster"] = s.subcluster;
     if (!s.subcluster_name.empty()) sj["subcluster_name"] = s.subcluster_name;
     if (!s.devices.empty()) sj["devices"] = s.devices;
+    if (!s.nodes.empty()) sj["nodes"] = s.nodes;
     sj["dp"] = s.dp;
     sj["tp"] = s.tp;
     if (!s.shares.empty()) sj["shares"] = s.shares;

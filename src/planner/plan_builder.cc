@@ -198,6 +198,8 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
         p.stages[i].memory_static_bytes + n[i] * p.stages[i].activation_bytes;
     if (placements[i].mixed()) mixed_memory(costs, placements[i], mixed[i], p.stages[i]);
   }
+  for (plan::Stage& st : p.stages)
+    for (int d : st.devices) st.nodes.push_back(cluster.node_of_device(d));
   return p;
 }
 

@@ -82,6 +82,13 @@ Status open_device(TrainingRun::State* s) {
   const config::TrainConfig& c = s->r.config;
   HARP_ASSIGN_OR_RETURN(s->device, resolve_device(c.device, s->r.env.local_rank));
   HARP_RETURN_IF_ERROR(check_dtype_on_device(c.dtype, s->device));
+  if (s->device.is_cuda()) {
+    const CudaDeviceInfo gpu = cuda_device_info(s->device);
+    if (gpu.major > 0)
+      HARP_RETURN_IF_ERROR(check_cuda_device(
+          gpu, libtorch_cuda_archs(),
+          c.dtype == config::Dtype::kBFloat16 || c.grad_reduce_dtype == config::GradReduceDtype::kBFloat16));
+  }
   if (s->device.is_cpu() && c.grad_reduce_dtype == config::GradReduceDtype::kBFloat16)
     return failed_precondition("grad_reduce_dtype bfloat16 needs NCCL, and this rank runs on the CPU (Gloo cannot "
                                "all-reduce bfloat16); use float16 or float32");
@@ -205,6 +212,34 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
   return j;
 }
 
+// Across machines (GROUP_WORLD_SIZE > 1): one line per rank saying where it runs, and a
+// rank whose plan device is on another machine (the plan's `nodes`) is refused: its
+// launcher ran a different number of workers than the plan places there.
+Status place_on_machine(const plan::Plan& p, const RankLayout& l, const launch::WorkerEnv& env, bool progress,
+                        std::ostream& log) {
+  if (env.group_world_size <= 1) return Status();
+  const int device = l.rank_device.empty() ? -1 : l.rank_device[static_cast<size_t>(env.rank)];
+  const int node = device < 0 ? -1 : p.node_of_device(device);
+  const plan::Stage& st = p.stages[static_cast<size_t>(l.stage)];
+  if (progress)
+    log << "rank " << env.rank << " of " << env.world_size << ": machine " << env.group_rank << " of "
+        << env.group_world_size << ", local rank " << env.local_rank << "; the plan's device "
+        << (device < 0 ? std::string("?") : std::to_string(device)) << " (stage " << l.stage
+        << (st.subcluster_name.empty() ? std::string() : ", " + st.subcluster_name)
+        << (node < 0 ? std::string() : ", machine " + std::to_string(node)) << ")\n";
+  if (node < 0 || node == env.group_rank) return Status();
+  std::string per_node;
+  const std::vector<int> counts = p.ranks_per_node();
+  for (size_t m = 0; m < counts.size(); ++m) per_node += (m ? " + " : "") + std::to_string(counts[m]);
+  return failed_precondition("rank " + std::to_string(env.rank) + " runs on machine " + std::to_string(env.group_rank) +
+                             " (GROUP_RANK), but the plan puts its device " + std::to_string(device) + " on machine " +
+                             std::to_string(node) +
+                             "; launch each machine with the plan's workers "
+                             "on it (" +
+                             per_node + "): `harp launch --nnodes " + std::to_string(counts.size()) +
+                             " --node-rank M --plan PLAN`, or --nproc per machine as the plan says");
+}
+
 }  // namespace
 
 TrainingRun::TrainingRun(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -218,6 +253,7 @@ StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::open(RunRequest request, std
   const launch::WorkerEnv& env = s->r.env;
   HARP_RETURN_IF_ERROR(check_plan_matches_model(s->r.plan, s->r.model));
   HARP_ASSIGN_OR_RETURN(RankLayout layout, layout_for(s->r.plan, env.world_size, env.rank));
+  HARP_RETURN_IF_ERROR(place_on_machine(s->r.plan, layout, env, c.progress, log));
   HARP_RETURN_IF_ERROR(open_data(s.get()));
   HARP_RETURN_IF_ERROR(open_device(s.get()));
   s->options = train_options(c);

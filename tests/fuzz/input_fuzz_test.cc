@@ -345,9 +345,17 @@ TEST(InputFuzz, EveryParserEndsWithADocumentedExitAndOneLine) {
   }
   // The environment a launcher hands a worker: every variable read whole or refused in one line.
   {
-    const std::vector<std::string> names = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                                            "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "HARP_CLOCK_ORIGIN_NS",
-                                            "HARP_EMULATE", "HARP_STORE_FILE"};
+    const std::vector<std::string> names = {"RANK",
+                                            "WORLD_SIZE",
+                                            "LOCAL_RANK",
+                                            "LOCAL_WORLD_SIZE",
+                                            "GROUP_RANK",
+                                            "GROUP_WORLD_SIZE",
+                                            "MASTER_PORT",
+                                            "TORCHELASTIC_RESTART_COUNT",
+                                            "HARP_CLOCK_ORIGIN_NS",
+                                            "HARP_EMULATE",
+                                            "HARP_STORE_FILE"};
     for (int i = 0; i < 120; ++i) {
       std::map<std::string, std::string> env;
       for (int k = 0; k < 3; ++k) env[names[m.rng() % names.size()]] = m.pick(kExtremes);

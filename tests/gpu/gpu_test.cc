@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <string>
@@ -64,6 +65,21 @@ double max_relative(const RankRun& got, const RankRun& want) {
 
 // Two stages on one rank each would need two GPUs; one stage of the whole model on one
 // GPU: every layer, the loss and AdamW on CUDA.
+// harp train's check of the GPU against libtorch's kernel list (runtime/exec/device.h)
+// reads that list from the real libtorch and passes this GPU: the parse that a V100
+// under a CUDA 13 PyTorch would fail is the one the lent GPU passes.
+TEST_F(Gpu, LibtorchsKernelListCoversThisGpu) {
+  if (device_under_test().is_cpu()) GTEST_SKIP() << "a CUDA device's check";
+  const runtime::CudaDeviceInfo gpu = runtime::cuda_device_info(device_under_test());
+  const std::vector<std::string> archs = runtime::libtorch_cuda_archs();
+  std::string list;
+  for (const std::string& a : archs) list += " " + a;
+  std::printf("%s: sm_%d%d; libtorch's kernels:%s\n", gpu.name.c_str(), gpu.major, gpu.minor, list.c_str());
+  ASSERT_FALSE(archs.empty()) << "no NVCC architecture list in libtorch's configuration";
+  EXPECT_TRUE(runtime::archs_run_on(archs, gpu.major, gpu.minor));
+  EXPECT_TRUE(runtime::check_cuda_device(gpu, archs, gpu.major >= 8).ok());
+}
+
 TEST_F(Gpu, Float32OnCudaIsTheCpuRun) {
   const model::ModelSpec m = three_block_model(2);
   auto data = runtime::synthetic_tokens(3, 1 << 14, m.gpt.vocab);

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include "elastic_fixture.h"
+#include "harp/launch/elastic_nodes.h"
+#include "testutil/status.h"
 
 namespace harp::launch {
 namespace {
@@ -217,6 +219,7 @@ TEST(WorkerEnv, WhatALauncherWritesAWorkerReadsBack) {
   w.local_rank = 1;
   w.local_world_size = 2;
   w.group_rank = 1;
+  w.group_world_size = 2;
   w.master_addr = "10.0.0.7";
   w.master_port = "29512";
   w.store_file = "/tmp/x/store";
@@ -232,6 +235,7 @@ TEST(WorkerEnv, WhatALauncherWritesAWorkerReadsBack) {
   EXPECT_EQ(r.local_rank, 1);
   EXPECT_EQ(r.local_world_size, 2);
   EXPECT_EQ(r.group_rank, 1);
+  EXPECT_EQ(r.group_world_size, 2);
   EXPECT_EQ(r.master_addr, "10.0.0.7");
   EXPECT_EQ(r.master_port, "29512");
   EXPECT_EQ(r.store_file, w.store_file);
@@ -243,7 +247,7 @@ TEST(WorkerEnv, WhatALauncherWritesAWorkerReadsBack) {
   EXPECT_EQ(r.rendezvous_secret, w.rendezvous_secret);
   // Unset HARP variables are not written (a worker inherits the launcher's), torchrun's
   // always are; an unset environment reads as the defaults.
-  EXPECT_EQ(WorkerEnv{}.to_env().size(), 7u);
+  EXPECT_EQ(WorkerEnv{}.to_env().size(), 8u);
   EXPECT_TRUE(WorkerEnv{}.harp_env().empty());
   const WorkerEnv none = WorkerEnv::from([](const char*) -> const char* { return nullptr; }).value();
   EXPECT_EQ(none.world_size, 1);
@@ -255,6 +259,42 @@ TEST(WorkerEnv, WhatALauncherWritesAWorkerReadsBack) {
   });
   ASSERT_FALSE(bad_clock.ok());
   EXPECT_NE(bad_clock.status().message().find("HARP_CLOCK_ORIGIN_NS"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace harp::launch
+
+namespace harp::launch {
+namespace {
+
+// Machines across `--nnodes`: the cluster file's nodes when there are as many (of any
+// size: 2 + 1 + 1 here), else an equal share of the devices in order, else refused.
+TEST(MachineDevices, TheClusterFilesNodesOfAnySizeOrAnEqualShare) {
+  cluster::Cluster c = cpus(4);
+  c.subclusters[0].nodes = 1;
+  c.subclusters[0].devices_per_node = 2;
+  cluster::Subcluster second = c.subclusters[0];
+  second.name = "second";
+  second.nodes = 2;
+  second.devices_per_node = 1;
+  c.subclusters.push_back(second);
+  ASSERT_EQ(c.num_devices(), 4);
+  ASSERT_EQ(c.num_nodes(), 3);
+  EXPECT_EQ(c.node_of_device(1), 0);
+  EXPECT_EQ(c.node_of_device(3), 2);
+  auto by_nodes = MachineDevices::split(c, 3);
+  HARP_ASSERT_OK(by_nodes.status());
+  EXPECT_EQ(by_nodes->of(0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(by_nodes->of(1), (std::vector<int>{2}));
+  EXPECT_EQ(by_nodes->of(2), (std::vector<int>{3}));
+  auto equal = MachineDevices::split(c, 4);
+  HARP_ASSERT_OK(equal.status());
+  EXPECT_EQ(equal->of(3), (std::vector<int>{3}));
+  auto refused = MachineDevices::split(c, 5);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("give --nnodes 3 (one launcher per node of the cluster file"),
+            std::string::npos)
+      << refused.status().message();
 }
 
 }  // namespace

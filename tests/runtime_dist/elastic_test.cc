@@ -38,6 +38,16 @@ std::string cpu_cluster(int nodes) {
          "{bandwidth_gbps: 12, latency_us: 80}}\n";
 }
 
+// Two machines of `a` and `b` one-CPU devices (a node of 8 V100s beside one of 4 A100s,
+// scaled down): the launchers of `--nnodes 2` host the cluster file's nodes.
+std::string cpu_machines(int a, int b) {
+  const std::string links = "intra_node: {bandwidth_gbps: 12, latency_us: 80}";
+  return "version: 1\nname: cpu-machines\nsubclusters:\n  - {name: m0, device: cpu, nodes: 1, devices_per_node: " +
+         std::to_string(a) + ", " + links +
+         "}\n  - {name: m1, device: cpu, nodes: 1, devices_per_node: " + std::to_string(b) + ", " + links +
+         "}\nlinks:\n  - {between: [m0, m1], bandwidth_gbps: 12, latency_ms: 0.08}\n";
+}
+
 // gpt-tiny on DIR/cluster.yaml, out DIR/run, a checkpoint every `every` steps.
 std::string tiny_job(int steps, int every) {
   return "version: 1\ncluster: cluster.yaml\n"
@@ -223,11 +233,12 @@ links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}]
 // plan; a worker of node 1 is killed. The launchers tell each other their lost devices
 // through OUT/elastic/, both re-plan the same over the three left (node 0 runs two
 // ranks, node 1 one) and the run goes on, as a fresh 3-rank run from the checkpoint.
+// Machines of 1 and 3 devices: node 1's launcher hosts devices 1..3 and loses rank 3.
 TEST(Elastic, AcrossTwoMachinesAKilledRankContinuesOnThree) {
   const std::string dir = std::string(HARP_BINARY_DIR) + "/elastic_nodes";
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", cpu_cluster(4)).ok());
+  ASSERT_TRUE(write_text_file_atomic(dir + "/cluster.yaml", cpu_machines(1, 3)).ok());
   const int every = 4, steps = 40;
   ASSERT_TRUE(write_text_file_atomic(dir + "/job.yaml", tiny_job(steps, every)).ok());
   const std::string out = dir + "/run", port = std::to_string(free_port_run(4));  // a port per restart

@@ -250,6 +250,127 @@ TEST(MultiNode, TwoLaunchersOnLoopbackTrainOnePlan) {
   EXPECT_EQ(got, want);
 }
 
+// Machines with different numbers of workers (a node of 8 V100s beside one of 4 A100s,
+// scaled down to 2 + 1 and 1 + 3): the launchers agree on the ranks in node-rank order,
+// each rank runs the plan's device on its own machine (its own line says so), and the
+// losses are those of one launcher running every rank. 2 + 1 takes each node's workers
+// from the plan (`nodes`); 1 + 3 gives --nproc per node from SLURM's variables.
+const char* kPlanTwoPlusOne = R"({"version": 1, "microbatches": 4, "microbatch_size": 2, "schedule": "1f1b",
+    "stages": [{"layers": [0, 2], "devices": [0], "nodes": [0], "fwd_s": 1, "bwd_s": 2},
+               {"layers": [2, 3], "devices": [1], "nodes": [0], "fwd_s": 1, "bwd_s": 2},
+               {"layers": [3, 4], "devices": [2], "nodes": [1], "fwd_s": 1, "bwd_s": 2}]})";
+const char* kPlanOnePlusThree = R"({"version": 1, "microbatches": 4, "microbatch_size": 2, "schedule": "1f1b",
+    "stages": [{"layers": [0, 1], "devices": [0], "nodes": [0], "fwd_s": 1, "bwd_s": 2},
+               {"layers": [1, 2], "devices": [1], "nodes": [1], "fwd_s": 1, "bwd_s": 2},
+               {"layers": [2, 3], "devices": [2], "nodes": [1], "fwd_s": 1, "bwd_s": 2},
+               {"layers": [3, 4], "devices": [3], "nodes": [1], "fwd_s": 1, "bwd_s": 2}]})";
+
+std::vector<std::string> train_on(const std::string& dir, const std::string& plan,
+                                  std::vector<std::string> launch_flags, const std::string& out) {
+  std::vector<std::string> args = launch_args(dir, std::move(launch_flags), out, "4");
+  *std::find(args.begin(), args.end(), dir + "/plan.json") = dir + "/" + plan;
+  return args;
+}
+
+TEST(MultiNode, UnequalNodesTrainOnePlan) {
+  const std::string dir = two_node_dir("multinode_unequal");
+  ASSERT_TRUE(write_text_file_atomic(dir + "/two_plus_one.json", kPlanTwoPlusOne).ok());
+  ASSERT_TRUE(write_text_file_atomic(dir + "/one_plus_three.json", kPlanOnePlusThree).ok());
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(150);
+  const std::vector<std::string> env = {"OMP_NUM_THREADS=1"};
+  struct Case {
+    std::string plan;
+    int world;
+    std::vector<std::vector<std::string>> node_flags;  // per node
+    std::vector<std::vector<std::string>> node_env;
+  };
+  const int p1 = free_port(), p2 = free_port();
+  auto flags = [](int node, int port) {
+    return std::vector<std::string>{"--nnodes",      "2",         "--node-rank",   std::to_string(node),
+                                    "--master-addr", "127.0.0.1", "--master-port", std::to_string(port),
+                                    "--grace-s",     "1"};
+  };
+  auto slurm = [](int node) {
+    return std::vector<std::string>{"OMP_NUM_THREADS=1", "SLURM_NNODES=2", "SLURM_NODEID=" + std::to_string(node),
+                                    "SLURM_JOB_NODELIST=localhost", "SLURM_JOB_ID=7"};
+  };
+  auto with = [](std::vector<std::string> a, std::vector<std::string> b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  const std::vector<Case> cases = {
+      {"two_plus_one.json",
+       3,
+       {with(flags(0, p1), {"--plan", dir + "/two_plus_one.json"}),
+        with(flags(1, p1), {"--plan", dir + "/two_plus_one.json"})},
+       {env, env}},
+      {"one_plus_three.json",
+       4,
+       {{"--slurm", "--master-port", std::to_string(p2), "--nproc", "1", "--grace-s", "1"},
+        {"--slurm", "--master-port", std::to_string(p2), "--nproc", "3", "--grace-s", "1"}},
+       {slurm(0), slurm(1)}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.plan);
+    const std::string one_out = "one_" + c.plan, two_out = "two_" + c.plan;
+    Child one = spawn_rank(train_on(dir, c.plan, {"--nproc", std::to_string(c.world)}, one_out), env, dir + "/one.err");
+    ASSERT_EQ(wait_bounded(one.pid, limit), 0) << read_text_file(one.err_file).value();
+    std::vector<Child> nodes;
+    for (int n = 0; n < 2; ++n)
+      nodes.push_back(spawn_rank(train_on(dir, c.plan, c.node_flags[n], two_out), c.node_env[n],
+                                 dir + "/n" + std::to_string(n) + ".err", dir + "/n" + std::to_string(n) + ".out"));
+    for (int n = 0; n < 2; ++n)
+      ASSERT_EQ(wait_bounded(nodes[n].pid, limit), 0) << read_text_file(nodes[n].err_file).value();
+    const std::vector<double> want = losses_of(dir + "/" + one_out + "/metrics.jsonl"),
+                              got = losses_of(dir + "/" + two_out + "/metrics.jsonl");
+    ASSERT_EQ(want.size(), 4u);
+    EXPECT_EQ(got, want);
+    // Each rank's own line: the machine it runs on is the one the plan gives its device.
+    auto plan = plan::load_plan(dir + "/" + c.plan);
+    ASSERT_TRUE(plan.ok());
+    int seen = 0;
+    for (int n = 0; n < 2; ++n) {
+      const std::string out = read_text_file(dir + "/n" + std::to_string(n) + ".out").value();
+      const std::regex line(
+          "\\[rank ([0-9]+)\\] rank [0-9]+ of ([0-9]+): machine ([0-9]+) of 2, local rank [0-9]+; "
+          "the plan's device ([0-9]+) \\(stage [0-9]+, machine ([0-9]+)\\)");
+      for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+        const int rank = std::stoi((*it)[1]), device = std::stoi((*it)[4]);
+        EXPECT_EQ(std::stoi((*it)[2]), c.world);
+        EXPECT_EQ(std::stoi((*it)[3]), n);
+        EXPECT_EQ(device, plan->used_devices()[static_cast<size_t>(rank)]);
+        EXPECT_EQ(plan->node_of_device(device), n) << "rank " << rank;
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, c.world);
+  }
+}
+
+// The same plan launched as 1 + 2 where it places 2 + 1: the rank whose device is on the
+// other machine refuses in one line giving the plan's workers per machine.
+TEST(MultiNode, WorkersThatDisagreeWithThePlansMachinesAreRefused) {
+  const std::string dir = two_node_dir("multinode_disagree");
+  ASSERT_TRUE(write_text_file_atomic(dir + "/two_plus_one.json", kPlanTwoPlusOne).ok());
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  const int port = free_port();
+  std::vector<Child> nodes;
+  for (int n = 0; n < 2; ++n) {
+    std::vector<std::string> f = node_flags(n, port);
+    f[f.size() - 3] = n == 0 ? "1" : "2";  // --nproc
+    nodes.push_back(spawn_rank(train_on(dir, "two_plus_one.json", f, "run"), {"OMP_NUM_THREADS=1"},
+                               dir + "/n" + std::to_string(n) + ".err", dir + "/n" + std::to_string(n) + ".out"));
+  }
+  std::string out;
+  for (int n = 0; n < 2; ++n) {
+    EXPECT_EQ(wait_bounded(nodes[n].pid, limit), 1) << read_text_file(nodes[n].err_file).value();
+    out += read_text_file(dir + "/n" + std::to_string(n) + ".out").value();
+  }
+  EXPECT_NE(out.find("[rank 1] harp train: rank 1 runs on machine 1 (GROUP_RANK), but the plan puts its device 1 on "
+                     "machine 0; launch each machine with the plan's workers on it (2 + 1)"),
+            std::string::npos)
+      << out;
+}
+
 // Killing one machine's launcher (its worker dies with it) stops the other machine's
 // within the timeout: its worker names what it was waiting for, its launcher exits
 // with the worker's code and says who failed.

@@ -53,6 +53,11 @@ struct Cluster {
   // subcluster order, then node, then local index.
   int first_device_id(int subcluster_index) const;
   const DeviceType& device_of(int subcluster_index) const;
+  // Machines: the subclusters' nodes in order (subcluster 0's nodes first). A node is one
+  // machine, one launcher of `harp launch --nnodes`.
+  int num_nodes() const;
+  // The machine (0..num_nodes()-1) device `device_id` is on. REQUIRES: a valid device id.
+  int node_of_device(int device_id) const;
   // Link between two subclusters (either order), if declared.
   std::optional<Link> link_between(int a, int b) const;
   // The link a transfer uses between devices (subcluster, node) pairs.

@@ -1,5 +1,6 @@
 // Device types: the built-in catalogue of accelerators and user-defined entries.
-// Figures are vendor datasheet peaks (dense fp16/bf16 tensor TFLOP/s, no sparsity),
+// Figures are vendor datasheet peaks (dense fp16/bf16 tensor TFLOP/s, no sparsity; fp16
+// alone where the device has no bf16: V100, T4),
 // memory capacity and HBM/GDDR bandwidth; sources in docs/cost_model.md.
 #pragma once
 
@@ -17,6 +18,10 @@ struct DeviceType {
   // Emulation only (DESIGN.md, last section): a compute slowdown a runtime applies to
   // pretend this device is slower. 1 = none. Shown in every report when not 1.
   double emulated_slowdown = 1.0;
+  // What the device computes in: its CUDA compute capability (7.0 for V100; 0 unknown or
+  // not a CUDA device) and whether it has bfloat16 arithmetic (from 8.0 on; a CPU does).
+  double compute_capability = 0.0;
+  bool bfloat16 = true;
 };
 
 // The built-in catalogue, in a stable order.

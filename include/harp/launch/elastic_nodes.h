@@ -13,7 +13,9 @@ namespace harp::launch {
 
 class MachineDevices {
  public:
-  // Machine m of n hosts devices [m D / n, (m + 1) D / n) of c (D = c's devices).
+  // With n = the cluster's nodes: machine m hosts node m's devices (nodes may differ in
+  // size). Otherwise machine m of n hosts devices [m D / n, (m + 1) D / n) of c (D = c's
+  // devices), which n must divide.
   static StatusOr<MachineDevices> split(const cluster::Cluster& c, int machines);
   bool hosts(int machine, int device) const;
   const std::vector<int>& of(int machine) const { return devices_[static_cast<size_t>(machine)]; }

@@ -19,6 +19,7 @@ struct WorkerEnv {
   int local_rank = 0;                    // LOCAL_RANK: the rank's CUDA device
   int local_world_size = 1;              // LOCAL_WORLD_SIZE
   int group_rank = 0;                    // GROUP_RANK: the machine's rank
+  int group_world_size = 1;              // GROUP_WORLD_SIZE: the machines taking part
   std::string master_addr = "127.0.0.1";  // MASTER_ADDR
   std::string master_port = "29500";      // MASTER_PORT, as text: the rendezvous checks it
   // torchrun's, read only (a torchrun agent sets them): the attempt, which prefixes the
@@ -49,6 +50,12 @@ struct WorkerEnv {
   // The same from any lookup (tests): name -> value, or nullptr when unset.
   static StatusOr<WorkerEnv> from(const std::function<const char*(const char*)>& lookup);
 };
+
+// HARP_RENDEZVOUS_SECRET of this process's environment ("" when unset): what a launcher
+// meeting others across machines (node_rendezvous.h) proves itself with.
+std::string rendezvous_secret_from_env();
+// Whether MASTER_ADDR names this machine's loopback (no secret needed there).
+bool is_loopback_address(const std::string& addr);
 
 // The file through which `harp testbed set --device-slowdown` slows the devices of one
 // subcluster of a running testbed: /tmp/harp-testbed-<prefix>/slowdown-<subcluster>, holding

@@ -53,6 +53,9 @@ struct Stage {
   int subcluster = -1;                    // index into the cluster's subclusters; -1 unknown
   std::string subcluster_name;
   std::vector<int> devices;               // global device ids (dp x tp of them)
+  // The machine of each device (Cluster::node_of_device, parallel to `devices`): which
+  // launcher of `harp launch --nnodes` runs its rank. Empty when unknown (hand-written).
+  std::vector<int> nodes;
   int dp = 1, tp = 1;
   // Samples of every microbatch each data-parallel replica takes, in replica order
   // (uneven shares: replicas of different speeds); they sum to the plan's
@@ -175,6 +178,11 @@ struct Plan {
   // Every device some stage uses, in increasing id: rank r runs the r-th (the runtime's
   // rank layout, plan/rank_layout.h).
   std::vector<int> used_devices() const;
+  // The machine of device `device` (the stages' `nodes`); -1 when the plan does not say.
+  int node_of_device(int device) const;
+  // Ranks per machine in machine order (rank r runs the r-th used device), e.g. {6, 4};
+  // empty when the plan does not say where every device is.
+  std::vector<int> ranks_per_node() const;
 };
 
 }  // namespace harp::plan

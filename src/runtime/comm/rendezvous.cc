@@ -77,7 +77,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const launch::WorkerEnv& env, s
   // Across machines the TCPStore answers anyone who reaches the port: the keys live
   // under a prefix derived from a secret every rank shares, so a stranger who connects
   // can neither read nor overwrite them without it (docs/runtime.md).
-  const bool loopback = addr == "127.0.0.1" || addr == "localhost" || addr == "::1";
+  const bool loopback = launch::is_loopback_address(addr);
   const std::string& secret = env.rendezvous_secret;
   if (!loopback && secret.size() < 16)
     throw RuntimeFailure("MASTER_ADDR = " + addr.substr(0, 80) +

@@ -3,7 +3,15 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <sstream>
+
+#include <ATen/Context.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#ifdef USE_C10D_NCCL
+#include <ATen/cuda/CUDAContext.h>
+#endif
 #include <torch/cuda.h>
 
 #include "harp/common/check.h"
@@ -46,6 +54,55 @@ Status check_dtype_on_device(config::Dtype dtype, const torch::Device& device) {
   return Status();
 }
 
+std::vector<std::string> cuda_archs_of(const std::string& config_text) {
+  std::vector<std::string> out;
+  const std::string key = "code=";
+  for (size_t at = config_text.find(key); at != std::string::npos; at = config_text.find(key, at + 1)) {
+    size_t begin = at + key.size(), end = config_text.find_first_of(";\n ", begin);
+    std::string codes = config_text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+    if (!codes.empty() && codes.front() == '[') codes = codes.substr(1, codes.find(']') - 1);
+    std::istringstream items(codes);
+    for (std::string item; std::getline(items, item, ',');)
+      if ((item.rfind("sm_", 0) == 0 || item.rfind("compute_", 0) == 0) &&
+          std::find(out.begin(), out.end(), item) == out.end())
+        out.push_back(item);
+  }
+  return out;
+}
+
+bool archs_run_on(const std::vector<std::string>& archs, int major, int minor) {
+  for (const std::string& a : archs) {
+    const bool ptx = a.rfind("compute_", 0) == 0;
+    const std::string digits = a.substr(a.find('_') + 1);
+    if (digits.size() < 2 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    // "120" is 12.0: the last digit is the minor version (a suffix such as 90a is skipped).
+    const int a_major = std::stoi(digits.substr(0, digits.size() - 1)), a_minor = digits.back() - '0';
+    if (ptx ? (major > a_major || (major == a_major && minor >= a_minor)) : (major == a_major && minor >= a_minor))
+      return true;
+  }
+  return false;
+}
+
+Status check_cuda_device(const CudaDeviceInfo& gpu, const std::vector<std::string>& archs, bool bfloat16) {
+  const std::string sm = "sm_" + std::to_string(gpu.major) + std::to_string(gpu.minor);
+  if (!archs.empty() && !archs_run_on(archs, gpu.major, gpu.minor)) {
+    std::string list;
+    for (const std::string& a : archs) list += (list.empty() ? "" : " ") + a;
+    return failed_precondition(gpu.name + " is " + sm + ", and this build's libtorch carries kernels for " + list +
+                               " only (torch.cuda.get_arch_list()); fix: build HARP against a PyTorch with " + sm +
+                               (gpu.major < 7 || (gpu.major == 7 && gpu.minor < 5)
+                                    ? " (for Volta: PyPI's torch 2.10.0 (CUDA 12.8), `make TORCH_VERSION=2.10.0`; "
+                                      "docs/runtime.md, \"Volta\")"
+                                    : "") +
+                               ", or leave this GPU out");
+  }
+  if (bfloat16 && gpu.major < 8)
+    return failed_precondition(gpu.name + " is " + sm +
+                               ", which has no bfloat16 arithmetic (from sm_80 on); fix: train in float16 (`--dtype "
+                               "float16`, dynamic loss scaling) and reduce gradients in float16 or float32");
+  return Status();
+}
+
 void set_current_device(const torch::Device& device) {
   HARP_CHECK(device.is_cuda()) << "set_current_device takes a CUDA device";
   c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device);
@@ -62,6 +119,26 @@ void set_compute_threads(int threads, torch::Dtype dtype) {
   const bool blas = set_blas != nullptr && !on_torch_pool;
   torch::set_num_threads(blas ? 1 : threads);
   if (set_blas) set_blas(blas ? threads : 1);
+}
+
+CudaDeviceInfo cuda_device_info(const torch::Device& device) {
+  HARP_CHECK(device.is_cuda()) << "cuda_device_info takes a CUDA device";
+  CudaDeviceInfo out;
+#ifdef USE_C10D_NCCL
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
+  out.name = p->name;
+  out.major = p->major;
+  out.minor = p->minor;
+#endif
+  return out;
+}
+
+std::vector<std::string> libtorch_cuda_archs() {
+  try {
+    return cuda_archs_of(at::detail::getCUDAHooks().showConfig());
+  } catch (const std::exception&) {
+    return {};
+  }
 }
 
 }  // namespace harp::runtime

@@ -55,6 +55,8 @@ TEST(Cli, FlagSurfaceIsFrozen) {
       "harp launch --node-rank",
       "harp launch --master-addr",
       "harp launch --master-port",
+      "harp launch --join-timeout-s",
+      "harp launch --slurm",
       "harp launch --elastic",
       "harp launch --job",
       "harp launch --max-restarts",

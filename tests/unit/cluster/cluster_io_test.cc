@@ -64,6 +64,42 @@ subclusters: [{name: x, device: X1, nodes: 1, devices_per_node: 1}]
   EXPECT_EQ(c->device_of(0).emulated_slowdown, 2.0);
 }
 
+// What a device computes in: the catalogue's capabilities, a declared device's (no
+// bfloat16 below 8.0 unless it says so), kept through JSON; a number that is no
+// capability is refused.
+TEST(ClusterIo, DeviceCapabilitiesAndBfloat16) {
+  EXPECT_FALSE(find_builtin_device("V100-32GB")->bfloat16);
+  EXPECT_EQ(find_builtin_device("V100-32GB")->compute_capability, 7.0);
+  EXPECT_FALSE(find_builtin_device("T4")->bfloat16);
+  EXPECT_TRUE(find_builtin_device("A100-80GB")->bfloat16);
+  EXPECT_EQ(find_builtin_device("H100-80GB")->compute_capability, 9.0);
+  EXPECT_TRUE(find_builtin_device("cpu")->bfloat16);
+  auto c = parse(R"(
+version: 1
+devices: [{name: P100, peak_tflops: 19, memory_gib: 16, memory_bandwidth_gbs: 732, compute_capability: 6.0},
+          {name: X1, peak_tflops: 100, memory_gib: 24, memory_bandwidth_gbs: 900}]
+subclusters: [{name: p, device: P100, nodes: 1, devices_per_node: 1},
+              {name: x, device: X1, nodes: 1, devices_per_node: 1}]
+links: [{between: [p, x], bandwidth_gbps: 10}]
+)");
+  HARP_ASSERT_OK(c);
+  EXPECT_FALSE(c->device_of(0).bfloat16);
+  EXPECT_TRUE(c->device_of(1).bfloat16);
+  auto again = parse_cluster(cluster_to_json(*c), "again.json");
+  HARP_ASSERT_OK(again);
+  EXPECT_EQ(again->device_of(0).compute_capability, 6.0);
+  EXPECT_FALSE(again->device_of(0).bfloat16);
+  auto bad = parse(R"(
+version: 1
+devices: [{name: Y, peak_tflops: 1, memory_gib: 1, memory_bandwidth_gbs: 1, compute_capability: 120}]
+subclusters: [{name: y, device: Y, nodes: 1, devices_per_node: 1}]
+)");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("compute_capability = 120: is not a CUDA compute capability"),
+            std::string::npos)
+      << bad.status().message();
+}
+
 TEST(ClusterIo, CatalogueHasTheRequiredDevices) {
   for (const char* name : {"V100-32GB", "A100-40GB", "A100-80GB", "H100-80GB", "H800", "H200",
                            "L40S", "RTX4090", "T4", "cpu"}) {

@@ -50,7 +50,7 @@ TEST(Job, BadSectionsNameTheirPath) {
 // A one-device gpt-tiny job with the sections `more`.
 StatusOr<Job> tiny_job(const std::string& more) {
   auto doc = parse_yaml_text(
-      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n" +
+      "cluster: {subclusters: [{name: a, device: L40S, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n" +
           more,
       "job.yaml");
   HARP_CHECK(doc.ok()) << doc.status().to_string();
@@ -156,6 +156,37 @@ TEST(Job, ShardedStateFollowsTheTrainingDtype) {
   EXPECT_NE(refused.status().message().find("planner.zero"), std::string::npos) << refused.status().message();
 }
 
+// bfloat16 on a GPU without it (V100, T4, or a declared device below compute capability
+// 8.0) is refused in one line naming the device and the fix; runs on the CPU use the
+// cluster's names for emulation and may.
+TEST(Job, Bfloat16OnAGpuWithoutItIsRefusedNamingIt) {
+  auto load = [](const std::string& device, const std::string& training) {
+    const std::string yaml =
+        "cluster: {"
+        "subclusters: [{name: fast, device: A100-80GB, nodes: 1, devices_per_node: 1}, "
+        "{name: old, device: " +
+        device +
+        ", nodes: 1, devices_per_node: 1}], "
+        "links: [{between: [fast, old], bandwidth_gbps: 25}]}\nmodel: {preset: gpt-tiny}\n" +
+        training;
+    auto doc = parse_yaml_text(yaml, "/jobs/job.yaml");
+    return parse_job(*doc, "/jobs/job.yaml");
+  };
+  auto v100 = load("V100-32GB", "training: {dtype: bfloat16, device: cuda}\n");
+  ASSERT_FALSE(v100.ok());
+  EXPECT_EQ(v100.status().message().find('\n'), std::string::npos);
+  EXPECT_NE(v100.status().message().find("training.dtype = \"bfloat16\": V100-32GB (subcluster old, compute capability "
+                                         "7.0) has no bfloat16 arithmetic; fix: train in `dtype: float16`"),
+            std::string::npos)
+      << v100.status().message();
+  auto reduce = load("T4", "training: {dtype: float16, grad_reduce_dtype: bfloat16}\n");
+  ASSERT_FALSE(reduce.ok());
+  EXPECT_NE(reduce.status().message().find("training.grad_reduce_dtype"), std::string::npos);
+  EXPECT_TRUE(load("V100-32GB", "training: {dtype: float16, device: cuda}\n").ok());
+  EXPECT_TRUE(load("V100-32GB", "training: {dtype: bfloat16, device: cpu}\n").ok());  // emulation
+  EXPECT_TRUE(load("A100-40GB", "training: {dtype: bfloat16}\n").ok());
+}
+
 }  // namespace
 }  // namespace harp::job
 
@@ -165,7 +196,7 @@ namespace {
 // The training section is read with the job, validated with field paths, and resolved.
 TEST(TrainConfig, ReadFromTheJobAndValidated) {
   const std::string cl =
-      "cluster: {subclusters: [{name: a, device: T4, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n";
+      "cluster: {subclusters: [{name: a, device: L40S, nodes: 1, devices_per_node: 1}]}\nmodel: {preset: gpt-tiny}\n";
   auto load = [&](const std::string& training) {
     auto doc = parse_yaml_text(cl + training, "/jobs/job.yaml");
     return job::parse_job(*doc, "/jobs/job.yaml");

@@ -21,6 +21,28 @@ StatusOr<torch::Device> resolve_device(config::Device device, int local_rank);
 // CUDA: libtorch's CPU autocast is bf16 only). TrainConfig::validate refuses `device:
 // cpu` with float16; this covers `auto` once resolved.
 Status check_dtype_on_device(config::Dtype dtype, const torch::Device& device);
+
+// A CUDA device as libtorch sees it: its name and compute capability.
+struct CudaDeviceInfo {
+  std::string name;
+  int major = 0, minor = 0;
+};
+// The kernel images a libtorch carries, from its build configuration (at::show_config's
+// "NVCC architecture flags: -gencode;arch=compute_75,code=sm_75;..."): "sm_75", ... and
+// "compute_90" for PTX; empty when the text has none (a CPU libtorch).
+std::vector<std::string> cuda_archs_of(const std::string& config_text);
+// Whether kernels built for `archs` run on capability major.minor: a cubin sm_XY on the
+// same major from minor Y up, PTX compute_XY on X.Y and later (compiled by the driver).
+bool archs_run_on(const std::vector<std::string>& archs, int major, int minor);
+// The rank's GPU against its libtorch and dtype, each refusal one line: a GPU whose
+// architecture libtorch has no kernels for (a V100 under a CUDA 13 PyTorch, which starts
+// at sm_75), and bfloat16 (the dtype or the gradient reduction) on a GPU before sm_80.
+// `archs` empty: unknown, not checked.
+Status check_cuda_device(const CudaDeviceInfo& gpu, const std::vector<std::string>& archs, bool bfloat16);
+// The device's name and capability and libtorch's kernel images (CUDA builds; a CPU
+// build answers nothing). REQUIRES: device.is_cuda().
+CudaDeviceInfo cuda_device_info(const torch::Device& device);
+std::vector<std::string> libtorch_cuda_archs();
 // Makes `device` this process's current CUDA device (NCCL's groups and the caching
 // allocator use it). REQUIRES: device.is_cuda().
 void set_current_device(const torch::Device& device);
