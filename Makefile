@@ -35,7 +35,7 @@ HARP_REQUIRE_CUDA ?= OFF
 TORCH_STAMP := $(VENV)/.harp-torch-$(TORCH_VERSION)
 TRANSFORMERS_STAMP := $(VENV)/.harp-transformers-$(TRANSFORMERS_VERSION)
 
-.PHONY: all deps torch configure build tools test demo bench bench-pytorch bench-limits bench-generate bench-testbed bench-testbed-interrupts bench-replan bench-replan-link evaluation clean
+.PHONY: all deps torch configure build tools test demo bench bench-sailor bench-pytorch bench-limits bench-generate bench-testbed bench-testbed-interrupts bench-replan bench-replan-link evaluation clean
 
 all: build
 
@@ -96,6 +96,11 @@ bench: build
 	$(BUILD)/bench/planner_bench
 	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
 	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
+
+# What Sailor's measured GPU profiles are: each block's TFLOP/s against its GPU's float32
+# and TF32 peaks (examples/profiles/sailor/README.md; seconds, no build).
+bench-sailor:
+	python3 bench/sailor_throughput.py
 
 # harp generate against PyTorch 2.11 eager and torch.compile and 1.13 eager, one thread
 # (docs/runtime.md, Generation; ~4 min).

@@ -133,7 +133,9 @@ class AnalyticCosts : public LayerCostSource {
   const std::vector<LayerBytes>& layers() const override { return bytes_; }
   std::optional<LayerTime> time(const cluster::Cluster& cluster, int sub, int layer, int samples,
                                 int tp) const override;
-  std::string describe() const override { return "analytic roofline"; }
+  // "analytic roofline: 50% of each device's fp16/bf16 peak, 70% of its memory bandwidth
+  // (defaults, ...)": what the times rest on.
+  std::string describe() const override;
 
  private:
   const model::ModelSpec& model_;
