@@ -98,9 +98,11 @@ bench: build
 	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
 
 # What Sailor's measured GPU profiles are: each block's TFLOP/s against its GPU's float32
-# and TF32 peaks (examples/profiles/sailor/README.md; seconds, no build).
-bench-sailor:
-	python3 bench/sailor_throughput.py
+# and TF32 peaks, and a roofline fitted to them predicting each model held out
+# (examples/profiles/sailor/README.md, docs/cost_model.md; seconds, no build).
+bench-sailor: deps
+	/usr/bin/python3 bench/sailor_throughput.py
+	/usr/bin/python3 bench/sailor_fit.py
 
 # harp generate against PyTorch 2.11 eager and torch.compile and 1.13 eager, one thread
 # (docs/runtime.md, Generation; ~4 min).
