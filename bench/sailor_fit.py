@@ -21,13 +21,12 @@ analytic model's defaults: 50% of the fp16/bf16 tensor peak, what plans assume t
 Writes OUT/sailor_fit.csv and OUT/sailor_fit.svg (worst held-out error per GPU, before and
 after); prints the table. No GPU or build needed.
 """
-import argparse
 import os
 
 import numpy as np
 
-from bench_util import ROOT, bar_chart, write_csv
-from sailor_throughput import MODELS, PEAKS, PROFILES, rows_of
+from bench_util import bar_chart, write_csv
+from sailor_throughput import MODELS, PEAKS, PROFILES, out_dir, rows_of
 
 # The fp16/bf16 dense tensor peaks harp's catalogue gives these GPUs (cluster/device.cc).
 TENSOR_PEAK = {"V100-16": 125.0, "A100-40": 312.0, "A100-80": 312.0, "GH-96": 989.0, "RTX-3090": 71.0}
@@ -74,10 +73,7 @@ def fit(points):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "sailor"))
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
+    out = out_dir()
     rows, bars = [], []
     print("%-9s %-12s %-6s %-22s %-18s %-18s" % ("GPU", "held out", "rows", "fitted e, score passes",
                                                   "before: med/worst", "after: med/worst"))
@@ -107,11 +103,11 @@ def main():
         if gpu in TENSOR_PEAK:
             bars.append(("%s before (50%% of the bf16 peak)" % gpu, 100 * worst_before, "#c44e52"))
         bars.append(("%s after (fitted, held out)" % gpu, 100 * worst_after, "#4c72b0"))
-    write_csv(os.path.join(a.out, "sailor_fit.csv"), rows)
-    bar_chart(os.path.join(a.out, "sailor_fit.svg"),
+    write_csv(os.path.join(out, "sailor_fit.csv"), rows)
+    bar_chart(os.path.join(out, "sailor_fit.svg"),
               "Worst held-out error (%) of a block's time per GPU: today's defaults vs efficiencies fitted without "
               "that model", bars)
-    print("wrote %s/sailor_fit.csv and .svg" % a.out)
+    print("wrote %s/sailor_fit.csv and .svg" % out)
 
 
 if __name__ == "__main__":

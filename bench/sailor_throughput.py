@@ -48,11 +48,17 @@ def rows_of(model, gpu):
     return out
 
 
-def main():
+def out_dir():
+    """--out (created): out/sailor by default, shared with sailor_fit.py."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(ROOT, "out", "sailor"))
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
+    out = ap.parse_args().out
+    os.makedirs(out, exist_ok=True)
+    return out
+
+
+def main():
+    out = out_dir()
     rows, bars = [], []
     for model in MODELS:
         for gpu in sorted(os.listdir(os.path.join(PROFILES, model))):
@@ -66,11 +72,11 @@ def main():
             print("%-12s %-10s best %6.1f TFLOP/s per GPU = %4.0f%% of its float32 peak (%s)%s" %
                   (model, gpu, best["tflops"], 100 * best["of_fp32_peak"], best["fp32_peak"],
                    "  -> above it: TF32 tensor cores" if best["above_fp32_peak"] else ""))
-    write_csv(os.path.join(a.out, "sailor_throughput.csv"), rows)
-    bar_chart(os.path.join(a.out, "sailor_throughput.svg"),
+    write_csv(os.path.join(out, "sailor_throughput.csv"), rows)
+    bar_chart(os.path.join(out, "sailor_throughput.svg"),
               "Sailor's profiles: a block's fwd+bwd TFLOP/s per GPU, best configuration (red: above the float32 peak)",
               bars)
-    print("wrote %s/sailor_throughput.csv and .svg" % a.out)
+    print("wrote %s/sailor_throughput.csv and .svg" % out)
 
 
 if __name__ == "__main__":
