@@ -85,10 +85,8 @@ StatusOr<int> plan_workers_on_node(const Opts& o) {
   const int last = *machines.rbegin();
   if (last >= o.nnodes)
     return invalid_argument(o.plan_file + ": the plan puts devices on machine " + std::to_string(last) +
-                            ", and --nnodes is " + std::to_string(o.nnodes) +
-                            "; launch one node per machine of the "
-                            "cluster file (" +
-                            std::to_string(last + 1) + " or more)");
+                            ", and --nnodes is " + std::to_string(o.nnodes) + "; launch one node per machine of " +
+                            "the cluster file (" + std::to_string(last + 1) + " or more)");
   if (here == 0)
     return invalid_argument(o.plan_file + ": the plan uses no device of machine " + std::to_string(o.node_rank) +
                             "; leave this node out, and number the others' --node-rank by the cluster file's nodes");

@@ -119,5 +119,34 @@ TEST(LaunchCli, LaunchUsageErrorsAreExitTwo) {
   }
 }
 
+// `--nnodes N --plan PLAN`: this machine's workers are the plan's devices on it; a plan
+// that does not say where its devices are, a node the plan leaves out, a --nproc that
+// disagrees and a plan for more machines are refused before any launcher meets another.
+TEST(LaunchCli, APlansMachinesGiveEachNodesWorkers) {
+  TempDir dir;
+  const std::string without = dir.file("without.json"), with = dir.file("with.json");
+  const std::string stages = R"("microbatches": 1, "microbatch_size": 2, "schedule": "1f1b", "stages": [
+      {"layers": [0, 2], "devices": [0, 1], "dp": 2, "fwd_s": 1, "bwd_s": 2)";
+  ASSERT_TRUE(write_text_file_atomic(without, "{\"version\": 1, " + stages + "}]}").ok());
+  ASSERT_TRUE(write_text_file_atomic(with, "{\"version\": 1, " + stages + ", \"nodes\": [0, 1]}]}").ok());
+  auto launch = [](const std::string& plan, int nnodes, int node, std::vector<std::string> more = {}) {
+    std::vector<std::string> args = {"launch",      "--nnodes",           std::to_string(nnodes),
+                                     "--node-rank", std::to_string(node), "--plan",
+                                     plan,          "--join-timeout-s",   "1"};
+    args.insert(args.end(), more.begin(), more.end());
+    args.insert(args.end(), {"--", "true"});
+    return harp(args);
+  };
+  for (const auto& [r, want] : std::vector<std::pair<Result, std::string>>{
+           {launch(without, 2, 0), "does not say which machine each device is on"},
+           {launch(with, 3, 2), "the plan uses no device of machine 2"},
+           {launch(with, 2, 1, {"--nproc", "2"}), "--nproc 2: the plan " + with + " runs 1 ranks on machine 1"},
+           {launch(with, 1, 0), "give --nproc N"}}) {
+    EXPECT_NE(r.rc, 0);
+    EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace harp::cli
