@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <thread>
 
 #include "harp/cluster/cluster_io.h"
@@ -173,6 +174,43 @@ TEST(TestbedLive, AnActivationTakesTheShapedLinksTime) {
               expected_us, 100 * (link_s[1] * 1e6 - expected_us) / expected_us);
   EXPECT_GT(link_s[1] * 1e6, 0.85 * expected_us);
   EXPECT_LT(link_s[1] * 1e6, 1.25 * expected_us);
+}
+
+// Pools of unequal size (a node of two devices beside a node of one, as 8 V100 beside 4
+// A100): each rank of a three-stage plan starts in the namespace of its own device's host
+// (the launcher's rank map), the two ranks of the larger node share its host, and the run
+// trains with the testbed taken down after it.
+TEST(TestbedLive, PoolsOfUnequalSizeRunEachRankOnItsDevicesHost) {
+  SKIP_WITHOUT_TESTBED();
+  testing::TempDir dir;
+  const std::string prefix = unique_prefix("u");
+  std::ofstream(dir.file("cluster.yaml"))
+      << "version: 1\nname: unequal\nsubclusters:\n"
+         "  - {name: big, device: cpu, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 10, latency_us: "
+         "50}}\n"
+         "  - {name: small, device: cpu, nodes: 1, devices_per_node: 1}\n"
+         "links:\n  - {between: [big, small], bandwidth_gbps: 1, latency_ms: 0.05}\n";
+  std::ofstream(dir.file("model.json"))
+      << R"({"family": "gpt", "num_blocks": 2, "hidden": 32, "heads": 4, "seq_len": 16, "vocab": 64, "granularity": 1})";
+  std::ofstream(dir.file("plan.json")) << R"({"version": 1, "microbatches": 4, "microbatch_size": 2, "schedule": "1f1b",
+      "stages": [{"layers": [0, 2], "devices": [0], "nodes": [0], "fwd_s": 1, "bwd_s": 2},
+                 {"layers": [2, 3], "devices": [1], "nodes": [0], "fwd_s": 1, "bwd_s": 2},
+                 {"layers": [3, 4], "devices": [2], "nodes": [1], "fwd_s": 1, "bwd_s": 2}]})";
+  std::string out;
+  ASSERT_EQ(
+      shell("timeout 120 " + kHarp + " launch --testbed " + dir.file("cluster.yaml") + " --testbed-prefix " + prefix +
+                " --plan " + dir.file("plan.json") + " -- " + kHarp + " train --plan " + dir.file("plan.json") +
+                " --model " + dir.file("model.json") + " --steps 3 --out " + dir.file("run"),
+            &out),
+      0)
+      << out;
+  expect_nothing_left(prefix);
+  const std::regex map("ranks 0->big@([0-9.]+), 1->big@([0-9.]+), 2->small@([0-9.]+)");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, map)) << out;
+  EXPECT_EQ(m[1], m[2]) << "the big node's two ranks share its host";
+  EXPECT_NE(m[1], m[3]);
+  EXPECT_NE(out.find("[rank 0] done: 3 steps"), std::string::npos) << out;
 }
 
 // Two hosts joined by a 10 Mbit/s link, up for one test and down after it.
