@@ -35,7 +35,7 @@ HARP_REQUIRE_CUDA ?= OFF
 TORCH_STAMP := $(VENV)/.harp-torch-$(TORCH_VERSION)
 TRANSFORMERS_STAMP := $(VENV)/.harp-transformers-$(TRANSFORMERS_VERSION)
 
-.PHONY: all deps torch configure build tools test demo bench bench-sailor bench-pytorch bench-limits bench-generate bench-testbed bench-testbed-interrupts bench-replan bench-replan-link evaluation clean
+.PHONY: all deps torch configure build tools test demo volta-check bench bench-sailor bench-pytorch bench-limits bench-generate bench-testbed bench-testbed-interrupts bench-replan bench-replan-link evaluation clean
 
 all: build
 
@@ -96,6 +96,13 @@ bench: build
 	$(BUILD)/bench/planner_bench
 	python3 bench/plan_process.py --harp current=$(BUILD)/src/cli/harp
 	python3 bench/profile_accuracy.py --harp $(BUILD)/src/cli/harp
+
+# The build for clusters with V100s (docs/runtime.md, "Volta"): PyPI's torch 2.10.0 (CUDA
+# 12.8, kernels sm_70 ... sm_120) in .venv-volta, harp built against it in build-volta, and
+# a pipeline trained on the CPU with exactly the main build's losses (about 12 min, 3 GB).
+volta-check: tools
+	$(MAKE) VENV=.venv-volta BUILD=build-volta TORCH_VERSION=2.10.0 tools
+	./scripts/volta_check.sh build-volta $(BUILD) .venv-volta
 
 # What Sailor's measured GPU profiles are: each block's TFLOP/s against its GPU's float32
 # and TF32 peaks, and a roofline fitted to them predicting each model held out

@@ -9,9 +9,6 @@
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#ifdef USE_C10D_NCCL
-#include <ATen/cuda/CUDAContext.h>
-#endif
 #include <torch/cuda.h>
 
 #include "harp/common/check.h"
@@ -123,13 +120,32 @@ void set_compute_threads(int threads, torch::Dtype dtype) {
 
 CudaDeviceInfo cuda_device_info(const torch::Device& device) {
   HARP_CHECK(device.is_cuda()) << "cuda_device_info takes a CUDA device";
+  // The driver's own answer through its C API (libcuda, whose calls and attribute numbers
+  // have not changed across CUDA versions): no CUDA header's struct is involved, so a
+  // build whose toolkit is not libtorch's CUDA (a Volta build) reads it right too.
   CudaDeviceInfo out;
-#ifdef USE_C10D_NCCL
-  const cudaDeviceProp* p = at::cuda::getDeviceProperties(device.index());
-  out.name = p->name;
-  out.major = p->major;
-  out.minor = p->minor;
-#endif
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (lib == nullptr) lib = dlopen("libcuda.so.1", RTLD_NOW);
+  if (lib == nullptr) return out;
+  using Init = int (*)(unsigned);
+  using Get = int (*)(int*, int);
+  using Attribute = int (*)(int*, int, int);
+  using Name = int (*)(char*, int, int);
+  const auto init = reinterpret_cast<Init>(dlsym(lib, "cuInit"));
+  const auto get = reinterpret_cast<Get>(dlsym(lib, "cuDeviceGet"));
+  const auto attribute = reinterpret_cast<Attribute>(dlsym(lib, "cuDeviceGetAttribute"));
+  const auto name = reinterpret_cast<Name>(dlsym(lib, "cuDeviceGetName"));
+  int dev = 0;
+  if (init == nullptr || get == nullptr || attribute == nullptr || name == nullptr || init(0) != 0 ||
+      get(&dev, std::max<int>(0, device.index())) != 0)
+    return out;
+  constexpr int kMajor = 75, kMinor = 76;  // CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, _MINOR
+  int major = 0, minor = 0;
+  char text[256] = {};
+  if (attribute(&major, kMajor, dev) != 0 || attribute(&minor, kMinor, dev) != 0) return out;
+  out.major = major;
+  out.minor = minor;
+  out.name = name(text, sizeof text - 1, dev) == 0 ? text : "cuda:" + std::to_string(device.index());
   return out;
 }
 

@@ -39,8 +39,9 @@ bool archs_run_on(const std::vector<std::string>& archs, int major, int minor);
 // at sm_75), and bfloat16 (the dtype or the gradient reduction) on a GPU before sm_80.
 // `archs` empty: unknown, not checked.
 Status check_cuda_device(const CudaDeviceInfo& gpu, const std::vector<std::string>& archs, bool bfloat16);
-// The device's name and capability and libtorch's kernel images (CUDA builds; a CPU
-// build answers nothing). REQUIRES: device.is_cuda().
+// The device's name and capability, from the CUDA driver's C API (major 0 where there is
+// no driver), and libtorch's kernel images (empty for a CPU libtorch). REQUIRES:
+// device.is_cuda().
 CudaDeviceInfo cuda_device_info(const torch::Device& device);
 std::vector<std::string> libtorch_cuda_archs();
 // Makes `device` this process's current CUDA device (NCCL's groups and the caching
