@@ -7,7 +7,6 @@
 // the shaped links; the testbed is brought up if it is not, and then taken down at the end.
 #include <cstdlib>
 #include <optional>
-#include <set>
 #include <thread>
 
 #include "cmd_launch.h"
@@ -68,25 +67,16 @@ Status use_testbed(const Opts& o, launch::LaunchOptions* options, std::string* o
 // plan's `nodes`, from its cluster file's nodes in order); --nproc, if given, must agree.
 StatusOr<int> plan_workers_on_node(const Opts& o) {
   HARP_ASSIGN_OR_RETURN(plan::Plan p, plan::load_plan(o.plan_file));
-  int here = 0, known = 0, devices = 0;
-  std::set<int> machines;
-  for (const plan::Stage& st : p.stages) {
-    devices += static_cast<int>(st.devices.size());
-    known += static_cast<int>(st.nodes.size());
-    for (int n : st.nodes) {
-      machines.insert(n);
-      here += n == o.node_rank;
-    }
-  }
-  if (devices == 0 || known != devices)
+  const std::vector<int> counts = p.ranks_per_node();
+  if (counts.empty())
     return invalid_argument(o.plan_file +
                             ": the plan does not say which machine each device is on (no `nodes`); "
                             "plan it with `harp plan` and its cluster file, or give --nproc");
-  const int last = *machines.rbegin();
-  if (last >= o.nnodes)
-    return invalid_argument(o.plan_file + ": the plan puts devices on machine " + std::to_string(last) +
+  if (static_cast<int>(counts.size()) > o.nnodes)
+    return invalid_argument(o.plan_file + ": the plan puts devices on machine " + std::to_string(counts.size() - 1) +
                             ", and --nnodes is " + std::to_string(o.nnodes) + "; launch one node per machine of " +
-                            "the cluster file (" + std::to_string(last + 1) + " or more)");
+                            "the cluster file (" + std::to_string(counts.size()) + " or more)");
+  const int here = o.node_rank < static_cast<int>(counts.size()) ? counts[static_cast<size_t>(o.node_rank)] : 0;
   if (here == 0)
     return invalid_argument(o.plan_file + ": the plan uses no device of machine " + std::to_string(o.node_rank) +
                             "; leave this node out, and number the others' --node-rank by the cluster file's nodes");

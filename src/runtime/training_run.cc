@@ -233,10 +233,8 @@ Status place_on_machine(const plan::Plan& p, const RankLayout& l, const launch::
   for (size_t m = 0; m < counts.size(); ++m) per_node += (m ? " + " : "") + std::to_string(counts[m]);
   return failed_precondition("rank " + std::to_string(env.rank) + " runs on machine " + std::to_string(env.group_rank) +
                              " (GROUP_RANK), but the plan puts its device " + std::to_string(device) + " on machine " +
-                             std::to_string(node) +
-                             "; launch each machine with the plan's workers "
-                             "on it (" +
-                             per_node + "): `harp launch --nnodes " + std::to_string(counts.size()) +
+                             std::to_string(node) + "; launch each machine with the plan's workers on it (" + per_node +
+                             "): `harp launch --nnodes " + std::to_string(counts.size()) +
                              " --node-rank M --plan PLAN`, or --nproc per machine as the plan says");
 }
 
