@@ -51,6 +51,7 @@ Status read_device(const Json& node, const std::string& file, const std::string&
   FieldReader r(node, file, path);
   d->name = r.string("name");
   d->peak_tflops = read_quantity(r, "peak_tflops", quantity::kPeakTflops);
+  d->fp32_tflops = read_quantity(r, "fp32_tflops", quantity::kPeakTflops, 0.0);
   d->memory_gib = read_quantity(r, "memory_gib", quantity::kMemoryGib);
   d->memory_bandwidth_gbs = read_quantity(r, "memory_bandwidth_gbs", quantity::kMemoryBandwidthGbs);
   d->emulated_slowdown = read_quantity(r, "emulated_slowdown", quantity::kSlowdown, 1.0);
@@ -219,6 +220,7 @@ Json cluster_to_json(const Cluster& c) {
                     {"emulated_slowdown", d.emulated_slowdown}});
     // Only when given, so that the fingerprints of earlier clusters stay as they were.
     if (d.compute_capability > 0) devs.back()["compute_capability"] = d.compute_capability;
+    if (d.fp32_tflops > 0) devs.back()["fp32_tflops"] = d.fp32_tflops;
     if (!d.bfloat16) devs.back()["bfloat16"] = false;
   }
   if (!devs.empty()) j["devices"] = devs;

@@ -7,13 +7,14 @@
 #include <algorithm>
 
 #include "harp/cost/comm_cost.h"
+#include "harp/cost/efficiency.h"
 
 namespace harp::cost {
 
 LayerTime analytic_layer_time(const model::Layer& layer, const cluster::DeviceType& device,
                               int samples, int tp, const cluster::Link& intra_node,
                               const CostConfig& config) {
-  const double flops_per_s = tflops_to_flops_per_s(device.peak_tflops) * config.compute_efficiency;
+  const double flops_per_s = compute_rate(device, config).flops_per_s();
   const double bytes_per_s = gbs_to_bytes_per_s(device.memory_bandwidth_gbs) * config.memory_efficiency;
   const double flops = layer.fwd_flops * samples / tp;
   const double bytes = (layer.param_bytes + layer.mem_traffic_bytes * samples) / tp;

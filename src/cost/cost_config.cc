@@ -9,7 +9,13 @@ StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file
                                        const std::string& path) {
   CostConfig c;
   FieldReader r(node, file, path);
+  c.efficiency_given = node.is_object() && node.contains("compute_efficiency");
   c.compute_efficiency = r.positive("compute_efficiency", c.compute_efficiency);
+  c.compute_dtype = r.string("compute_dtype", c.compute_dtype);
+  if (!r.failed() && c.compute_dtype != "bfloat16" && c.compute_dtype != "float16" && c.compute_dtype != "float32" &&
+      c.compute_dtype != "float64")
+    r.fail("compute_dtype", "\"" + c.compute_dtype + "\"", "must be bfloat16, float16, float32 or float64",
+           "name the dtype the run computes in (a job with a training section takes training.dtype)");
   c.memory_efficiency = r.positive("memory_efficiency", c.memory_efficiency);
   c.backward_factor = r.positive("backward_factor", c.backward_factor);
   c.state_bytes_per_param_byte = r.non_negative("state_bytes_per_param_byte", c.state_bytes_per_param_byte);
@@ -41,6 +47,7 @@ StatusOr<CostConfig> parse_cost_config(const Json& node, const std::string& file
 
 Json cost_config_to_json(const CostConfig& c) {
   return {{"compute_efficiency", c.compute_efficiency},
+          {"compute_dtype", c.compute_dtype},
           {"memory_efficiency", c.memory_efficiency},
           {"backward_factor", c.backward_factor},
           {"state_bytes_per_param_byte", c.state_bytes_per_param_byte},

@@ -1,7 +1,9 @@
 // The analytic and profile-DB layer sources (the table source is in cost_table.cc).
 #include "harp/cost/layer_costs.h"
 
+#include "harp/common/format.h"
 #include "harp/cost/compute_cost.h"
+#include "harp/cost/efficiency.h"
 
 #include <algorithm>
 #include <cmath>
@@ -31,6 +33,9 @@ std::vector<LayerBytes> layer_bytes_of(const model::ModelSpec& model, double act
     b.attention_score_bytes = a * l.attention_score_bytes;
     b.attention_flop_fraction = l.fwd_flops > 0 ? l.attention_flops / l.fwd_flops : 0.0;
     b.weight_grad_bytes = a * l.weight_grad_bytes;
+    b.replicated_activation_bytes = a * l.replicated_activation_bytes;
+    b.backward_working_bytes = a * l.backward_working_bytes;
+    b.largest_weight_bytes = l.largest_weight_bytes;
     if (l.kind != model::LayerKind::kHead && l.param_count > 0 && l.fwd_flops > 0)
       b.weight_grad_fraction = std::max(0.0, (l.fwd_flops - l.attention_flops) / (2.0 * l.fwd_flops));
     out.push_back(std::move(b));
@@ -42,15 +47,27 @@ AnalyticCosts::AnalyticCosts(const model::ModelSpec& model, CostConfig config)
     : model_(model), config_(config), bytes_(layer_bytes_of(model, config.activation_bytes_scale)) {}
 
 std::string AnalyticCosts::describe() const {
-  const CostConfig defaults;
-  const bool given = config_.compute_efficiency != defaults.compute_efficiency ||
-                     config_.memory_efficiency != defaults.memory_efficiency;
-  char buf[96];
-  std::snprintf(buf, sizeof buf, "%.0f%% of each device's fp16/bf16 peak, %.0f%% of its memory bandwidth",
-                100 * config_.compute_efficiency, 100 * config_.memory_efficiency);
+  char buf[160];
+  if (config_.efficiency_given)
+    std::snprintf(buf, sizeof buf, "%.0f%% of each device's fp16/bf16 peak (the job's cost section)",
+                  100 * config_.compute_efficiency);
+  else
+    std::snprintf(buf, sizeof buf, "%s at each architecture's published or fitted efficiency (cost/efficiency.h)",
+                  config_.compute_dtype.c_str());
   return std::string("analytic roofline: ") + buf +
-         (given ? " (the job's cost section)"
-                : " (defaults, not fitted to measurements: Megatron-LM's 52% of an A100's peak, SC'21)");
+         fmt(", %.0f%% of memory bandwidth", 100 * config_.memory_efficiency);
+}
+
+std::string AnalyticCosts::describe_for(const cluster::Cluster& cluster) const {
+  std::string out = "analytic roofline:";
+  std::set<std::string> seen;
+  for (const auto& s : cluster.subclusters) {
+    if (!seen.insert(s.device).second) continue;
+    out += (seen.size() > 1 ? "; " : " ") + s.device + " " + compute_rate(cluster.devices.at(s.device), config_).basis;
+  }
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "; %.0f%% of memory bandwidth", 100 * config_.memory_efficiency);
+  return out + buf;
 }
 
 std::optional<LayerTime> AnalyticCosts::time(const cluster::Cluster& cluster, int sub, int layer,

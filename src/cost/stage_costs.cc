@@ -115,6 +115,8 @@ void StageCosts::build_byte_prefixes() {
   act_prefix_.assign(L + 1, 0);
   act_selective_prefix_.assign(L + 1, 0);
   act_full_prefix_.assign(L + 1, 0);
+  whole_prefix_.assign(L + 1, 0);
+  whole_full_prefix_.assign(L + 1, 0);
   for (size_t i = 0; i < L; ++i) {
     const LayerBytes& b = layers_[i];
     param_prefix_[i + 1] = param_prefix_[i] + b.param_bytes;
@@ -122,6 +124,11 @@ void StageCosts::build_byte_prefixes() {
     act_selective_prefix_[i + 1] = act_selective_prefix_[i] + (b.activation_bytes - b.attention_score_bytes);
     const bool starts_unit = i == 0 || layers_[i - 1].block != b.block;
     act_full_prefix_[i + 1] = act_full_prefix_[i] + (b.block < 0 ? b.activation_bytes : starts_unit ? b.input_bytes : 0.0);
+    // A block unit's input (full recomputation keeps it) is the whole h-wide residual.
+    whole_prefix_[i + 1] = whole_prefix_[i] + b.replicated_activation_bytes;
+    whole_full_prefix_[i + 1] = whole_full_prefix_[i] + (b.block < 0   ? b.replicated_activation_bytes
+                                                         : starts_unit ? b.input_bytes
+                                                                       : 0.0);
     working_selective_ = std::max(working_selective_, b.attention_score_bytes);
   }
   for (size_t i = 0; i < L;) {  // the largest block unit's activations
@@ -144,6 +151,32 @@ Bytes RangeView::kept_bytes(int first, int last, Recompute recompute) const {
   return kept;
 }
 
+Bytes RangeView::replicated_bytes(int first, int last, Recompute recompute) const {
+  const Bytes* w = whole_[static_cast<int>(recompute)];
+  Bytes whole = w[last] - w[first];
+  if (recompute == Recompute::kFull) {  // as kept_bytes
+    const LayerBytes& b = layers_[first];
+    if (b.block >= 0 && first > 0 && layers_[first - 1].block == b.block) whole += b.input_bytes;
+  }
+  return whole;
+}
+
+Bytes RangeView::backward_working_bytes(int first, int last) const {
+  const double grad_scale = config_ != nullptr ? config_->parameter_bytes_per_param_byte : 1.0;
+  auto bytes = [&](const std::pair<Bytes, Bytes>& w) { return (w.first * grad_scale + samples_ * w.second) / tp_; };
+  Bytes most = 0;
+  if (last - first < work_block_count_ + 2) {  // a range that may lack some block parts: exact
+    for (int l = first; l < last; ++l)
+      most = std::max(most, bytes({layers_[l].largest_weight_bytes, layers_[l].backward_working_bytes}));
+    return most;
+  }
+  if (first == 0) most = std::max(most, bytes(work_head_));
+  if (last == num_layers_) most = std::max(most, bytes(work_tail_));
+  if (layers_[first].block >= 0 || layers_[last - 1].block >= 0 || last - first > 2)
+    for (int k = 0; k < work_block_count_; ++k) most = std::max(most, bytes(work_block_[k]));
+  return most;
+}
+
 Bytes StageCosts::kept_bytes(int first, int last, Recompute recompute) const {
   RangeView v;
   set_byte_views(&v);
@@ -160,6 +193,19 @@ void StageCosts::set_byte_views(RangeView* v) const {
   v->tied_param_bytes_ = tied_param_bytes_;
   v->working_[static_cast<int>(Recompute::kSelective)] = working_selective_;
   v->working_[static_cast<int>(Recompute::kFull)] = working_full_;
+  v->whole_[static_cast<int>(Recompute::kNone)] = whole_prefix_.data();
+  v->whole_[static_cast<int>(Recompute::kSelective)] = whole_prefix_.data();
+  v->whole_[static_cast<int>(Recompute::kFull)] = whole_full_prefix_.data();
+  v->work_block_count_ = 0;
+  for (const LayerBytes& b : layers_) {
+    const std::pair<Bytes, Bytes> w{b.largest_weight_bytes, b.backward_working_bytes};
+    if (b.block < 0) {
+      (&b == &layers_.front() ? v->work_head_ : v->work_tail_) = w;
+    } else if (b.block == layers_[1].block) {
+      // The first block's layers stand for every block's (the same parts).
+      if (v->work_block_count_ < static_cast<int>(v->work_block_.size())) v->work_block_[v->work_block_count_++] = w;
+    }
+  }
 }
 
 const StageCosts::Prefix* StageCosts::prefix(int sub, int samples, int tp) const {
@@ -253,7 +299,8 @@ StageFigures RangeView::at(int first, int last, Recompute recompute) const {
   f.fixed_fwd_s = fixed_fwd_;
   f.fixed_bwd_s = fixed_bwd_;
   f.fixed_step_s = opt_fixed_;
-  f.static_bytes = static_bytes(first, last) + working_set_bytes(recompute);
+  f.working_bytes = working_set_bytes(first, last, recompute);
+  f.static_bytes = static_bytes(first, last) + f.working_bytes;
   f.activation_bytes = activation_bytes(first, last, recompute);
   return f;
 }

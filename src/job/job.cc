@@ -131,6 +131,8 @@ StatusOr<Job> parse_job(const Json& node, const std::string& file) {
     const double scale = d == config::Dtype::kFloat64 ? 4.0 : d == config::Dtype::kFloat32 ? 2.0 : 1.0;
     auto given = [&](const char* key) { return cost_node != nullptr && cost_node->contains(key); };
     if (!given("activation_bytes_scale")) job.cost.activation_bytes_scale = scale;
+    // The roofline prices the dtype the run computes in (cost/efficiency.h).
+    if (!given("compute_dtype")) job.cost.compute_dtype = config::name_of(d);
     // The runtime's parameters are float32 (float64) master weights beside gradients of
     // their dtype and Adam's m and v: 16 bytes a parameter (32 in float64), of which the
     // moments are what ZeRO shards.

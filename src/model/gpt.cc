@@ -4,6 +4,7 @@
 // recomputation), LLaMA's count the same way what its pieces keep for the backward (no
 // dropout masks; SwiGLU keeps its gate, up and SiLU outputs) with memory-efficient
 // attention (FlashAttention / SDPA, as LLaMA training stacks run it: no s x s scores).
+#include <algorithm>
 #include <cmath>
 
 #include "harp/common/fields.h"
@@ -61,9 +62,13 @@ std::vector<Part> parts_for(int k) {
 
 // Per-token figures of one piece (output is what crosses a cut after it, per token).
 // Per token: forward FLOPs, parameters, activation bytes kept, output bytes, and the
-// bytes a split backward's W keeps (the linear layers' inputs and output gradients).
+// bytes a split backward's W keeps (the linear layers' inputs and output gradients); of
+// the activation bytes, those every tp rank keeps whole (rep); the backward's largest
+// temporary (bwd_work, model::Layer::backward_working_bytes); and the parameters of the
+// piece's largest weight (not per token).
 struct PieceCost {
   double flops, params, act_bytes, out_bytes, wgrad_bytes;
+  double rep_bytes = 0, bwd_work = 0, big_weight = 0;
 };
 // The keys a query attends to, counted as in GPT's 4·s²·h (every key, the causal mask
 // aside): s, or the sliding window where it is shorter.
@@ -79,15 +84,28 @@ PieceCost llama_piece_cost(int piece, const GptConfig& c) {
   const double norm_params = c.qk_norm ? 2 * d : 0, norm_act = c.qk_norm ? 4 * (q + kv) : 0;
   switch (piece) {
     case kAttnIn:  // RMSNorm 1 + q, k, v projections (biases: Qwen2); the residual travels with them
-      return {2 * h * (q + 2 * kv), h + h * (q + 2 * kv) + qkv_bias, 4 * h, 2 * (q + 2 * kv + h), 2 * (h + q + 2 * kv)};
+      return {2 * h * (q + 2 * kv),
+              h + h * (q + 2 * kv) + qkv_bias,
+              4 * h,
+              2 * (q + 2 * kv + h),
+              2 * (h + q + 2 * kv),
+              4 * h,
+              2 * (q + 2 * kv),
+              h * (q + 2 * kv)};
     case kAttnOut:  // q/k norm, rotary, attention (memory-efficient: q, k, v and the fp32
                     // log-sum-exp are kept, no s x s scores), output projection, residual add
-      return {4 * keys_per_query(c) * q + 2 * q * h, q * h + norm_params, 2 * (q + 2 * kv) + 2 * q + 4 * a + norm_act,
-              2 * h, 2 * (q + h)};
+      return {4 * keys_per_query(c) * q + 2 * q * h,
+              q * h + norm_params,
+              2 * (q + 2 * kv) + 2 * q + 4 * a + norm_act,
+              2 * h,
+              2 * (q + h),
+              0,
+              2 * (q + 2 * kv),
+              q * h};
     case kMlpIn:  // RMSNorm 2 + gate and up projections + SiLU(gate) x up
-      return {4 * h * f, h + 2 * h * f, 4 * h + 6 * f, 2 * (f + h), 2 * (h + 2 * f)};
+      return {4 * h * f, h + 2 * h * f, 4 * h + 6 * f, 2 * (f + h), 2 * (h + 2 * f), 4 * h, 4 * f, h * f};
     default:  // down projection + residual add
-      return {2 * f * h, f * h, 2 * f, 2 * h, 2 * (f + h)};
+      return {2 * f * h, f * h, 2 * f, 2 * h, 2 * (f + h), 0, 2 * f, f * h};
   }
 }
 
@@ -96,14 +114,15 @@ PieceCost piece_cost(int piece, const GptConfig& c) {
   const double h = c.hidden, a = c.heads, s = c.seq_len, f = c.ffn_hidden;
   switch (piece) {
     case kAttnIn:  // LayerNorm 1 + QKV projection; the residual travels with q, k, v
-      return {6 * h * h, 2 * h + 3 * h * h + 3 * h, 4 * h, 2 * (3 * h + h), 2 * (h + 3 * h)};
+      return {6 * h * h, 2 * h + 3 * h * h + 3 * h, 4 * h, 2 * (3 * h + h), 2 * (h + 3 * h), 4 * h, 2 * 3 * h,
+              3 * h * h};
     case kAttnOut:  // scores, softmax, weighted sum, output projection, residual add: q, k,
                     // v, the probabilities and the projection's input (no dropout)
-      return {4 * s * h + 2 * h * h, h * h + h, 8 * h + 2 * a * s, 2 * h, 2 * (2 * h)};
+      return {4 * s * h + 2 * h * h, h * h + h, 8 * h + 2 * a * s, 2 * h, 2 * (2 * h), 0, 2 * 2 * a * s, h * h};
     case kMlpIn:  // LayerNorm 2 + FC1 + GELU; the residual travels with the hidden state
-      return {2 * h * f, 2 * h + h * f + f, 4 * h + 2 * f, 2 * (f + h), 2 * (h + f)};
+      return {2 * h * f, 2 * h + h * f + f, 4 * h + 2 * f, 2 * (f + h), 2 * (h + f), 4 * h, 2 * f, h * f};
     default:  // FC2 + residual add: FC2's input (no dropout mask)
-      return {2 * f * h, f * h + h, 2 * f, 2 * h, 2 * (f + h)};
+      return {2 * f * h, f * h + h, 2 * f, 2 * h, 2 * (f + h), 0, 2 * f, f * h};
   }
 }
 
@@ -250,6 +269,8 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
   head.output_bytes = 2 * s * h;
   head.output_shape = {c.seq_len, c.hidden};
   head.mem_traffic_bytes = 2 * 2 * s * h;
+  head.replicated_activation_bytes = head.activation_bytes;
+  head.largest_weight_bytes = 2 * V * h;  // the embedding's gradient is dense
   m.layers.push_back(head);
 
   const auto parts = parts_for(c.granularity);
@@ -282,6 +303,9 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
         l.param_count += static_cast<std::int64_t>(pc.params);
         l.activation_bytes += pc.act_bytes * s;
         l.weight_grad_bytes += pc.wgrad_bytes * s;
+        l.replicated_activation_bytes += pc.rep_bytes * s;
+        l.backward_working_bytes = std::max(l.backward_working_bytes, pc.bwd_work * s);
+        l.largest_weight_bytes = std::max(l.largest_weight_bytes, 2 * pc.big_weight);
         l.output_bytes = pc.out_bytes * s;
         l.output_shape = {c.seq_len, static_cast<std::int64_t>(pc.out_bytes / 2)};
       }
@@ -301,6 +325,9 @@ StatusOr<ModelSpec> build_gpt(const GptConfig& cin, const std::string& file,
   tail.input_bytes = 2 * s * h;
   tail.weight_grad_bytes = 2 * (h + V) * s;  // the LM head's input and the logits' gradient
   tail.mem_traffic_bytes = 2 * s * h + 4 * V * s;
+  tail.replicated_activation_bytes = 4 * h * s;  // the norm's and the LM head's inputs
+  tail.backward_working_bytes = 4 * V * s;       // the float32 logits' gradient
+  tail.largest_weight_bytes = 2 * V * h;         // the LM head (a tied copy's gradient too)
   m.layers.push_back(tail);
 
   for (auto& l : m.layers) l.param_bytes = 2.0 * static_cast<double>(l.param_count);

@@ -61,6 +61,7 @@ Status parse_stage(const Json& node, const std::string& file, const std::string&
   read_list(r, "cut_shape", 0, 4, 1, 1 << 24, true, "must be a list of positive integers (per-sample tensor shape)",
             "write it as harp plan does, e.g. [1024, 2048], or leave it out", &s->cut_shape);
   s->memory_static_bytes = read_quantity(r, "memory_static_bytes", quantity::kBytes, 0.0);
+  s->memory_working_bytes = read_quantity(r, "memory_working_bytes", quantity::kBytes, 0.0);
   s->activation_bytes = read_quantity(r, "activation_bytes", quantity::kBytes, 0.0);
   s->weight_grad_bytes = read_quantity(r, "weight_grad_bytes", quantity::kBytes, 0.0);
   s->memory_bytes = read_quantity(r, "memory_bytes", quantity::kBytes, 0.0);
@@ -316,6 +317,7 @@ Json plan_to_json(const Plan& p) {
     }
     sj["comm_bytes"] = s.comm_bytes;
     sj["memory_static_bytes"] = s.memory_static_bytes;
+    if (s.memory_working_bytes > 0) sj["memory_working_bytes"] = s.memory_working_bytes;
     sj["activation_bytes"] = s.activation_bytes;
     if (s.weight_grad_bytes > 0) sj["weight_grad_bytes"] = s.weight_grad_bytes;
     sj["memory_bytes"] = s.memory_bytes;

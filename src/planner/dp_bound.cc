@@ -26,13 +26,18 @@ void DpTable::build_rows(int l, Seconds cap) {
         if (row.t_min > cap) break;  // every mode's time grows with l1
         const Bytes stat = m.view.static_bytes(l, l1);
         if (stat > usable) break;
+        // Less the output it holds, a stage's memory only grows with l1: when no mode fits
+        // even without it, no longer stage does either.
+        const Bytes held = m.view.held_bytes(l, l1);
+        bool grows_past = true;
         for (int r = 0; r < modes; ++r) {
           const bool none = p_.recompute[r] == Recompute::kNone;
           row.act[r] = none ? m.view.activation_bytes(l, l1) : m.view.activation_bytes(l, l1, p_.recompute[r]);
-          row.work[r] = none ? stat : stat + m.view.working_set_bytes(p_.recompute[r]);  // the static part
+          row.work[r] = stat + m.view.working_set_bytes(l, l1, p_.recompute[r]);  // the static part
           if (row.t[r] <= cap && row.work[r] + row.act[r] <= usable) row.t_fits = std::min(row.t_fits, row.t[r]);
+          if (row.t[r] <= cap && row.work[r] + row.act[r] - held <= usable) grows_past = false;
         }
-        if (!std::isfinite(row.t_fits)) break;  // nor any longer stage (its memory only grows)
+        if (grows_past) break;
         row.e = m.view.end_s(l, l1);
         rows_.push_back(row);
       }

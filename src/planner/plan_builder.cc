@@ -81,6 +81,7 @@ void mixed_memory(const StageCosts& costs, const Placement& pl, const MixedParts
     if (room < least_room) {
       least_room = room;
       s.memory_static_bytes = f.static_bytes;
+      s.memory_working_bytes = f.working_bytes;
       s.activation_bytes = f.activation_bytes;
       s.usable_memory_bytes = usable;
     }
@@ -153,6 +154,7 @@ plan::Plan build_plan(const StageCosts& costs, const std::vector<Placement>& pla
       s.fixed_bwd_s = f.fixed_bwd_s;
       s.fixed_step_s = f.fixed_step_s;
       s.memory_static_bytes = f.static_bytes;
+      s.memory_working_bytes = f.working_bytes;
       s.activation_bytes = f.activation_bytes;
       s.cost_source = costs.stage_source(pl.subcluster, pl.first_layer, pl.last_layer, pl.dp, pl.tp);
     }

@@ -5,6 +5,7 @@
 #include <limits>
 #include <memory>
 
+#include "harp/cost/efficiency.h"
 #include "harp/planner/uniform.h"
 
 namespace harp::planner {
@@ -69,13 +70,14 @@ PlanningProblem problem_from_model(const cluster::Cluster& cluster, const model:
     p.costs.set_tied_param_bytes(tied);
     p.homogeneous.set_tied_param_bytes(tied);
   }
-  double peak = 0;
+  // Every device at the rate the roofline prices it (cost/efficiency.h).
+  double rate = 0;
   for (const auto& s : cluster.subclusters)
-    peak += s.num_devices() * tflops_to_flops_per_s(cluster.devices.at(s.device).peak_tflops);
+    rate += s.num_devices() * cost::compute_rate(cluster.devices.at(s.device), config).flops_per_s();
   const double flops = (1.0 + config.backward_factor) * model.fwd_flops_per_sample() *
                        microbatch_size * microbatches;
-  p.lower_bound_s = flops / (peak * config.compute_efficiency);
-  p.lower_bound_rule = "total FLOPs / (sum of device peaks x compute efficiency)";
+  p.lower_bound_s = flops / rate;
+  p.lower_bound_rule = "total FLOPs / (sum of each device's peak x its compute efficiency)";
   return p;
 }
 

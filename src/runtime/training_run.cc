@@ -188,6 +188,7 @@ Json summary_json(const TrainingRun::State& s, const TrainSummary& summary, cons
     memory.push_back({{"stage", i},
                       {"launch_count", counts[i]},
                       {"predicted_static_bytes", st.memory_static_bytes},
+                      {"predicted_working_bytes", st.memory_working_bytes},
                       {"predicted_activation_bytes", st.activation_bytes},
                       {"predicted_weight_grad_bytes", st.weight_grad_bytes},
                       {"predicted_bytes", predicted[i]},

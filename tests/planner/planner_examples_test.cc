@@ -279,14 +279,15 @@ TEST_P(DeltaThresholds, AreStrictOnBothSides) {
 version: 1
 name: thresholds
 devices:
-  - {name: Tiny, peak_tflops: 10, memory_gib: 0.6667, memory_bandwidth_gbs: 256}
+  - {name: Tiny, peak_tflops: 10, memory_gib: 0.89, memory_bandwidth_gbs: 256}
 subclusters:
   - {name: a, device: Tiny, nodes: 1, devices_per_node: 1}
   - {name: b, device: Tiny, nodes: 1, devices_per_node: 1}
 links:
   - {between: [a, b], bandwidth_gbps: 8, latency_ms: 0}
 )");
-  // Usable 0.9 x 0.6667 GiB = 614.5 MiB; state 8 MiB + workspace 256 MiB + N x 100 MiB.
+  // Usable 0.9 x 0.89 GiB = 820.2 MiB; state 8 MiB + workspace 256 MiB + N x (100 MiB kept
+  // + the 62.5 MB output held until its backward) = 743 MiB at N = 3, 902 MiB at N = 4.
   std::vector<StageCosts::LayerBytes> layers(2, {1 * kMiB, 100 * kMiB, 62.5e6, {}});
   Times times;
   times["Tiny"][1].fwd_s = {tc.fwd_s, tc.fwd_s};

@@ -145,7 +145,10 @@ TEST(ScheduleChoice, ASplitScheduleWinsOnAPlanHarpsCountsCannotFit) {
   EXPECT_EQ(chosen.schedule, plan::ScheduleKind::kHarpZb) << describe_options(got->result.schedules);
   EXPECT_GT(got->result.plans_weighed, 1);
   const Seconds harp = sim_time(own->result.plan);
-  EXPECT_LT(got->result.judged_s * 1.1, harp) << "measured 45.06 s against 50.57 s";
+  // 64.1 s against 65.1 s since the V100s are priced at 30% of their fp16 peak (Megatron-LM
+  // 2019) rather than 50%: the V100 pool is the bottleneck either way; before, 45.1 s
+  // against 50.6 s.
+  EXPECT_LT(got->result.judged_s, harp) << "measured 64.1 s against 65.1 s";
   // The same placements under HARP's own counts (the δ rule at their period) do not fit.
   BuildOptions b;
   b.microbatches = chosen.microbatches;

@@ -2,9 +2,13 @@
 // pools) trained by `harp launch` (one rank per process, so the counting allocator sees one
 // rank) under 1f1b, zb-h1, zb-h2 and harp-zb; every stage's measured peak against the
 // memory model (static + what its list holds at most: forwards awaiting their B or I x
-// activation_bytes, Is awaiting their W x weight_grad_bytes; schedule::peak_held_bytes)
-// within 15% (float32), and what each split schedule keeps beyond 1F1B against the
-// model's difference. Measured: peaks +7% to +15% over the model under every schedule.
+// activation_bytes, Is awaiting their W x weight_grad_bytes; schedule::peak_held_bytes;
+// the backward's working set) within 10% (float32), and what each split schedule keeps
+// beyond 1F1B against the model's difference. Measured: peaks 0.7% to 5.3% above the
+// model under every schedule (7% to 15% before the model counted the stage's output
+// held until its backward and the backward's temporaries, and before the runtime
+// released a forward send once its gradient came back instead of at the step's end);
+// under tensor parallelism (tp 2) -1.1% and +3.5% (the replicated norm inputs counted).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -56,7 +60,7 @@ links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}, {between: [b, c
     for (const auto& m : (*summary)["memory"]) {
       const double predicted = m["predicted_bytes"].get<double>(), measured = m["measured_peak_bytes"].get<double>();
       EXPECT_GT(m["predicted_weight_grad_bytes"].get<double>(), 0);
-      EXPECT_LE(std::abs(predicted / measured - 1), 0.15)
+      EXPECT_LE(std::abs(predicted / measured - 1), 0.10)
           << "stage " << m["stage"] << ": predicted " << predicted << " B, measured peak " << measured << " B";
     }
     runs[kind] = *summary;
@@ -78,6 +82,46 @@ links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}, {between: [b, c
     EXPECT_GT(runs[kind]["memory"][2]["predicted_bytes"].get<double>(),
               runs["1f1b"]["memory"][2]["predicted_bytes"].get<double>() + 4e6)
         << "the last stage holds more under " << kind;
+  }
+}
+
+// Tensor parallelism: two stages of tp 2 (one sample a microbatch: no data parallelism to
+// pick instead). Every tp rank keeps the h-wide norm inputs and the projections' inputs
+// whole. Measured: -1.1% and +3.5%. Before, the model divided every activation by tp and
+// counted neither the held output nor the backward's working set: its figures for these
+// stages, 24.3 and 18.9 MB against 28.9 and 21.1 MB measured (-16%, -10%).
+TEST(ScheduleMemory, TensorParallelStagesMatchTheModel) {
+  TempDir dir;
+  std::ofstream(dir.file("cluster.yaml")) << R"(version: 1
+name: two-pairs
+devices: []
+subclusters:
+  - {name: a, device: cpu, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 12, latency_us: 80}}
+  - {name: b, device: cpu, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 12, latency_us: 80}}
+links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}]
+)";
+  const std::string job = dir.file("job.yaml");
+  std::ofstream(job) << "version: 1\ncluster: cluster.yaml\n"
+                        "model: {family: gpt, name: gpt-mem, num_blocks: 4, hidden: 256, heads: 4, seq_len: 256, "
+                        "vocab: 256, granularity: 1}\n"
+                        "planner: {strategy: harp, microbatches: 2, microbatch_size: 1, max_tp: 2}\n"
+                        "training: {steps: 3, lr: 1.0e-3, warmup_steps: 1, dtype: float32}\n"
+                        "cost: {workspace_bytes: 0}\n";
+  const std::string plan = dir.file("plan.json"), out = dir.file("run");
+  ASSERT_EQ(sh(kHarp + " plan --job " + job + " --output " + plan), 0);
+  auto planned = load_document(plan);
+  ASSERT_TRUE(planned.ok()) << planned.status().to_string();
+  for (const auto& st : (*planned)["stages"]) ASSERT_EQ(st["tp"].get<int>(), 2) << planned->dump();
+  ASSERT_EQ(sh("timeout 180 " + kHarp + " launch --nproc 4 -- " + kHarp + " train --plan " + plan + " --job " + job +
+               " --schedule 1f1b --out " + out + " --quiet"),
+            0);
+  auto summary = load_document(out + "/summary.json");
+  ASSERT_TRUE(summary.ok()) << summary.status().to_string();
+  ASSERT_EQ((*summary)["memory"].size(), 2u);
+  for (const auto& m : (*summary)["memory"]) {
+    const double predicted = m["predicted_bytes"].get<double>(), measured = m["measured_peak_bytes"].get<double>();
+    EXPECT_LE(std::abs(predicted / measured - 1), 0.10)
+        << "stage " << m["stage"] << ": predicted " << predicted << " B, measured peak " << measured << " B";
   }
 }
 

@@ -65,11 +65,13 @@ void expect_state_as_planned(const Json& none, const Json& one) {
   ASSERT_EQ(none["memory"].size(), one["memory"].size());
   for (size_t s = 0; s < none["memory"].size(); ++s) {
     const double tolerance = 0.01 * none["memory"][s]["predicted_static_bytes"].get<double>();
+    // The static figure less what a backward holds for a moment (not there between steps).
+    auto state = [](const Json& m) {
+      return m["predicted_static_bytes"].get<double>() - m["predicted_working_bytes"].get<double>();
+    };
     for (const Json* m : {&none["memory"][s], &one["memory"][s]})
-      EXPECT_NEAR((*m)["measured_state_bytes"].get<double>(), (*m)["predicted_static_bytes"].get<double>(), tolerance)
-          << "stage " << s;
-    const double predicted = none["memory"][s]["predicted_static_bytes"].get<double>() -
-                             one["memory"][s]["predicted_static_bytes"].get<double>();
+      EXPECT_NEAR((*m)["measured_state_bytes"].get<double>(), state(*m), tolerance) << "stage " << s;
+    const double predicted = state(none["memory"][s]) - state(one["memory"][s]);
     const double measured = none["memory"][s]["measured_state_bytes"].get<double>() -
                             one["memory"][s]["measured_state_bytes"].get<double>();
     EXPECT_NEAR(measured, predicted, tolerance) << "stage " << s;
@@ -84,17 +86,22 @@ TEST(ZeroMemory, MeasuredPeaksMatchThePlansFigures) {
     SCOPED_TRACE("zero " + std::to_string(zero));
     const Json summary = plan_and_train(dir, zero, "float32");
     ASSERT_TRUE(summary.contains("memory"));
-    // Without ZeRO the data-parallel all-reduce copies the stage's gradients into one
-    // flat buffer at the step's end, which the planner's figure leaves out: measured
-    // 19.1-21.1 MB against 17.8 MB predicted on the dp-2 stage (-7% to -15%, varying
-    // between runs). ZeRO's bucketed collectives hold an eighth of that at a time.
+    // Within 10% (measured: -0.3% to +3.7%). Without ZeRO the data-parallel all-reduce
+    // copies the stage's gradients into one flat buffer at the step's end, which the
+    // figure leaves out: the dp-2 stage's peak varies between runs (19.1 to 21.1 MB
+    // against 19.7 MB predicted). ZeRO-2 frees the gradients between steps; the figure
+    // keeps them beside the activations in flight, as a pipeline does from its first
+    // backward on, but with one microbatch a step the only backward creates them as it
+    // frees its activations: the figure is then an upper bound (measured 13.1 to 13.4 MB
+    // against 16.5 MB on the dp-2 stage, 19% to 21% below it).
     for (const auto& m : summary["memory"]) {
       const double predicted = m["predicted_bytes"].get<double>(), measured = m["measured_peak_bytes"].get<double>();
-      if (zero > 0)
-        EXPECT_LE(std::abs(predicted / measured - 1), 0.15)
-            << "stage " << m["stage"] << ": predicted " << predicted << " B, measured peak " << measured << " B";
-      else
-        EXPECT_LE(predicted, measured) << "stage " << m["stage"];
+      const bool bound = zero == 2 && m["stage"].get<int>() == 1;
+      if (bound) {
+        EXPECT_GE(predicted, measured) << "stage " << m["stage"];
+      }
+      EXPECT_LE(std::abs(predicted / measured - 1), bound ? 0.30 : 0.10)
+          << "stage " << m["stage"] << ": predicted " << predicted << " B, measured peak " << measured << " B";
     }
     summaries.push_back(summary);
   }

@@ -13,6 +13,9 @@ namespace harp::cluster {
 struct DeviceType {
   std::string name;
   double peak_tflops = 0.0;           // dense fp16/bf16 peak, TFLOP/s
+  // Plain float32 peak (CUDA cores, no TF32), TFLOP/s: what a float32 run computes at
+  // (PyTorch leaves TF32 matmuls off); 0 unknown.
+  double fp32_tflops = 0.0;
   double memory_gib = 0.0;            // device memory, GiB
   double memory_bandwidth_gbs = 0.0;  // memory bandwidth, GB/s
   // Emulation only (DESIGN.md, last section): a compute slowdown a runtime applies to

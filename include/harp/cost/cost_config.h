@@ -14,6 +14,13 @@ struct CostConfig {
   // Fraction of a device's peak FLOP/s that dense transformer matmuls reach (MFU-like).
   // 0.5 is typical of well-tuned fp16 training on A100/V100-class GPUs.
   double compute_efficiency = 0.5;
+  // Whether the job's cost section set compute_efficiency: then it applies to every
+  // device's fp16/bf16 peak; else each device's rate follows its architecture and
+  // compute_dtype (efficiency.h).
+  bool efficiency_given = false;
+  // What the run computes in: bfloat16 (the default: mixed precision), float16, float32
+  // or float64. A job that trains takes its training.dtype.
+  std::string compute_dtype = "bfloat16";
   // Fraction of peak memory bandwidth that memory-bound kernels reach.
   double memory_efficiency = 0.7;
   // Backward FLOPs as a multiple of forward (input and weight gradients).

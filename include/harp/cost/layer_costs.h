@@ -46,6 +46,13 @@ struct LayerBytes {
   // Per sample: what a pending W keeps (model::Layer::weight_grad_bytes, scaled as
   // activation_bytes).
   Bytes weight_grad_bytes = 0;
+  // model::Layer's figures of memory as the runtime spends it: of activation_bytes, what
+  // every tp rank keeps whole; the backward's largest temporary per sample (both scaled as
+  // activation_bytes); the largest parameter tensor's fp16 bytes (its gradient is
+  // computed apart before autograd adds it into .grad).
+  Bytes replicated_activation_bytes = 0;
+  Bytes backward_working_bytes = 0;
+  Bytes largest_weight_bytes = 0;
 };
 
 struct LayerTime {
@@ -136,6 +143,9 @@ class AnalyticCosts : public LayerCostSource {
   // "analytic roofline: 50% of each device's fp16/bf16 peak, 70% of its memory bandwidth
   // (defaults, ...)": what the times rest on.
   std::string describe() const override;
+  // Per device type of `cluster`: the dtype, the peak and efficiency it is priced at and
+  // their source (efficiency.h).
+  std::string describe_for(const cluster::Cluster& cluster) const override;
 
  private:
   const model::ModelSpec& model_;

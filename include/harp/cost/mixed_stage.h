@@ -48,7 +48,7 @@ class MixedView {
   // replica() gives them, without its other work).
   Bytes static_bytes(bool b, int samples, int first, int last, Recompute recompute) const {
     const RangeView& v = (b ? b_ : a_)[samples];
-    return v.static_bytes(first, last) + v.working_set_bytes(recompute);
+    return v.static_bytes(first, last) + v.working_set_bytes(first, last, recompute);
   }
   Bytes activation_bytes(bool b, int samples, int first, int last, Recompute recompute) const {
     return (b ? b_ : a_)[samples].activation_bytes(first, last, recompute);

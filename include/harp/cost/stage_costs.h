@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <string>
 #include <tuple>
@@ -37,7 +38,11 @@ struct StageFigures {
   Seconds bwd_weight_s = 0;
   Bytes weight_grad_bytes = 0;
   Seconds allreduce_s = 0, optimizer_s = 0;
-  Bytes static_bytes = 0;      // per device: training state + workspace (+ recomputation's working set)
+  // Per device: training state + workspace + working_bytes.
+  Bytes static_bytes = 0;
+  // Of static_bytes: what a backward holds for a moment beyond the kept activations (its
+  // largest temporary and weight-gradient copy; recomputation's rebuilt activations).
+  Bytes working_bytes = 0;
   Bytes activation_bytes = 0;  // per device per in-flight microbatch
   // Of fwd_s, bwd_s and optimizer_s: the stage's fixed cost per call (a profile's
   // stage_fixed and optimizer_fixed_s; layer_costs.h), 0 where none was measured.
@@ -79,21 +84,39 @@ class RangeView {
     const Bytes whole = first == 0 || last == num_layers_ ? tied_param_bytes_ : 0;
     return static_memory_bytes(params_[last] - params_[first] + copy, tp_, dp_, zero_, *config_, whole);
   }
-  Bytes activation_bytes(int first, int last) const {
-    const Bytes* acts = kept_[static_cast<int>(Recompute::kNone)];
-    return activation_memory_bytes(acts[last] - acts[first], samples_, tp_);
+  // Per device and in-flight microbatch: what layers [first, last) keep, the tp-sharded
+  // part split tp ways and the replicated part whole, plus the stage's output, which the
+  // runtime holds (whole: the cut tensor it sent) until the microbatch's backward.
+  Bytes activation_bytes(int first, int last, Recompute recompute = Recompute::kNone) const {
+    const Bytes kept = kept_bytes(first, last, recompute), whole = replicated_bytes(first, last, recompute);
+    return activation_memory_bytes(kept - whole, samples_, tp_) + samples_ * (whole + held_output_bytes(first, last));
   }
-  Bytes activation_bytes(int first, int last, Recompute recompute) const {
-    return activation_memory_bytes(kept_bytes(first, last, recompute), samples_, tp_);
+  // Per sample: the stage's output while its backward is pending (0 for the last stage).
+  // Unlike the rest of a stage's memory it may shrink as the stage grows (a cut inside a
+  // block carries more than the residual); activation_bytes less held_bytes does not.
+  Bytes held_output_bytes(int /*first*/, int last) const {
+    return last < num_layers_ ? layers_[last - 1].output_bytes : 0.0;
   }
-  // Per sample before the tp split: StageCosts::kept_bytes.
+  // Per device and in-flight microbatch: of activation_bytes, the held output.
+  Bytes held_bytes(int first, int last) const { return samples_ * held_output_bytes(first, last); }
+  // Per sample before the tp split: StageCosts::kept_bytes; of it, what every tp rank
+  // keeps whole.
   Bytes kept_bytes(int first, int last, Recompute recompute) const;
-  // What a backward's recomputation holds at once on top of what is kept, per device:
+  Bytes replicated_bytes(int first, int last, Recompute recompute) const;
+  // What a backward holds at once on top of what is kept, per device: its largest
+  // temporary and weight-gradient copy (backward_working_bytes), plus recomputation's:
   // the largest block's activations (full) or attention scores (selective) of one
-  // microbatch; 0 for kNone. The model's largest, not the range's: an upper bound in O(1).
-  Bytes working_set_bytes(Recompute recompute) const {
-    return activation_memory_bytes(working_[static_cast<int>(recompute)], samples_, tp_);
+  // microbatch. The model's largest, not the range's: an upper bound in O(1).
+  Bytes working_set_bytes(int first, int last, Recompute recompute) const {
+    return backward_working_bytes(first, last) +
+           activation_memory_bytes(working_[static_cast<int>(recompute)], samples_, tp_);
   }
+  // Of one microbatch's backward over [first, last): the largest of its layers'
+  // temporaries (LayerBytes::backward_working_bytes, split tp ways) with the gradient of
+  // their largest weight (in the master weights' dtype), computed apart before autograd
+  // adds it into .grad. Exact: a range long enough to hold every part of a block takes the
+  // largest over the first block's parts (every block alike) in O(1).
+  Bytes backward_working_bytes(int first, int last) const;
   // All-reduce plus optimizer step of the range.
   Seconds end_s(int first, int last) const {
     const Bytes params = params_[last] - params_[first];
@@ -114,6 +137,12 @@ class RangeView {
   const Bytes* kept_[kRecomputeModes] = {nullptr, nullptr, nullptr};   // activations kept, by Recompute
   const LayerBytes* layers_ = nullptr;
   Bytes working_[kRecomputeModes] = {0, 0, 0};  // per sample, by Recompute
+  const Bytes* whole_[kRecomputeModes] = {nullptr, nullptr, nullptr};  // replicated part of kept_
+  // (largest weight's fp16 bytes, backward temporary per sample) of the token embedding,
+  // the LM head and each distinct block layer (backward_working_bytes)
+  std::pair<Bytes, Bytes> work_head_{0, 0}, work_tail_{0, 0};
+  std::array<std::pair<Bytes, Bytes>, 4> work_block_{};
+  int work_block_count_ = 0;
   int sub_ = 0, dp_ = 1, tp_ = 1, samples_ = 1;
   int zero_ = 0;  // ZeRO level (0 when dp is 1)
   int num_layers_ = 0;
@@ -232,6 +261,9 @@ class StageCosts {
   // Kept under selective (without the attention scores) and full recomputation (block
   // units' first inputs; other layers' activations), size L + 1.
   std::vector<Bytes> act_selective_prefix_, act_full_prefix_;
+  // Of act_prefix_ (and act_selective_prefix_), and of act_full_prefix_: what every tp rank
+  // keeps whole, size L + 1.
+  std::vector<Bytes> whole_prefix_, whole_full_prefix_;
   Bytes working_selective_ = 0, working_full_ = 0;  // RangeView::working_set_bytes, per sample
   // key (device name, samples, tp)
   std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;

@@ -103,6 +103,16 @@ struct Layer {
   // What a split backward keeps from its I to its W per sample (schedule/zero_bubble.h):
   // the linear layers' inputs and output gradients, 2-byte elements as activation_bytes.
   Bytes weight_grad_bytes = 0;
+  // Memory as the runtime spends it (docs/cost_model.md, "Memory"), per sample, 2-byte
+  // elements as activation_bytes: of activation_bytes, what every tensor-parallel rank
+  // keeps whole (the h-wide norm inputs and the inputs of the projections that follow
+  // them; Megatron without sequence parallelism); the largest temporary its backward
+  // allocates beyond what it keeps (the gradient of its widest intermediate: the MLP's
+  // hidden, the attention probabilities, the logits); and the fp16 bytes of its largest
+  // parameter tensor, whose gradient autograd computes apart and then adds into .grad.
+  Bytes replicated_activation_bytes = 0;
+  Bytes backward_working_bytes = 0;
+  Bytes largest_weight_bytes = 0;
 };
 
 struct ModelSpec {

@@ -85,6 +85,9 @@ struct Stage {
   // `harp trace compare`.
   Seconds fixed_fwd_s = 0, fixed_bwd_s = 0, fixed_step_s = 0;
   Bytes memory_static_bytes = 0;          // params, grads, optimizer state, workspace per device
+  // Of memory_static_bytes: what a backward holds for a moment (its largest temporary and
+  // weight-gradient copy, recomputation's rebuilt activations); 0 when unknown.
+  Bytes memory_working_bytes = 0;
   Bytes activation_bytes = 0;             // kept per in-flight microbatch per device
   // Kept per microbatch per device from a split backward's I to its W (the linear
   // layers' inputs and output gradients); 0 when unknown.

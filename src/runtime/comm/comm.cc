@@ -128,6 +128,8 @@ class C10dOp : public Transfer::Op {
     if (!waits_) return wait(timeout);
     stream_wait(work_, *waits_, what_);
   }
+  // Gloo's flag, or NCCL's end event queried (no wait).
+  bool done() override { return work_->isCompleted(); }
 
  private:
   WorkPtr work_;

@@ -152,6 +152,7 @@ class MemTransport : public Transport {
  private:
   struct Done : Transfer::Op {
     void wait(std::chrono::milliseconds) override {}
+    bool done() override { return true; }
   };
   struct Recv : Transfer::Op {
     Recv(MemTransport& self, torch::Tensor t, int peer, int tag) : self_(self), t_(std::move(t)), peer_(peer), tag_(tag) {}
@@ -201,6 +202,10 @@ class MemTransport : public Transport {
       if (link.receives > index_) return;
       if (!self_.aborted_.empty()) throw RuntimeFailure("aborted: " + self_.aborted_);
       throw RuntimeFailure("the peer " + net.gone_.at(peer_));
+    }
+    bool done() override {
+      std::lock_guard<std::mutex> lock(self_.net_.mu_);
+      return self_.net_.links_[{self_.layout().rank, peer_}].receives > index_;
     }
     MemTransport& self_;
     int peer_;

@@ -198,7 +198,10 @@ torch::Tensor Executor::run_layers(int begin, int end, torch::Tensor x, const to
 void Executor::backward(int mb) {
   Stash& s = stash_[mb];
   torch::Tensor dy;
-  if (!has_tail(layers_)) dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
+  if (!has_tail(layers_)) {
+    dy = gather(s.recv_b, {layout_.stage, schedule::ActionKind::kRecvB, mb});  // not compute
+    release_sent(mb);  // the next stage has used this microbatch's output
+  }
   begin_compute();
   // A split backward's I: a recomputed unit's layers queue their weight products too.
   DeferWeightGrads defer(split_backward_ ? s.wgrad.get() : nullptr);
@@ -252,9 +255,18 @@ void Executor::send(int mb, bool forward_direction) {
     torch::Tensor slice = payload.slice(0, p.first, p.first + p.count).contiguous();
     Transfer t = comm_.isend(slice, p.peer, mb * kTagsPerMicrobatch + (forward_direction ? 0 : 1),
                              where(layout_, step_) + " sending " + schedule::to_string(a) + " to rank");
-    sends_.emplace_back(slice, std::move(t));
+    sends_.push_back({slice, std::move(t), mb, forward_direction});
   }
   if (!forward_direction) s.input = torch::Tensor();  // the gradient has been handed over
+}
+
+void Executor::release_sent(int forward_of) {
+  auto completed = [&](Sent& s) {
+    if (!(s.forward && s.microbatch == forward_of) && !s.transfer.done()) return false;
+    stream_->wait(s.transfer, comm_.timeout());  // done: returns at once, or reports a failed send
+    return true;
+  };
+  sends_.erase(std::remove_if(sends_.begin(), sends_.end(), completed), sends_.end());
 }
 
 void Executor::note_time(std::array<std::vector<ComputeStream::Mark>, 2>& marks, bool forward_direction, int mb) {
@@ -347,6 +359,7 @@ StepResult Executor::run_step(int step, bool trace) {
   // microbatch; the copies go with this scope, after STEP has updated the weights.
   AutocastCacheScope casts_once(config_.dtype);
   for (const schedule::Action& a : actions_) {
+    release_sent();
     comm_.before_action(step, a);
     const bool timed_other =
         trace && (a.kind == schedule::ActionKind::kReduceGrad || a.kind == schedule::ActionKind::kStep);
@@ -396,7 +409,7 @@ double Executor::evaluate(const TokenSource& source, int batch) {
       default: break;  // no backward, reduction or update
     }
   }
-  for (auto& [buffer, transfer] : sends_) stream_->wait(transfer, comm_.timeout());
+  for (Sent& s : sends_) stream_->wait(s.transfer, comm_.timeout());
   sends_.clear();
   for (Stash& s : stash_) s.input = s.output = s.targets = torch::Tensor();
   data_ = training;

@@ -58,7 +58,7 @@ void Executor::reduce_grads(int step) {
 }
 
 void Executor::apply_step(int step, StepResult* result) {
-  for (auto& [buffer, transfer] : sends_) stream_->wait(transfer, comm_.timeout());
+  for (Sent& s : sends_) stream_->wait(s.transfer, comm_.timeout());
   sends_.clear();
   // Global norm: each parameter once (replica 0 of each stage; the LM head copy of a
   // tied embedding is left to the token embedding), plus this rank's loss share.

@@ -76,7 +76,8 @@ TEST(ClusterIo, DeviceCapabilitiesAndBfloat16) {
   EXPECT_TRUE(find_builtin_device("cpu")->bfloat16);
   auto c = parse(R"(
 version: 1
-devices: [{name: P100, peak_tflops: 19, memory_gib: 16, memory_bandwidth_gbs: 732, compute_capability: 6.0},
+devices: [{name: P100, peak_tflops: 19, memory_gib: 16, memory_bandwidth_gbs: 732, compute_capability: 6.0,
+           fp32_tflops: 9.3},
           {name: X1, peak_tflops: 100, memory_gib: 24, memory_bandwidth_gbs: 900}]
 subclusters: [{name: p, device: P100, nodes: 1, devices_per_node: 1},
               {name: x, device: X1, nodes: 1, devices_per_node: 1}]
@@ -88,6 +89,9 @@ links: [{between: [p, x], bandwidth_gbps: 10}]
   auto again = parse_cluster(cluster_to_json(*c), "again.json");
   HARP_ASSERT_OK(again);
   EXPECT_EQ(again->device_of(0).compute_capability, 6.0);
+  EXPECT_EQ(again->device_of(0).fp32_tflops, 9.3);
+  EXPECT_EQ(again->device_of(1).fp32_tflops, 0.0);  // not declared
+  EXPECT_EQ(find_builtin_device("A100-80GB")->fp32_tflops, 19.5);
   EXPECT_FALSE(again->device_of(0).bfloat16);
   auto bad = parse(R"(
 version: 1

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "harp/cost/compute_cost.h"
+#include "harp/cost/efficiency.h"
 #include "harp/cost/mixed_stage.h"
 #include "harp/cost/stage_costs.h"
 #include "harp/job/job.h"
@@ -62,6 +63,7 @@ TEST(ComputeCost, RooflineComputeBound) {
   l.mem_traffic_bytes = 1e6;
   CostConfig cfg;
   cfg.compute_efficiency = 0.5;
+  cfg.efficiency_given = true;  // as a job's cost section sets it: every device's fp16/bf16 peak
   // V100: 125 TFLOP/s x 0.5 = 62.5e12 FLOP/s; 4 samples = 4e12 FLOPs -> 0.064 s.
   LayerTime t = analytic_layer_time(l, c.device_of(0), 4, 1, c.subclusters[0].intra_node, cfg);
   EXPECT_DOUBLE_EQ(t.fwd_s, 4e12 / 62.5e12);
@@ -69,6 +71,52 @@ TEST(ComputeCost, RooflineComputeBound) {
   // tp = 2 halves the compute; this layer has no tp collective (no output projection).
   LayerTime t2 = analytic_layer_time(l, c.device_of(0), 4, 2, c.subclusters[0].intra_node, cfg);
   EXPECT_DOUBLE_EQ(t2.fwd_s, t.fwd_s / 2);
+}
+
+// What each device computes at, by dtype (efficiency.h), against the published figures
+// and the fit it cites: bf16/fp16 at 30% of a V100's tensor peak (Megatron-LM 2019: 39
+// TFLOP/s of 125), 52% of an A100's (SC'21: 163 of 312), 47% of an H100's (Megatron-Core);
+// float32 at 91% of the plain float32 peak (bench/sailor_fit.py on Sailor's V100 rows).
+TEST(ComputeCost, RatesFollowTheArchitectureAndTheDtype) {
+  auto rate = [](const std::string& device, const std::string& dtype) {
+    CostConfig cfg;
+    cfg.compute_dtype = dtype;
+    return compute_rate(*cluster::find_builtin_device(device), cfg);
+  };
+  EXPECT_DOUBLE_EQ(rate("V100-32GB", "float16").flops_per_s(), 0.30 * 125e12);
+  EXPECT_NEAR(rate("V100-32GB", "float16").flops_per_s(), 39e12, 2e12);
+  EXPECT_DOUBLE_EQ(rate("A100-80GB", "bfloat16").flops_per_s(), 0.52 * 312e12);
+  EXPECT_NEAR(rate("A100-80GB", "bfloat16").flops_per_s(), 163e12, 2e12);
+  EXPECT_DOUBLE_EQ(rate("H100-80GB", "bfloat16").flops_per_s(), 0.47 * 989e12);
+  EXPECT_DOUBLE_EQ(rate("A100-40GB", "float32").flops_per_s(), 0.91 * 19.5e12);
+  EXPECT_DOUBLE_EQ(rate("V100-16GB", "float32").flops_per_s(), 0.91 * 15.7e12);
+  EXPECT_DOUBLE_EQ(rate("A100-40GB", "float64").flops_per_s(), 0.91 * 19.5e12 / 2);
+  EXPECT_NE(rate("A100-80GB", "bfloat16").basis.find("SC'21"), std::string::npos);
+  EXPECT_NE(rate("V100-32GB", "float32").basis.find("Sailor"), std::string::npos);
+  // The CPU (no compute capability): its one declared peak at the configured efficiency,
+  // whatever the dtype, as before.
+  EXPECT_DOUBLE_EQ(rate("cpu", "float32").flops_per_s(), 0.5 * 1e12);
+  EXPECT_DOUBLE_EQ(rate("cpu", "bfloat16").flops_per_s(), 0.5 * 1e12);
+  // A job's cost.compute_efficiency applies to every device's fp16/bf16 peak.
+  CostConfig given;
+  given.compute_efficiency = 0.4;
+  given.efficiency_given = true;
+  given.compute_dtype = "float32";
+  EXPECT_DOUBLE_EQ(compute_rate(*cluster::find_builtin_device("A100-80GB"), given).flops_per_s(), 0.4 * 312e12);
+  // A GPU declared without a float32 peak: its fp16/bf16 peak, and the basis says so.
+  cluster::DeviceType custom{"X", 100.0};
+  custom.compute_capability = 8.0;
+  CostConfig f32;
+  f32.compute_dtype = "float32";
+  EXPECT_DOUBLE_EQ(compute_rate(custom, f32).flops_per_s(), 0.5 * 100e12);
+  EXPECT_NE(compute_rate(custom, f32).basis.find("no fp32_tflops"), std::string::npos);
+  // Every device type of a plan's cluster is named in its costs line, with its basis.
+  auto m = model::load_model("gpt-350m");
+  ASSERT_TRUE(m.ok());
+  AnalyticCosts src(*m, CostConfig{});
+  const std::string line = src.describe_for(test_cluster());
+  EXPECT_NE(line.find("V100-32GB float16 30% of 125 TFLOP/s (Megatron-LM 2019"), std::string::npos) << line;
+  EXPECT_NE(line.find("A100-40GB bfloat16 52% of 312 TFLOP/s (Megatron-LM, SC'21"), std::string::npos) << line;
 }
 
 TEST(ComputeCost, RooflineMemoryBound) {
@@ -116,8 +164,15 @@ TEST(StageCosts, MemoryByHand) {
   StageCosts sc = StageCosts::build(c, src, 8, 1, cfg);
   StageFigures f = sc.stage(0, 1, 3, 2, 1);
   const double params = m->layers[1].param_bytes + m->layers[2].param_bytes;
-  EXPECT_DOUBLE_EQ(f.static_bytes, 8.0 * params);  // 16 bytes per fp16 parameter
-  EXPECT_DOUBLE_EQ(f.activation_bytes, 4 * (m->layers[1].activation_bytes + m->layers[2].activation_bytes));
+  // 16 bytes per fp16 parameter, and what a block's backward holds for a moment: the
+  // gradient of its largest weight (FC1, h x f, in the master dtype: 1 x the fp16 bytes
+  // by default) and, per sample, its widest temporary: the gradients of the QKV output
+  // (3h), of the attention probabilities and scores (2·a·s) or of the MLP's hidden (f).
+  const double h = m->gpt.hidden, s = m->gpt.seq_len, ffn = m->gpt.ffn_hidden, a = m->gpt.heads;
+  EXPECT_DOUBLE_EQ(f.working_bytes, 2 * h * ffn + 4 * s * std::max({2 * 3 * h, 2 * 2 * a * s, 2 * ffn}));
+  EXPECT_DOUBLE_EQ(f.static_bytes, 8.0 * params + f.working_bytes);
+  // Kept per sample, and the stage's output (2·s·h) until its backward; 4 samples.
+  EXPECT_DOUBLE_EQ(f.activation_bytes, 4 * (m->layers[1].activation_bytes + m->layers[2].activation_bytes + 2 * s * h));
   EXPECT_DOUBLE_EQ(f.memory_bytes(3), f.static_bytes + 3 * f.activation_bytes);
 }
 
@@ -262,7 +317,7 @@ TEST(StageCosts, RecomputationByHand) {
     EXPECT_EQ(full.fwd_s, none.fwd_s);
     EXPECT_DOUBLE_EQ(full.bwd_s, none.bwd_s + fwd);
     EXPECT_EQ(v.compute_s(first, last, Recompute::kFull), full.fwd_s + full.bwd_s);  // bit for bit
-    EXPECT_DOUBLE_EQ(full.activation_bytes, 2 * 2 * 2 * s * h);  // 2 samples
+    EXPECT_DOUBLE_EQ(full.activation_bytes, 2 * (2 * 2 * s * h + 2 * s * h));        // 2 samples, the output held
     if (k == 4) {
       // A stage starting inside block 3 (at attn_out) keeps that layer's input,
       // [q, k, v, residual], then block 4's input.
@@ -314,8 +369,14 @@ TEST(StageCosts, RangeFiguresEqualADirectSumForEverySource) {
       const int tp = 1 << (trial / 3 % max_tp);
       ASSERT_TRUE(sc.has(sub, dp, tp));
       const int samples = mbs / dp;
-      double fwd = 0, bwd = 0, params = 0, acts = 0;
+      double fwd = 0, bwd = 0, params = 0, acts = 0, whole = 0, output = 0, working = 0;
       for (int i = a; i < b; ++i) {
+        const cost::LayerBytes& lb = src->layers()[i];
+        whole += lb.replicated_activation_bytes;
+        if (i == b - 1 && b < m->num_layers()) output = lb.output_bytes;
+        working = std::max(
+            working,
+            (lb.largest_weight_bytes * cfg.parameter_bytes_per_param_byte + samples * lb.backward_working_bytes) / tp);
         auto t = src->time(c, sub, i, samples, tp);
         ASSERT_TRUE(t.has_value());
         fwd += t->fwd_s;
@@ -328,8 +389,9 @@ TEST(StageCosts, RangeFiguresEqualADirectSumForEverySource) {
       EXPECT_NEAR(f.bwd_s, bwd, 1e-12 * (1 + bwd));
       EXPECT_DOUBLE_EQ(f.allreduce_s, dp_allreduce_s(params, dp, tp, c.subclusters[sub]));
       EXPECT_NEAR(f.optimizer_s, optimizer_step_s(params, tp, c.device_of(sub), cfg), 1e-15);
-      EXPECT_NEAR(f.static_bytes, cfg.state_bytes_per_param_byte * params / tp + cfg.workspace_bytes, 1e-3);
-      EXPECT_NEAR(f.activation_bytes, acts * samples / tp, 1e-3);
+      EXPECT_NEAR(f.working_bytes, working, 1e-3);
+      EXPECT_NEAR(f.static_bytes, cfg.state_bytes_per_param_byte * params / tp + cfg.workspace_bytes + working, 1e-3);
+      EXPECT_NEAR(f.activation_bytes, (acts - whole) * samples / tp + samples * (whole + output), 1e-3);
       EXPECT_DOUBLE_EQ(sc.cut_bytes(b - 1), m->layers[b - 1].output_bytes * mbs);
     }
   }

@@ -47,6 +47,9 @@ class Transfer {
     // Makes the calling thread's current stream wait for the transfer, where the
     // transport can (NCCL); the host waits (wait) where it cannot.
     virtual void wait_on_stream(std::chrono::milliseconds timeout) { wait(timeout); }
+    // Whether the transfer has completed, without waiting (false when unknown); a
+    // failure is left to wait() to report.
+    virtual bool done() { return false; }
   };
 
   Transfer() = default;
@@ -57,6 +60,8 @@ class Transfer {
   // completes is found by Transport::finish_step); elsewhere as wait().
   void wait_on_stream(std::chrono::milliseconds timeout);
   bool pending() const { return op_ != nullptr; }
+  // Completed (or never pending): its buffer may be released. Does not wait.
+  bool done() const { return op_ == nullptr || op_->done(); }
 
  private:
   void complete(std::chrono::milliseconds timeout, bool on_stream);

@@ -181,6 +181,13 @@ class Executor {
   // A split backward's W: the weight products backward(mb) queued.
   void weight_pass(int mb);
   void send(int mb, bool forward_direction);
+  // Drops the sends that have completed, so that their buffers go as soon as nothing else
+  // holds them rather than at the step's end (a stage kept one cut tensor per microbatch
+  // per direction until then: tests/runtime_dist/schedule_memory_test.cc): those the
+  // transport reports done (NCCL's events), and microbatch `forward_of`'s forward sends
+  // (>= 0: its gradient has come back, so the next stage received them; Gloo reports a
+  // send done only once waited). A backward send over Gloo stays to the step's end.
+  void release_sent(int forward_of = -1);
   void post_recv(int mb, bool forward_direction, int step);
   // Posts the receives that may be needed before this rank's next forward (see .cc);
   // a gradient's receive once per step.
@@ -227,7 +234,14 @@ class Executor {
   std::vector<schedule::Action> actions_;
   bool split_backward_ = false;  // the list runs I and W (a zero-bubble schedule)
   std::vector<Stash> stash_;
-  std::vector<std::pair<torch::Tensor, Transfer>> sends_;
+  // A send in flight: its buffer lives until the transfer is done (release_sent).
+  struct Sent {
+    torch::Tensor buffer;
+    Transfer transfer;
+    int microbatch = 0;
+    bool forward = true;
+  };
+  std::vector<Sent> sends_;
   std::unique_ptr<ComputeStream> stream_;  // where this rank computes (compute_stream.h)
   // The sum of the tail's losses this step, on the device (float64; read once, at STEP).
   torch::Tensor loss_sum_;
