@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "harp/common/inputs.h"
 
 namespace harp::cli {
 
@@ -100,6 +101,23 @@ void build_app(CLI::App& app, Context& ctx) {
   }
   if (!have_train) add_torch_stand_in(app, ctx, "train", "Train with a plan (one rank; see harp launch)");
   if (!have_export) add_torch_stand_in(app, ctx, "export", "Write a checkpoint as Hugging Face safetensors");
+  // The commands that only read their inputs and write new files: no output of theirs may
+  // replace a file they read (common/inputs.h). Not train, launch or export (a run rewrites
+  // its own state), nor profile measure and merge (merging into one of the inputs keeps
+  // its entries).
+  auto find = [](CLI::App* parent, const std::string& name) -> CLI::App* {
+    if (parent == nullptr) return nullptr;
+    for (CLI::App* sub : parent->get_subcommands({}))
+      if (sub->get_name() == name) return sub;
+    return nullptr;
+  };
+  auto protect = [](CLI::App* sub) {
+    if (sub != nullptr) sub->parse_complete_callback([] { protect_inputs(); });
+  };
+  for (const char* name : {"cluster", "model", "schedule", "simulate", "plan", "data", "trace", "generate"})
+    protect(find(&app, name));
+  protect(find(find(&app, "testbed"), "probe"));
+  protect(find(find(&app, "profile"), "import"));
 }
 
 void list_flags(const CLI::App& app, const std::string& prefix, std::vector<std::string>* out) {
@@ -141,6 +159,7 @@ std::vector<std::string> accepted_flags() {
 }
 
 int run(int argc, const char* const* argv, std::ostream& out, std::ostream& err) {
+  forget_inputs();  // one command's inputs (tests run several in one process)
   Context ctx{out, err};
   CLI::App app{"harp: plan, simulate and train pipelines on heterogeneous GPU clusters", "harp"};
   build_app(app, ctx);

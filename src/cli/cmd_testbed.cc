@@ -3,6 +3,7 @@
 // so in one line and exits 3 (the machine cannot do what was asked); `status` and
 // `down` still work where `ip` runs.
 #include <algorithm>
+#include <functional>
 
 #include "commands.h"
 #include "validators.h"
@@ -212,13 +213,27 @@ int run_set(const Opts& o, Context& ctx) {
 }  // namespace
 
 void add_testbed_command(CLI::App& root, Context& ctx) {
+  // Flags checked as they are parsed: a bad value is a bad command line (exit 2), found
+  // before any file is read or namespace made.
+  auto rule = [](std::function<Status(const std::string&)> check, const char* what) {
+    return CLI::Validator(
+        [check](std::string& text) -> std::string {
+          const Status s = check(text);
+          return s.ok() ? std::string() : s.message();
+        },
+        what);
+  };
+  const CLI::Validator prefix_rule = rule([](const std::string& p) { return testbed::check_prefix(p); }, "PREFIX");
+  const CLI::Validator size_rule =
+      rule([](const std::string& s) { return testbed::parse_message_size(s).status(); }, "SIZE");
   auto* cmd = root.add_subcommand("testbed", "The emulated cluster on this machine: namespaces and shaped links");
   cmd->require_subcommand(1, 1);
   auto o = std::make_shared<Opts>();
   auto add = [&](const char* name, const char* help) {
     auto* sub = cmd->add_subcommand(name, help);
     sub->add_option("--cluster", o->cluster_file, "Cluster file (YAML or JSON)")->required(std::string(name) != "down");
-    sub->add_option("--prefix", o->prefix, "Namespace name prefix (default: harp + the cluster's fingerprint)");
+    sub->add_option("--prefix", o->prefix, "Namespace name prefix (default: harp + the cluster's fingerprint)")
+        ->check(prefix_rule);
     if (std::string(name) != "down" && std::string(name) != "status")
       sub->add_option("--packet-us", o->packet_us,
                       std::string(name) == "probe"
@@ -241,7 +256,9 @@ void add_testbed_command(CLI::App& root, Context& ctx) {
     ctx.rc = run_down(*o, ctx);
   });
   auto* probe = add("probe", "Time messages over every link (sizes x traffic patterns) against the link model");
-  probe->add_option("--sizes", o->sizes, "Message sizes (e.g. 1K,16K,1M; default 1K to 4M)")->delimiter(',');
+  probe->add_option("--sizes", o->sizes, "Message sizes (e.g. 1K,16K,1M; default 1K to 4M)")
+      ->delimiter(',')
+      ->check(size_rule);
   probe->add_option("--repeats", o->repeats, "Timed messages per cell")->check(whole(2, 1000));
   probe->add_option("--max-message-s", o->max_message_s, "Skip sizes whose modelled time exceeds this")
       ->check(real(0.001, 60, false, "s"));

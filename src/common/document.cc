@@ -1,4 +1,5 @@
 #include "harp/common/document.h"
+#include "harp/common/inputs.h"
 
 #include <cstdio>
 #include <filesystem>
@@ -14,9 +15,15 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <utility>
 
 namespace harp {
 namespace {
+
+// The readers note what they opened (inputs.h; defined with the registry below).
+void note_input_stat(const std::string& path, const struct stat& st);
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -221,6 +228,7 @@ StatusOr<std::string> read_text_file(const std::string& path, std::int64_t max_b
     ::close(fd);
     return io_error(shown_path(path) + ": is not a regular file; HARP reads regular files only, give a file");
   }
+  note_input_stat(path, st);
   std::string text;
   char buf[1 << 16];
   for (;;) {
@@ -282,6 +290,54 @@ StatusOr<Json> load_document(const std::string& path) {
   return parse_json_text(text, shown_path(path));
 }
 
+namespace {
+
+struct InputRegistry {
+  std::mutex mu;
+  bool on = false;
+  std::map<std::pair<dev_t, ino_t>, std::string> files;  // (device, inode) -> the name read
+};
+InputRegistry& inputs_read() {
+  static InputRegistry* r = new InputRegistry();  // lives as long as the process
+  return *r;
+}
+
+void note_input_stat(const std::string& path, const struct stat& st) {
+  InputRegistry& r = inputs_read();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.files.emplace(std::make_pair(st.st_dev, st.st_ino), path);
+}
+
+}  // namespace
+
+void protect_inputs() {
+  InputRegistry& r = inputs_read();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.on = true;
+}
+
+void forget_inputs() {
+  InputRegistry& r = inputs_read();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.on = false;
+  r.files.clear();
+}
+
+void note_input(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) note_input_stat(path, st);
+}
+
+std::string input_replaced_by(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  InputRegistry& r = inputs_read();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.on) return "";
+  auto it = r.files.find({st.st_dev, st.st_ino});
+  return it == r.files.end() ? "" : it->second;
+}
+
 Status check_output_path(const std::string& path, const std::vector<std::string>& inputs, const std::string& flag) {
   namespace fs = std::filesystem;
   const std::string who = flag.empty() ? "" : flag + " ";
@@ -305,6 +361,9 @@ Status check_output_path(const std::string& path, const std::vector<std::string>
         return invalid_argument(who + shown_path(path) + ": is the input " + shown_path(in) +
                                 "; writing it would destroy what is read, name another file");
     }
+    if (const std::string in = input_replaced_by(path); !in.empty())
+      return invalid_argument(who + shown_path(path) + ": is the input " + shown_path(in) +
+                              " this command read; writing it would destroy what is read, name another file");
   }
   return Status();
 }

@@ -26,9 +26,34 @@ const std::string kHarp = std::string(HARP_BINARY_DIR) + "/src/cli/harp";
 
 int sh(const std::string& command) { return std::system((command + " > /dev/null 2>&1").c_str()); }
 
+// A float32 job of a GPT (`model`: the fields after family) on `cluster` (YAML), planned
+// into DIR/plan.json; returns the job file's path.
+std::string plan_job(const TempDir& dir, const std::string& cluster, const std::string& model,
+                     const std::string& planner) {
+  std::ofstream(dir.file("cluster.yaml")) << cluster;
+  const std::string job = dir.file("job.yaml");
+  std::ofstream(job) << "version: 1\ncluster: cluster.yaml\nmodel: {family: gpt, name: gpt-mem, " << model
+                     << ", vocab: 256, granularity: 1}\nplanner: {strategy: harp, " << planner
+                     << "}\ntraining: {steps: 3, lr: 1.0e-3, warmup_steps: 1, dtype: float32}\n"
+                        "cost: {workspace_bytes: 0}\n";
+  EXPECT_EQ(sh(kHarp + " plan --job " + job + " --output " + dir.file("plan.json")), 0);
+  return job;
+}
+
+// `harp launch` of DIR/plan.json on `nproc` processes under `schedule`; its summary.json.
+StatusOr<Json> train(const TempDir& dir, const std::string& job, int nproc, const std::string& schedule) {
+  const std::string out = dir.file("run_" + schedule);
+  const int rc =
+      sh("timeout 180 " + kHarp + " launch --nproc " + std::to_string(nproc) + " -- " + kHarp + " train --plan " +
+         dir.file("plan.json") + " --job " + job + " --schedule " + schedule + " --out " + out + " --quiet");
+  if (rc != 0) return failed_precondition("harp launch exited " + std::to_string(rc));
+  return load_document(out + "/summary.json");
+}
+
 TEST(ScheduleMemory, MeasuredPeaksMatchTheModelUnderEverySchedule) {
   TempDir dir;
-  std::ofstream(dir.file("cluster.yaml")) << R"(version: 1
+  const std::string job =
+      plan_job(dir, R"(version: 1
 name: three-pools
 devices: []
 subclusters:
@@ -37,24 +62,12 @@ subclusters:
   - {name: c, device: cpu, nodes: 1, devices_per_node: 1}
 links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}, {between: [b, c], bandwidth_gbps: 12, latency_ms: 0.08},
         {between: [a, c], bandwidth_gbps: 12, latency_ms: 0.08}]
-)";
-  const std::string job = dir.file("job.yaml");
-  std::ofstream(job) << "version: 1\ncluster: cluster.yaml\n"
-                        "model: {family: gpt, name: gpt-mem, num_blocks: 6, hidden: 256, heads: 4, seq_len: 64, "
-                        "vocab: 256, granularity: 1}\n"
-                        "planner: {strategy: harp, microbatches: 8, microbatch_size: 4, max_tp: 1}\n"
-                        "training: {steps: 3, lr: 1.0e-3, warmup_steps: 1, dtype: float32}\n"
-                        "cost: {workspace_bytes: 0}\n";
-  const std::string plan = dir.file("plan.json");
-  ASSERT_EQ(sh(kHarp + " plan --job " + job + " --output " + plan), 0);
+)",
+               "num_blocks: 6, hidden: 256, heads: 4, seq_len: 64", "microbatches: 8, microbatch_size: 4, max_tp: 1");
   std::map<std::string, Json> runs;
   for (const std::string kind : {"1f1b", "zb-h1", "zb-h2", "harp-zb"}) {
     SCOPED_TRACE(kind);
-    const std::string out = dir.file("run_" + kind);
-    ASSERT_EQ(sh("timeout 120 " + kHarp + " launch --nproc 3 -- " + kHarp + " train --plan " + plan + " --job " + job +
-                 " --schedule " + kind + " --out " + out + " --quiet"),
-              0);
-    auto summary = load_document(out + "/summary.json");
+    auto summary = train(dir, job, 3, kind);
     ASSERT_TRUE(summary.ok()) << summary.status().to_string();
     ASSERT_EQ((*summary)["memory"].size(), 3u);
     for (const auto& m : (*summary)["memory"]) {
@@ -92,30 +105,20 @@ links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}, {between: [b, c
 // stages, 24.3 and 18.9 MB against 28.9 and 21.1 MB measured (-16%, -10%).
 TEST(ScheduleMemory, TensorParallelStagesMatchTheModel) {
   TempDir dir;
-  std::ofstream(dir.file("cluster.yaml")) << R"(version: 1
+  const std::string job =
+      plan_job(dir, R"(version: 1
 name: two-pairs
 devices: []
 subclusters:
   - {name: a, device: cpu, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 12, latency_us: 80}}
   - {name: b, device: cpu, nodes: 1, devices_per_node: 2, intra_node: {bandwidth_gbps: 12, latency_us: 80}}
 links: [{between: [a, b], bandwidth_gbps: 12, latency_ms: 0.08}]
-)";
-  const std::string job = dir.file("job.yaml");
-  std::ofstream(job) << "version: 1\ncluster: cluster.yaml\n"
-                        "model: {family: gpt, name: gpt-mem, num_blocks: 4, hidden: 256, heads: 4, seq_len: 256, "
-                        "vocab: 256, granularity: 1}\n"
-                        "planner: {strategy: harp, microbatches: 2, microbatch_size: 1, max_tp: 2}\n"
-                        "training: {steps: 3, lr: 1.0e-3, warmup_steps: 1, dtype: float32}\n"
-                        "cost: {workspace_bytes: 0}\n";
-  const std::string plan = dir.file("plan.json"), out = dir.file("run");
-  ASSERT_EQ(sh(kHarp + " plan --job " + job + " --output " + plan), 0);
-  auto planned = load_document(plan);
+)",
+               "num_blocks: 4, hidden: 256, heads: 4, seq_len: 256", "microbatches: 2, microbatch_size: 1, max_tp: 2");
+  auto planned = load_document(dir.file("plan.json"));
   ASSERT_TRUE(planned.ok()) << planned.status().to_string();
   for (const auto& st : (*planned)["stages"]) ASSERT_EQ(st["tp"].get<int>(), 2) << planned->dump();
-  ASSERT_EQ(sh("timeout 180 " + kHarp + " launch --nproc 4 -- " + kHarp + " train --plan " + plan + " --job " + job +
-               " --schedule 1f1b --out " + out + " --quiet"),
-            0);
-  auto summary = load_document(out + "/summary.json");
+  auto summary = train(dir, job, 4, "1f1b");
   ASSERT_TRUE(summary.ok()) << summary.status().to_string();
   ASSERT_EQ((*summary)["memory"].size(), 2u);
   for (const auto& m : (*summary)["memory"]) {
