@@ -22,9 +22,18 @@ Published published_for(double capability) {
   return {0.47, "Megatron-Core: up to 47% MFU on H100"};
 }
 
-std::string percent_of(double efficiency, double peak) { return fmt("%.0f%% of %g TFLOP/s", 100 * efficiency, peak); }
+// The dtype names a run may compute in, as literals (CostConfig::compute_dtype is one).
+const char* dtype_literal(const std::string& dtype) {
+  for (const char* name : {"bfloat16", "float16", "float32", "float64"})
+    if (dtype == name) return name;
+  return "";
+}
 
 }  // namespace
+
+std::string ComputeRate::basis() const {
+  return fmt("%s%s%.0f%% of %g TFLOP/s (%s)", dtype, *dtype ? " " : "", 100 * efficiency, peak_tflops, source);
+}
 
 ComputeRate compute_rate(const cluster::DeviceType& device, const CostConfig& config) {
   ComputeRate r;
@@ -33,31 +42,31 @@ ComputeRate compute_rate(const cluster::DeviceType& device, const CostConfig& co
   if (config.efficiency_given || device.compute_capability <= 0) {
     r.peak_tflops = device.peak_tflops;
     r.efficiency = config.compute_efficiency;
-    r.basis = percent_of(r.efficiency, r.peak_tflops) +
-              (config.efficiency_given ? " (the job's cost.compute_efficiency)" : " (the default efficiency)");
+    r.source = config.efficiency_given ? "the job's cost.compute_efficiency" : "the default efficiency";
     return r;
   }
+  r.dtype = dtype_literal(dtype);
   if (full_precision && device.fp32_tflops <= 0) {
     r.peak_tflops = device.peak_tflops;
     r.efficiency = config.compute_efficiency;
-    r.basis = dtype + " " + percent_of(r.efficiency, r.peak_tflops) + " (fp16/bf16 peak: the device declares no fp32_tflops)";
+    r.source = "fp16/bf16 peak: the device declares no fp32_tflops";
     return r;
   }
   if (full_precision) {
     const bool f64 = dtype == "float64";
     r.peak_tflops = f64 ? device.fp32_tflops / 2 : device.fp32_tflops;
     r.efficiency = kFloat32Efficiency;
-    r.basis = dtype + " " + percent_of(r.efficiency, r.peak_tflops) + (f64 ? " (half the float32 peak; " : " (") +
-              "fitted to Sailor's float32 V100 measurements)";
+    r.source = f64 ? "half the float32 peak; fitted to Sailor's float32 V100 measurements"
+                   : "fitted to Sailor's float32 V100 measurements";
     return r;
   }
   const Published p = published_for(device.compute_capability);
   r.peak_tflops = device.peak_tflops;
   r.efficiency = p.efficiency;
+  r.source = p.source;
   // A device without bfloat16 runs float16 at the same peak (a job that trains in
   // bfloat16 there is refused: job.h).
-  const std::string shown = dtype == "bfloat16" && !device.bfloat16 ? "float16" : dtype;
-  r.basis = shown + " " + percent_of(r.efficiency, r.peak_tflops) + " (" + p.source + ")";
+  if (dtype == "bfloat16" && !device.bfloat16) r.dtype = "float16";
   return r;
 }
 

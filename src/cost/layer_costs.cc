@@ -63,7 +63,8 @@ std::string AnalyticCosts::describe_for(const cluster::Cluster& cluster) const {
   std::set<std::string> seen;
   for (const auto& s : cluster.subclusters) {
     if (!seen.insert(s.device).second) continue;
-    out += (seen.size() > 1 ? "; " : " ") + s.device + " " + compute_rate(cluster.devices.at(s.device), config_).basis;
+    out +=
+        (seen.size() > 1 ? "; " : " ") + s.device + " " + compute_rate(cluster.devices.at(s.device), config_).basis();
   }
   char buf[64];
   std::snprintf(buf, sizeof buf, "; %.0f%% of memory bandwidth", 100 * config_.memory_efficiency);

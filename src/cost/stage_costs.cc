@@ -131,6 +131,15 @@ void StageCosts::build_byte_prefixes() {
                                                                        : 0.0);
     working_selective_ = std::max(working_selective_, b.attention_score_bytes);
   }
+  work_block_count_ = 0;
+  for (const LayerBytes& b : layers_) {  // RangeView::backward_working_bytes
+    const std::pair<Bytes, Bytes> w{b.largest_weight_bytes, b.backward_working_bytes};
+    if (b.block < 0) {
+      (&b == &layers_.front() ? work_head_ : work_tail_) = w;
+    } else if (b.block == layers_[1].block && work_block_count_ < static_cast<int>(work_block_.size())) {
+      work_block_[work_block_count_++] = w;  // the first block's layers stand for every block's
+    }
+  }
   for (size_t i = 0; i < L;) {  // the largest block unit's activations
     size_t j = i;
     Bytes unit = 0;
@@ -196,16 +205,10 @@ void StageCosts::set_byte_views(RangeView* v) const {
   v->whole_[static_cast<int>(Recompute::kNone)] = whole_prefix_.data();
   v->whole_[static_cast<int>(Recompute::kSelective)] = whole_prefix_.data();
   v->whole_[static_cast<int>(Recompute::kFull)] = whole_full_prefix_.data();
-  v->work_block_count_ = 0;
-  for (const LayerBytes& b : layers_) {
-    const std::pair<Bytes, Bytes> w{b.largest_weight_bytes, b.backward_working_bytes};
-    if (b.block < 0) {
-      (&b == &layers_.front() ? v->work_head_ : v->work_tail_) = w;
-    } else if (b.block == layers_[1].block) {
-      // The first block's layers stand for every block's (the same parts).
-      if (v->work_block_count_ < static_cast<int>(v->work_block_.size())) v->work_block_[v->work_block_count_++] = w;
-    }
-  }
+  v->work_head_ = work_head_;
+  v->work_tail_ = work_tail_;
+  v->work_block_ = work_block_;
+  v->work_block_count_ = work_block_count_;
 }
 
 const StageCosts::Prefix* StageCosts::prefix(int sub, int samples, int tp) const {

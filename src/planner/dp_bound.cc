@@ -31,8 +31,7 @@ void DpTable::build_rows(int l, Seconds cap) {
         const Bytes held = m.view.held_bytes(l, l1);
         bool grows_past = true;
         for (int r = 0; r < modes; ++r) {
-          const bool none = p_.recompute[r] == Recompute::kNone;
-          row.act[r] = none ? m.view.activation_bytes(l, l1) : m.view.activation_bytes(l, l1, p_.recompute[r]);
+          row.act[r] = m.view.activation_bytes(l, l1, p_.recompute[r]);
           row.work[r] = stat + m.view.working_set_bytes(l, l1, p_.recompute[r]);  // the static part
           if (row.t[r] <= cap && row.work[r] + row.act[r] <= usable) row.t_fits = std::min(row.t_fits, row.t[r]);
           if (row.t[r] <= cap && row.work[r] + row.act[r] - held <= usable) grows_past = false;

@@ -12,9 +12,12 @@ namespace harp::cost {
 struct ComputeRate {
   double peak_tflops = 0;  // the peak the dtype runs at on the device
   double efficiency = 0;   // the fraction of it dense transformer work reaches
-  // "bfloat16: 52% of 312 TFLOP/s (Megatron-LM, SC'21: 163 TFLOP/s per A100)"
-  std::string basis;
+  const char* dtype = "";  // as priced ("float16" on a device without bfloat16); "" when one peak serves all
+  const char* source = "";  // where the efficiency comes from
   double flops_per_s() const { return peak_tflops * 1e12 * efficiency; }
+  // "bfloat16 52% of 312 TFLOP/s (Megatron-LM, SC'21: 163 TFLOP/s per A100)": built only
+  // for reports (the roofline calls compute_rate for every layer time).
+  std::string basis() const;
 };
 
 // The job's cost.compute_efficiency of peak_tflops where it set one, or a device without

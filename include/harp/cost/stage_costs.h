@@ -265,6 +265,11 @@ class StageCosts {
   // keeps whole, size L + 1.
   std::vector<Bytes> whole_prefix_, whole_full_prefix_;
   Bytes working_selective_ = 0, working_full_ = 0;  // RangeView::working_set_bytes, per sample
+  // RangeView::backward_working_bytes: the embedding's, the LM head's and the first
+  // block's layers' (largest weight, backward temporary per sample)
+  std::pair<Bytes, Bytes> work_head_{0, 0}, work_tail_{0, 0};
+  std::array<std::pair<Bytes, Bytes>, 4> work_block_{};
+  int work_block_count_ = 0;
   // key (device name, samples, tp)
   std::map<std::tuple<std::string, int, int>, Prefix> prefixes_;
   // device name -> the source's measured optimizer seconds per parameter byte (tp = 1)

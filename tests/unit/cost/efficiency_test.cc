@@ -29,8 +29,8 @@ TEST(ComputeCost, RatesFollowTheArchitectureAndTheDtype) {
   EXPECT_DOUBLE_EQ(rate("A100-40GB", "float32").flops_per_s(), 0.91 * 19.5e12);
   EXPECT_DOUBLE_EQ(rate("V100-16GB", "float32").flops_per_s(), 0.91 * 15.7e12);
   EXPECT_DOUBLE_EQ(rate("A100-40GB", "float64").flops_per_s(), 0.91 * 19.5e12 / 2);
-  EXPECT_NE(rate("A100-80GB", "bfloat16").basis.find("SC'21"), std::string::npos);
-  EXPECT_NE(rate("V100-32GB", "float32").basis.find("Sailor"), std::string::npos);
+  EXPECT_NE(rate("A100-80GB", "bfloat16").basis().find("SC'21"), std::string::npos);
+  EXPECT_NE(rate("V100-32GB", "float32").basis().find("Sailor"), std::string::npos);
   // The CPU (no compute capability): its one declared peak at the configured efficiency,
   // whatever the dtype, as before.
   EXPECT_DOUBLE_EQ(rate("cpu", "float32").flops_per_s(), 0.5 * 1e12);
@@ -47,7 +47,7 @@ TEST(ComputeCost, RatesFollowTheArchitectureAndTheDtype) {
   CostConfig f32;
   f32.compute_dtype = "float32";
   EXPECT_DOUBLE_EQ(compute_rate(custom, f32).flops_per_s(), 0.5 * 100e12);
-  EXPECT_NE(compute_rate(custom, f32).basis.find("no fp32_tflops"), std::string::npos);
+  EXPECT_NE(compute_rate(custom, f32).basis().find("no fp32_tflops"), std::string::npos);
   // Every device type of a plan's cluster is named in its costs line, with its basis.
   auto m = model::load_model("gpt-350m");
   ASSERT_TRUE(m.ok());
