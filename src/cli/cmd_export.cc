@@ -6,14 +6,16 @@
 // PyTorch's pipeline runtime (export_pytorch.h); with --checkpoint, the weights as well
 // (DIR/weights/).
 #include <filesystem>
+#include <sstream>
 
 #include "commands.h"
 #include "export_pytorch.h"
-#include "run_checkpoint.h"
-#include "validators.h"
+#include "harp/common/output_folder.h"
 #include "harp/plan/plan_io.h"
 #include "harp/runtime/io/checkpoint.h"
 #include "harp/runtime/io/hf_weights.h"
+#include "run_checkpoint.h"
+#include "validators.h"
 
 namespace harp::cli {
 
@@ -47,17 +49,28 @@ struct Opts {
   double max_shard_gb = 5;  // save_pretrained's default
 };
 
-// The checkpoint's weights as Hugging Face files in `dir`.
-int export_weights(const Opts& o, const std::string& dir, Context& ctx) {
+// The names an export of Hugging Face weights writes: an earlier export's files of these
+// kinds are replaced, whatever else the folder holds is kept (common/output_folder.h).
+bool hf_owned(const std::string& name) {
+  const bool shard =
+      name.rfind("model-", 0) == 0 && name.size() > 12 && name.substr(name.size() - 12) == ".safetensors";
+  return name == "config.json" || name == "model.safetensors" || name == "model.safetensors.index.json" || shard;
+}
+
+// The checkpoint's weights as Hugging Face files in `dir` (a staging folder); `shown`
+// is the folder the user named. The line saying what it wrote goes to `report`, printed once
+// the folder is in place.
+int export_weights(const Opts& o, const std::string& dir, const std::string& shown, Context& ctx,
+                   std::ostream& report) {
   auto run = read_run_checkpoint(o.checkpoint, o.plan_file, o.model, o.step);
   if (!run.ok()) return ctx.fail("export", run.status());
   Status s = runtime::export_hf(run->model, run->tensors, dir, static_cast<std::int64_t>(o.max_shard_gb * 1e9));
   if (!s.ok()) return ctx.fail("export", s);
   std::error_code ec;
   const bool sharded = std::filesystem::exists(dir + "/model.safetensors.index.json", ec);
-  ctx.out << "wrote " << dir << (sharded ? "/model-*.safetensors, model.safetensors.index.json" : "/model.safetensors")
-          << " and config.json (" << runtime::hf_config(run->model)["architectures"][0].get<std::string>() << ", "
-          << run->model.gpt.name << ", step " << run->step << ")\n";
+  report << "wrote " << shown << (sharded ? "/model-*.safetensors, model.safetensors.index.json" : "/model.safetensors")
+         << " and config.json (" << runtime::hf_config(run->model)["architectures"][0].get<std::string>() << ", "
+         << run->model.gpt.name << ", step " << run->step << ")\n";
   return kExitOk;
 }
 
@@ -76,11 +89,22 @@ int export_plan(const Opts& o, Context& ctx) {
     return kExitUsage;
   }
   if (!m.ok()) return ctx.fail("export", m.status());
-  // The weights first: the manifest, written last, then says the export is complete.
+  // Written whole or not at all: an earlier export in the folder is replaced only once this
+  // one is complete (its weights/ too, when this one has none: they were another plan's).
+  auto folder = OutputFolder::begin(o.output, [](const std::string& name) {
+    return name == "manifest.json" || name == "schedule.csv" || name == "schedule_compute_only.csv" ||
+           name == "weights";
+  });
+  if (!folder.ok()) return ctx.fail("export", folder.status());
+  std::ostringstream report;
   if (!o.checkpoint.empty())
-    if (const int rc = export_weights(o, o.output + "/weights", ctx); rc != kExitOk) return rc;
-  if (Status s = export_pytorch_pipelining(*p, o.plan_file, *m, o.output, ctx.out); !s.ok())
+    if (const int rc = export_weights(o, folder->path() + "/weights", o.output + "/weights", ctx, report);
+        rc != kExitOk)
+      return rc;
+  if (Status s = export_pytorch_pipelining(*p, o.plan_file, *m, folder->path(), o.output, report); !s.ok())
     return ctx.fail("export", s);
+  if (Status s = folder->commit(); !s.ok()) return ctx.fail("export", s);
+  ctx.out << report.str();
   return kExitOk;
 }
 
@@ -94,7 +118,13 @@ int run_export(const Opts& o, Context& ctx) {
     ctx.err << "harp export: --schedule applies to --to pytorch-pipelining only\n";
     return kExitUsage;
   }
-  return export_weights(o, o.output, ctx);
+  auto folder = OutputFolder::begin(o.output, hf_owned);
+  if (!folder.ok()) return ctx.fail("export", folder.status());
+  std::ostringstream report;
+  if (const int rc = export_weights(o, folder->path(), o.output, ctx, report); rc != kExitOk) return rc;
+  if (Status s = folder->commit(); !s.ok()) return ctx.fail("export", s);
+  ctx.out << report.str();
+  return kExitOk;
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ Json exchanges_json(const plan::RankLayout& l, int stage, int d, int t, int othe
 }  // namespace
 
 Status export_pytorch_pipelining(const plan::Plan& p, const std::string& plan_file, const model::ModelSpec& model,
-                                 const std::string& out_dir, std::ostream& out) {
+                                 const std::string& out_dir, const std::string& shown_dir, std::ostream& out) {
   for (int s = 0; s < p.num_stages(); ++s)
     if (p.stages[s].first_layer < 0)
       return invalid_argument(shown_path(plan_file) + ": stage " + std::to_string(s) +
@@ -153,9 +153,6 @@ Status export_pytorch_pipelining(const plan::Plan& p, const std::string& plan_fi
   m["cost_source"] = p.cost_source;
   m["emulated_stages"] = predicted.emulated_stages;
 
-  std::error_code ec;
-  std::filesystem::create_directories(out_dir, ec);
-  if (ec) return invalid_argument(shown_path(out_dir) + ": cannot create the folder (" + ec.message() + ")");
   HARP_RETURN_IF_ERROR(write_text_file_atomic(out_dir + "/schedule.csv", schedule_csv(lowered.lowered, false)));
   HARP_RETURN_IF_ERROR(
       write_text_file_atomic(out_dir + "/schedule_compute_only.csv", schedule_csv(lowered.lowered, true)));
@@ -163,12 +160,12 @@ Status export_pytorch_pipelining(const plan::Plan& p, const std::string& plan_fi
   size_t written = 0;  // without STEP
   for (const auto& row : lowered.lowered.actions)
     for (const schedule::Action& a : row) written += a.kind != schedule::ActionKind::kStep;
-  out << "wrote " << out_dir << "/manifest.json, schedule.csv and schedule_compute_only.csv (" << p.num_stages()
+  out << "wrote " << shown_dir << "/manifest.json, schedule.csv and schedule_compute_only.csv (" << p.num_stages()
       << " stages, " << world << " ranks, " << plan::schedule_kind_name(p.schedule) << ", " << written
       << " actions); run it with torchrun "
       << (world <= 16 ? "--nproc-per-node " + std::to_string(world)
                       : "(" + std::to_string(world) + " ranks in all: --nnodes x --nproc-per-node)")
-      << " examples/pytorch/train_pipelined.py --export " << out_dir << "\n";
+      << " examples/pytorch/train_pipelined.py --export " << shown_dir << "\n";
   return Status();
 }
 

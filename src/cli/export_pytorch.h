@@ -25,7 +25,9 @@ namespace harp::cli {
 
 // `p.schedule` is the schedule exported (harp train --schedule sets it the same way).
 // FailedPrecondition when the schedule does not drain or the plan's layout is invalid.
+// Writes into `out_dir` (a staging folder, common/output_folder.h); `shown_dir` is the
+// folder the user named, which the report line names.
 Status export_pytorch_pipelining(const plan::Plan& p, const std::string& plan_file, const model::ModelSpec& model,
-                                 const std::string& out_dir, std::ostream& out);
+                                 const std::string& out_dir, const std::string& shown_dir, std::ostream& out);
 
 }  // namespace harp::cli

@@ -121,6 +121,24 @@ TEST(HfWeights, LoadingGivesTheExportedModelsLossInAnyLayout) {
   }
 }
 
+// Half a model is not exported: a parameter missing (a checkpoint that lost a stage file,
+// read through an old manifest that names no stages) or of another shape is refused, and
+// nothing is written.
+TEST(HfWeights, AnIncompleteSetOfWeightsIsNotExported) {
+  const model::ModelSpec m = testing::tiny_gpt(2, true, /*blocks=*/2);
+  NamedTensors params = all_params(m, 3);
+  NamedTensors lacking(params.begin() + 1, params.end());
+  Status s = export_hf(m, lacking, kRoot + "/lacking");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("lacks 1 of"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find(params.front().first), std::string::npos) << s.message();
+  EXPECT_FALSE(std::filesystem::exists(kRoot + "/lacking"));
+  params.back().second = torch::zeros({3});
+  s = export_hf(m, params, kRoot + "/reshaped");
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("another shape"), std::string::npos) << s.message();
+}
+
 // Samples during training (--sample-every) are the model of that step: on a 3-stage plan
 // with tp 2 in the middle (shards gathered), the step-4 sample in metrics.jsonl is what
 // generate() gives from the step-4 checkpoint with the same seed, for GPT and LLaMA.

@@ -248,29 +248,42 @@ Status mark_checkpoint_complete(const std::string& dir, int step, const std::str
 StatusOr<NamedTensors> read_checkpoint(const std::string& dir, int step, long long* optimizer_steps) {
   NamedTensors all;
   const std::string sd = checkpoint_step_dir(dir, step);
-  // The manifest names the stage count: a folder rewritten by a run on fewer stages may
-  // still hold a stopped run's stage file of another layout, which must not be read.
-  int stages = -1;
-  std::string run;  // the manifest's run id: every stage file must carry it (format 4 on)
-  if (auto manifest = load_document(sd + "/manifest.json"); manifest.ok() && manifest->is_object()) {
-    if (manifest->contains("layout") && (*manifest)["layout"].is_object() &&
-        (*manifest)["layout"].contains("stages") && (*manifest)["layout"]["stages"].is_array())
-      stages = static_cast<int>((*manifest)["layout"]["stages"].size());
-    if (manifest->contains("run") && (*manifest)["run"].is_string()) run = (*manifest)["run"].get<std::string>();
-  }
+  // The manifest, written last, says the step is complete and names its stage count: a
+  // step without one was stopped part-way (or damaged) and is not read, whatever stage
+  // files it holds; a folder rewritten by a run on fewer stages may still hold a stopped
+  // run's stage file of another layout, which must not be read either.
+  const std::string fix = "; export or resume from a complete step (the run's `latest` names one)";
+  std::error_code ec;
+  if (!std::filesystem::is_directory(sd, ec)) return not_found(shown_path(sd) + ": no such checkpoint step" + fix);
+  if (!std::filesystem::exists(sd + "/manifest.json", ec))
+    return failed_precondition(shown_path(sd) +
+                               ": has no manifest.json, which a run writes last: the step is "
+                               "incomplete (the run stopped while writing it)" +
+                               fix);
+  HARP_ASSIGN_OR_RETURN(const Json manifest, load_document(sd + "/manifest.json"));
+  if (!manifest.is_object())
+    return invalid_argument(shown_path(sd) + "/manifest.json: is not an object; the manifest was edited or damaged" +
+                            fix);
+  // The manifest's run id: every stage file must carry it (format 4 on).
+  const std::string run =
+      manifest.contains("run") && manifest["run"].is_string() ? manifest["run"].get<std::string>() : "";
   std::vector<std::string> files;
-  if (stages > 0) {
-    for (int s = 0; s < stages; ++s) files.push_back(sd + "/stage_" + std::to_string(s) + ".bin");
-  } else {
-    std::error_code ec;
+  if (manifest.contains("layout") && manifest["layout"].is_object() && manifest["layout"].contains("stages") &&
+      manifest["layout"]["stages"].is_array() && !manifest["layout"]["stages"].empty()) {
+    for (size_t s = 0; s < manifest["layout"]["stages"].size(); ++s)
+      files.push_back(sd + "/stage_" + std::to_string(s) + ".bin");
+  } else {  // a manifest of a format before the layout: every stage file of the step
     for (const auto& e : std::filesystem::directory_iterator(sd, ec))
       if (e.path().extension() == ".bin") files.push_back(e.path().string());
-    if (ec || files.empty()) return not_found(sd + ": no stage files; the checkpoint is incomplete");
+    if (ec || files.empty()) return not_found(shown_path(sd) + ": no stage files; the checkpoint is incomplete" + fix);
     std::sort(files.begin(), files.end());
   }
+  const size_t stages = files.size();
   for (size_t k = 0; k < files.size(); ++k) {
     const std::string& f = files[k];
-    if (!std::filesystem::exists(f)) return not_found(f + ": is missing; the checkpoint is incomplete");
+    if (!std::filesystem::exists(f))
+      return not_found(shown_path(f) + ": is missing (stage " + std::to_string(k) + " of " + std::to_string(stages) +
+                       " the manifest names); the checkpoint is incomplete" + fix);
     long long counter = 0;
     CheckpointId id;
     HARP_ASSIGN_OR_RETURN(NamedTensors part, read_tensor_file(f, &counter, &id));

@@ -205,6 +205,45 @@ HfName hf_name(const std::string& ours, const model::ModelSpec& model) {
 
 Json hf_config(const model::ModelSpec& model) { return model::hf_config_json(model.gpt); }
 
+namespace {
+
+// Every parameter of `model` is in `params`, in its shape: a checkpoint that lost a stage
+// (or one of another model) is not written out as half a model. The model's layers are
+// built one at a time for their names and shapes (libtorch's modules cannot be built on
+// the meta device), so the check holds one layer's memory at most.
+Status check_complete(const model::ModelSpec& model, const NamedTensors& params) {
+  std::map<std::string, const torch::Tensor*> given;
+  for (const auto& [name, t] : params) given[name] = &t;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected;
+  for (int l = 0; l < model.num_layers(); ++l)
+    for (const auto& [name, p] : named_parameters(build_gpt_layers(model, l, l + 1, 0, torch::kFloat32, torch::kCPU)))
+      expected.emplace_back(name, p.sizes().vec());
+  int missing = 0;
+  std::string first;
+  for (const auto& [name, sizes] : expected) {
+    auto it = given.find(name);
+    if (it == given.end() && name == "head.lm.weight" && model.gpt.tied_embeddings)
+      it = given.find("embed.token.weight");
+    if (it == given.end()) {
+      if (missing++ == 0) first = name;
+      continue;
+    }
+    if (!it->second->sizes().equals(sizes))
+      return invalid_argument("the checkpoint's `" + name + "` has " + std::to_string(it->second->numel()) +
+                              " elements in another shape than " + model.gpt.name +
+                              "'s; fix: export with the plan "
+                              "(or --model) the run was trained with");
+  }
+  if (missing > 0)
+    return failed_precondition("the checkpoint lacks " + std::to_string(missing) + " of " + model.gpt.name +
+                               "'s parameters (`" + first +
+                               "` first): it is incomplete or of another model; fix: "
+                               "export a complete step with the plan (or --model) the run was trained with");
+  return Status();
+}
+
+}  // namespace
+
 Status export_hf(const model::ModelSpec& model, const NamedTensors& params, const std::string& out_dir,
                  std::int64_t max_shard_bytes) {
   HARP_RETURN_IF_ERROR(check_trainable(model));
@@ -228,6 +267,7 @@ Status export_hf(const model::ModelSpec& model, const NamedTensors& params, cons
     st.bytes.assign(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()) * 4);
     out.push_back(std::move(st));
   }
+  HARP_RETURN_IF_ERROR(check_complete(model, params));  // after the names: a stray one is named first
   std::error_code ec;
   fs::create_directories(out_dir, ec);
   if (ec) return io_error(shown_path(out_dir) + ": cannot create the output folder: " + ec.message());
