@@ -144,12 +144,17 @@ int run_generate(const Opts& o, Context& ctx) {
       all.push_back(static_cast<std::uint32_t>(*id));
       print_new_text((*tokenizer)->decode(all), &printed, ctx.out);
     }
+    if (!ctx.out) break;  // the reader went away (`| head`): stop the model too
   }
   close(from_child[0]);
+  const bool reader_gone = !ctx.out;
+  if (reader_gone) kill(pid, SIGTERM);
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   sigaction(SIGPIPE, &old, nullptr);
+  // As `yes | head` ends: nothing more to say, to a reader that is not there.
+  if (reader_gone) return ctx.rc = kExitOk;
   if (all.size() > encoded.size() || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) {
     const std::string text = (*tokenizer)->decode(all);
     if (text.compare(0, printed.size(), printed) != 0) ctx.out << "\n" << text;  // rewritten: the whole text once

@@ -19,7 +19,9 @@ int main(int argc, char** argv) {
       argc >= 2 && (std::string(argv[1]) == "train" || std::string(argv[1]) == "export" ||
                     (std::string(argv[1]) == "profile" &&
                      !(argc >= 3 && (std::string(argv[2]) == "merge" || std::string(argv[2]) == "import"))));
-  if (torch_command) {
+  // `harp generate` runs harp-train as its child: the same limit applies to it.
+  const bool generate = argc >= 2 && std::string(argv[1]) == "generate";
+  if (torch_command || generate) {
     // harp-train maps PyTorch's libraries before any work: PyPI's CUDA libtorch takes
     // about 3 GiB of address space (not memory; measured: harp-train --version fails
     // under `ulimit -v` of 2.5 GiB and starts under 3 GiB). Under a lower limit the loader
@@ -32,6 +34,8 @@ int main(int argc, char** argv) {
                    "cgroup (memory.max) instead, which HARP's memory checks read\n";
       return harp::cli::kExitInfeasible;
     }
+  }
+  if (torch_command) {
     const std::string target = harp::cli::harp_train_path();
     if (access(target.c_str(), X_OK) == 0) {
       argv[0] = const_cast<char*>(target.c_str());

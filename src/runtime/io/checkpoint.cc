@@ -230,7 +230,10 @@ std::string checkpoint_step_dir(const std::string& dir, int step) {
 
 StatusOr<int> latest_checkpoint_step(const std::string& dir) {
   auto text = read_text_file((std::filesystem::path(dir) / "latest").string());
-  if (!text.ok()) return not_found(dir + ": no complete checkpoint (no `latest` file); start without --resume");
+  if (!text.ok())
+    return not_found(shown_path(dir) +
+                     ": no complete checkpoint (no `latest` file): the run finished none; train with "
+                     "--checkpoint-every N to write one (or start again without --resume)");
   std::string digits = *text;
   while (!digits.empty() && (digits.back() == '\n' || digits.back() == ' ')) digits.pop_back();
   bool ok = !digits.empty() && digits.size() <= 9;
