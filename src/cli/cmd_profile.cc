@@ -76,7 +76,21 @@ int run_import(const ImportOpts& o, Context& ctx) {
       ctx.err << "harp profile import: --gpu " << g << ": expected SRC=DEVICE, e.g. A100-40=A100-40GB\n";
       return ctx.rc = kExitUsage;
     }
-    r.gpu_names[g.substr(0, eq)] = g.substr(eq + 1);
+    const std::string src = g.substr(0, eq), device = g.substr(eq + 1);
+    // One source per device type and one type per source: two GPUs' timings merged under
+    // one name, or one GPU given twice, would be a profile of neither.
+    for (const auto& [other_src, other_device] : r.gpu_names)
+      if (other_device == device && other_src != src) {
+        ctx.err << "harp profile import: --gpu " << g << ": device type " << device << " is already " << other_src
+                << "'s; each GPU needs its own device type (e.g. " << device << "-b)\n";
+        return ctx.rc = kExitUsage;
+      }
+    if (r.gpu_names.count(src) != 0 && r.gpu_names[src] != device) {
+      ctx.err << "harp profile import: --gpu " << g << ": " << src << " is already imported as " << r.gpu_names[src]
+              << "; give each GPU once\n";
+      return ctx.rc = kExitUsage;
+    }
+    r.gpu_names[src] = device;
   }
   auto db = profile::import_profiles(r, job->model);
   if (!db.ok()) return ctx.fail("profile import", db.status());

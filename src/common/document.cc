@@ -17,6 +17,7 @@
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <utility>
 
 namespace harp {
@@ -273,8 +274,33 @@ StatusOr<Json> parse_yaml_text(const std::string& text, const std::string& name)
 
 StatusOr<Json> parse_json_text(const std::string& text, const std::string& name) {
   HARP_RETURN_IF_ERROR(check_text(text, name, /*yaml=*/false));
+  // A key twice in one object is refused, as in YAML: JSON's readers disagree on which
+  // one counts (ours kept the last, Python's json too, others the first).
+  std::vector<std::set<std::string>> keys;  // per open object
+  std::string duplicate;
+  const Json::parser_callback_t unique_keys = [&](int, Json::parse_event_t event, Json& parsed) {
+    switch (event) {
+      case Json::parse_event_t::object_start:
+        keys.emplace_back();
+        break;
+      case Json::parse_event_t::object_end:
+        if (!keys.empty()) keys.pop_back();
+        break;
+      case Json::parse_event_t::key:
+        if (!keys.empty() && !keys.back().insert(parsed.get<std::string>()).second && duplicate.empty())
+          duplicate = parsed.get<std::string>();
+        break;
+      default:
+        break;
+    }
+    return true;
+  };
   try {
-    return Json::parse(text);
+    Json out = Json::parse(text, unique_keys);
+    if (!duplicate.empty())
+      return invalid_argument(name + ": the key `" + clip(duplicate) +
+                              "` appears twice in one object; keep one (JSON readers disagree on which counts)");
+    return out;
   } catch (const Json::parse_error& e) {
     return invalid_argument(name + ": not valid JSON at byte " + std::to_string(e.byte) + " (" +
                             clip(e.what()) + "); fix the syntax there");

@@ -188,4 +188,24 @@ Status FieldReader::finish() const {
   return Status();
 }
 
+std::optional<std::int64_t> whole_number_in(const Json& v, std::int64_t lo, std::int64_t hi) {
+  if (v.is_number_unsigned()) {
+    const std::uint64_t u = v.get<std::uint64_t>();
+    if (hi < 0 || u > static_cast<std::uint64_t>(hi) || static_cast<std::int64_t>(u) < lo) return std::nullopt;
+    return static_cast<std::int64_t>(u);
+  }
+  if (v.is_number_integer()) {
+    const std::int64_t i = v.get<std::int64_t>();
+    if (i < lo || i > hi) return std::nullopt;
+    return i;
+  }
+  if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || std::floor(d) != d || d < static_cast<double>(lo) || d > static_cast<double>(hi))
+      return std::nullopt;
+    return static_cast<std::int64_t>(d);
+  }
+  return std::nullopt;
+}
+
 }  // namespace harp

@@ -5,6 +5,35 @@
 #include <cctype>
 
 namespace harp {
+namespace {
+
+// A cell as one line of visible text: a control character (a newline in a name read from
+// a file) is shown escaped, so no cell breaks the table's rows.
+std::string visible(const std::string& cell) {
+  static const char* const kHex = "0123456789abcdef";
+  std::string out;
+  for (char ch : cell) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c < 0x20 || c == 0x7f)
+      out += std::string("\\x") + kHex[c >> 4] + kHex[c & 15];
+    else
+      out += ch;
+  }
+  return out;
+}
+
+}  // namespace
+
+void Table::add(std::vector<std::string> row) {
+  for (std::string& cell : row) cell = visible(cell);
+  rows_.push_back(std::move(row));
+}
 
 void Table::print(std::ostream& out, const std::string& indent) const {
   std::vector<size_t> width(header_.size(), 0);

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "harp/common/document.h"
+#include "harp/common/fields.h"
 
 namespace harp::launch {
 
@@ -64,7 +65,7 @@ StatusOr<std::vector<MachineReport>> exchange_reports(const std::string& dir, in
             doc->contains("lost") && (*doc)["lost"].is_array()) {
           m.heard = true;
           for (const Json& d : (*doc)["lost"])
-            if (d.is_number_integer()) m.lost.push_back(d.get<int>());
+            if (const auto n = whole_number_in(d, 0, 1 << 26)) m.lost.push_back(static_cast<int>(*n));
           m.exit_code = doc->value("exit_code", 0);
         }
       }

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 
 #include "harp/common/document.h"
+#include "harp/common/fields.h"
 
 namespace harp::launch {
 
@@ -17,7 +19,10 @@ RunProgress read_progress(const std::string& out_dir, double since_unix) {
     if (!r.is_object() || !r.contains(kProgressWallKey) || !r[kProgressWallKey].is_number()) continue;
     const double wall = r[kProgressWallKey].get<double>();
     if (wall < since_unix) continue;
-    auto step_of = [&](const char* key) { return r[key].is_number_integer() ? r[key].get<int>() : -1; };
+    auto step_of = [&](const char* key) {
+      const auto n = whole_number_in(r[key], 0, std::numeric_limits<int>::max());
+      return n ? static_cast<int>(*n) : -1;
+    };
     if (r.contains(kProgressDriftKey)) {
       DriftRecord d;
       d.after_steps = step_of(kProgressDriftKey);

@@ -223,7 +223,13 @@ Json profile_db_to_json(const ProfileDb& db) {
 }
 
 Status save_profile_db(const ProfileDb& db, const std::string& file) {
-  return write_text_file_atomic(file, profile_db_to_json(db).dump(2) + "\n");
+  // Nothing is written that the reader would refuse (an imported time of 1e296 s, say):
+  // the document is read back first, and its first bad field is the error.
+  const Json doc = profile_db_to_json(db);
+  if (auto back = parse_profile_db(doc, shown_path(file)); !back.ok())
+    return invalid_argument("the profile to write holds what harp cannot read back (" +
+                            std::string(back.status().message()) + "); nothing was written: fix the source figures");
+  return write_text_file_atomic(file, doc.dump(2) + "\n");
 }
 
 }  // namespace harp::profile

@@ -1,6 +1,8 @@
 // Training curves (see curves.h).
 #include "harp/sim/curves.h"
 
+#include "harp/common/fields.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -86,20 +88,36 @@ StatusOr<RunCurves> load_curves(const std::string& dir) {
     auto j = parse_json_text(line, shown_path(file) + " line " + std::to_string(n));
     if (!j.ok()) return j.status();
     if (!j->is_object()) return invalid_argument(shown_path(file) + ": line " + std::to_string(n) + " is not an object");
+    // Figures a run writes are far from a double's limits; one near them (a damaged file)
+    // would overflow the chart's axis range into NaN coordinates, so it is refused.
+    Status bad;
     auto number = [&](const char* key, double* v) {
       if (!j->contains(key) || !(*j)[key].is_number()) return false;
       *v = (*j)[key].get<double>();
-      return true;
+      const bool step_like = std::string(key) == "step" || std::string(key) == "eval_after_steps";
+      const bool ok = step_like ? whole_number_in((*j)[key], 0, std::int64_t{1} << 40).has_value()
+                                : std::isfinite(*v) && std::fabs(*v) <= 1e15;
+      if (!ok && bad.ok())
+        bad = invalid_argument(shown_path(file) + ": line " + std::to_string(n) + ": " + key + " = " +
+                               (*j)[key].dump().substr(0, 40) + ": " +
+                               (step_like ? "must be a whole number from 0 to 2^40" : "must be within +-1e15") +
+                               "; the file is damaged: restore it, or leave the run out");
+      return ok;
     };
     double step = 0, v = 0;
     if (number("eval_after_steps", &step) && number("val_loss", &v)) {
       c.val_loss.emplace_back(step, v);
       continue;
     }
-    if (!number("step", &step)) continue;
+    if (!bad.ok()) return bad;
+    if (!number("step", &step)) {
+      if (!bad.ok()) return bad;
+      continue;
+    }
     if (number("loss", &v)) c.loss.emplace_back(step, v);
     if (number("tokens_per_s", &v)) c.tokens_per_s.emplace_back(step, v);
     if (number("iteration_s", &v)) c.iteration_ms.emplace_back(step, v * 1e3);
+    if (!bad.ok()) return bad;
   }
   if (c.loss.empty() && c.val_loss.empty())
     return invalid_argument(shown_path(file) + ": holds no step or validation records; it is written by harp train");

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "harp/common/document.h"
+#include "harp/common/fields.h"
 #include "harp/common/format.h"
 #include "harp/common/quantities.h"
 #include "harp/common/table.h"
@@ -31,7 +32,15 @@ StatusOr<std::vector<RunRow>> load_runs(const std::vector<std::string>& dirs) {
                                 "; it is written by harp train at the end of a run");
     std::string name = std::filesystem::path(dir).filename().string();
     if (name.empty()) name = std::filesystem::path(dir).parent_path().filename().string();
-    const int stages = s.contains("stages") && s["stages"].is_number_integer() ? s["stages"].get<int>() : -1;
+    int stages = -1;  // unknown when absent
+    if (s.contains("stages")) {
+      const auto n = whole_number_in(s["stages"], 1, 4096);  // a plan's limit
+      if (!n)
+        return invalid_argument(shown_path(file) + ": stages = " + s["stages"].dump().substr(0, 40) +
+                                ": must be a whole number from 1 to 4096; it is written by harp train at the end of "
+                                "a run: restore it, or leave the run out");
+      stages = static_cast<int>(*n);
+    }
     rows.push_back({name, text_of(s, "strategy"), text_of(s, "schedule"), text_of(s, "planned_schedule"),
                     s["predicted_s"].get<double>(), s["measured_median_s"].get<double>(), stages});
   }

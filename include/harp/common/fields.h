@@ -70,6 +70,10 @@ class FieldReader {
   Status first_error_;
 };
 
+// The whole number `v` holds when it is one in [lo, hi], else nullopt: checked in the type
+// the value has, so nothing wraps (4294967298 is not read as 2) or truncates (2.5).
+std::optional<std::int64_t> whole_number_in(const Json& v, std::int64_t lo, std::int64_t hi);
+
 // Checks that `node` is a JSON object; the message names the path and what it is.
 Status require_object(const Json& node, const std::string& file, const std::string& path);
 

@@ -32,7 +32,9 @@ inline constexpr Quantity kMemoryBandwidthGbs{"device memory bandwidth", "GB/s",
 inline constexpr Quantity kSlowdown{"emulated slowdown", "x", 1, 1000, false, "2"};
 // Measured and predicted figures (profiles, plans, traces, run summaries).
 inline constexpr Quantity kSeconds{"time", "s", 0, 1e6, false, "0.01"};
-inline constexpr Quantity kPositiveSeconds{"time", "s", 0, 1e6, true, "0.5"};
+// A run's iteration (a summary's predicted and measured seconds): a microsecond at least,
+// so that no ratio of two of them prints as a 300-digit figure.
+inline constexpr Quantity kPositiveSeconds{"iteration time", "s", 1e-6, 1e6, false, "0.5"};
 // A measured difference of times: a stage's fixed cost per call (profile DBs), which noise
 // or a range slower than its layers may make negative.
 inline constexpr Quantity kFixedSeconds{"fixed time per call", "s", -1e3, 1e3, false, "0.0002"};

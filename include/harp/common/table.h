@@ -14,7 +14,8 @@ namespace harp {
 class Table {
  public:
   explicit Table(std::vector<std::string> header) : header_(std::move(header)) {}
-  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // Control characters in a cell are shown escaped (\n, \t, \xNN): one row, one line.
+  void add(std::vector<std::string> row);
   void print(std::ostream& out, const std::string& indent = "  ") const;
 
  private:

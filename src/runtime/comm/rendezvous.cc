@@ -1,6 +1,10 @@
 // The rendezvous of a run's ranks (see rendezvous.h).
 #include "harp/runtime/comm/rendezvous.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include <chrono>
 #include <string>
 #include <thread>
@@ -57,10 +61,24 @@ void roll_call(c10d::Store& store, int rank, int world_size, std::chrono::millis
 c10::intrusive_ptr<c10d::Store> rendezvous_store(const launch::WorkerEnv& env, std::chrono::milliseconds timeout) {
   const int rank = env.rank, world_size = env.world_size;
   const std::string attempt = std::to_string(env.restart_count);
+  // One rank alone (`harp train` without a launcher): nobody else will join, so the store
+  // lives in the process and no port is taken; two such runs at once on one machine both
+  // wanted 29500 and the second failed (EADDRINUSE).
+  if (world_size == 1 && env.store_file.empty() && !env.agent_store)
+    return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, hash_store());
   const std::string& file = env.store_file;
   if (!file.empty()) {
     // One machine (harp launch): the store is a file in the launch's private folder,
     // so the rendezvous listens on no socket at all.
+    // c10d's FileStore retries opening its file until the timeout's end and past it (a
+    // missing folder hung a run for 90 s with --timeout-s 5): the folder is checked first.
+    const std::filesystem::path folder = std::filesystem::path(file).parent_path();
+    std::error_code ec;
+    if (!std::filesystem::is_directory(folder.empty() ? "." : folder, ec) ||
+        ::access((folder.empty() ? std::string(".") : folder.string()).c_str(), W_OK | X_OK) != 0)
+      throw RuntimeFailure("HARP_STORE_FILE = " + file.substr(0, 200) +
+                           ": its folder does not exist or is not "
+                           "writable; name a file in a writable private folder (harp launch sets it)");
     c10::intrusive_ptr<c10d::FileStore> store;
     try {
       store = c10::make_intrusive<c10d::FileStore>(file, world_size);

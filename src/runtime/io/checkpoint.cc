@@ -163,11 +163,12 @@ StatusOr<NamedTensors> read_tensor_file(const std::string& path, long long* coun
     *id = CheckpointId{};
     if (header->contains("id")) {
       const Json& j = (*header)["id"];
-      if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer() || !j.contains("stage") ||
-          !j["stage"].is_number_integer() || !j.contains("run") || !j["run"].is_string())
-        return corrupt("its id lacks step, stage or run");
-      id->step = j["step"].get<int>();
-      id->stage = j["stage"].get<int>();
+      const auto step = j.is_object() && j.contains("step") ? whole_number_in(j["step"], 0, 1 << 30) : std::nullopt;
+      const auto stage = j.is_object() && j.contains("stage") ? whole_number_in(j["stage"], 0, 4095) : std::nullopt;
+      if (!step || !stage || !j.contains("run") || !j["run"].is_string())
+        return corrupt("its id lacks step, stage or run (or holds one out of range)");
+      id->step = static_cast<int>(*step);
+      id->stage = static_cast<int>(*stage);
       id->run = j["run"].get<std::string>();
     }
   }

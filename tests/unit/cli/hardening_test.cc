@@ -100,6 +100,30 @@ TEST(Hardening, EnvironmentNumbersAreReadWholeAndInRange) {
   EXPECT_ONE_LINE(r);
 }
 
+// Fourth round, class 6: a rendezvous file in a folder that does not exist is named at
+// once (c10d's FileStore retried past 90 s with --timeout-s 5), and two one-rank runs at
+// once on one machine both train (each wanted port 29500; the second failed).
+TEST(Hardening, ARendezvousNeedsNoPortAloneAndNamesAMissingFolder) {
+  TempDir d;
+  one_device_job(d);
+  CliResult r =
+      sh("HARP_STORE_FILE=" + d.file("missing/store"),
+         {"train", "--plan", d.file("p.json"), "--steps", "1", "--out", d.file("o"), "--quiet", "--timeout-s", "5"},
+         d.path());
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("its folder does not exist"), std::string::npos) << r.err;
+  EXPECT_ONE_LINE(r);
+  fs::create_directories(d.file("b"));
+  const std::string train = "'" + kHarp + "' train --plan '" + d.file("p.json") + "' --steps 2 --quiet --out ";
+  const std::string both = "cd '" + d.path() + "' && (" + train + "'" + d.file("r1") + "' 2>'" + d.file("e1") + "' & " +
+                           train + "'" + d.file("r2") + "' 2>'" + d.file("e2") + "'; a=$?; wait $!; " +
+                           "b=$?; exit $((a + b)))";
+  const int status = std::system(("bash -c \"" + both + "\"").c_str());
+  EXPECT_EQ(WEXITSTATUS(status), 0) << read(d.file("e1")) << read(d.file("e2"));
+  EXPECT_TRUE(fs::exists(d.file("r1/summary.json")));
+  EXPECT_TRUE(fs::exists(d.file("r2/summary.json")));
+}
+
 // 2. A checkpoint resumes its own state or nothing.
 TEST(Hardening, AStageFileFromAnotherStepIsRefusedAndAResumeThatTrainsNothingIsAnError) {
   TempDir d;
