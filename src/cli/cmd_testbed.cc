@@ -2,7 +2,9 @@
 // cluster on this machine (harp/testbed/testbed.h). Without root or namespaces, `up` says
 // so in one line and exits 3 (the machine cannot do what was asked); `status` and
 // `down` still work where `ip` runs.
+#include <signal.h>
 #include <algorithm>
+#include <atomic>
 #include <functional>
 
 #include "commands.h"
@@ -87,6 +89,29 @@ int run_status(const Opts& o, Context& ctx) {
   return kExitOk;
 }
 
+// SIGINT or SIGTERM while the probe runs: noted, so that the probe stops at its next cell
+// and the namespaces it brought up are taken down (they were left behind).
+std::atomic<int> g_probe_signal{0};
+void on_probe_signal(int sig) { g_probe_signal = sig; }
+
+// Catches SIGINT and SIGTERM for its lifetime (the old handlers back after).
+struct ProbeSignals {
+  struct sigaction old_int {
+  }, old_term{};
+  ProbeSignals() {
+    g_probe_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_probe_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~ProbeSignals() {
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
 int run_probe(const Opts& o, Context& ctx) {
   cluster::Cluster c;
   auto t = topology_of(o, &c);
@@ -106,7 +131,9 @@ int run_probe(const Opts& o, Context& ctx) {
     ctx.err << "harp testbed probe: " << s.message() << "\n";
     return kExitInfeasible;
   }
-  // Up for the probe, and down again after, unless it was up before.
+  // Up for the probe, and down again after (interrupted too), unless it was up before.
+  const ProbeSignals signals;
+  po.stop = [] { return g_probe_signal.load() != 0; };
   auto brought_up = testbed::ensure_up(c, *t);
   if (!brought_up.ok()) return ctx.fail("testbed probe", brought_up.status());
   if (!*brought_up)  // its links keep what they were brought up with, packet time included
@@ -118,6 +145,12 @@ int run_probe(const Opts& o, Context& ctx) {
   if (*brought_up) {
     auto down = testbed::down(t->prefix);
     (void)down;
+  }
+  if (const int sig = g_probe_signal.load(); sig != 0) {
+    ctx.err << "harp testbed probe: interrupted by " << (sig == SIGINT ? "SIGINT" : "SIGTERM") << "; "
+            << (*brought_up ? "the testbed it brought up is down again" : "the testbed stays up as it was")
+            << ", nothing was written\n";
+    return ctx.rc = 128 + sig;
   }
   if (!rows.ok()) return ctx.fail("testbed probe", rows.status());
   testbed::write_probe_report(*t, *rows, ctx.out);

@@ -3,12 +3,13 @@
 
 #include "harp/common/document.h"
 #include "harp/common/format.h"
+#include "harp/common/memory_limit.h"
+#include "harp/launch/worker_env.h"
 #include "harp/runtime/comm/comm.h"
 #include "harp/runtime/comm/rendezvous.h"
 #include "harp/runtime/exec/data.h"
 #include "harp/runtime/exec/device.h"
 #include "harp/runtime/exec/memory.h"
-#include "harp/launch/worker_env.h"
 #include "harp/runtime/io/metrics.h"
 #include "harp/runtime/io/run_folder.h"
 #include "harp/runtime/nn/trainable.h"
@@ -239,6 +240,31 @@ Status place_on_machine(const plan::Plan& p, const RankLayout& l, const launch::
                              " --node-rank M --plan PLAN`, or --nproc per machine as the plan says");
 }
 
+// The least this rank's stage holds on a CPU: its share of the weights and their
+// gradients in float32 (4 + 4 bytes a parameter, over tp; gradients also over dp under
+// ZeRO-2) and AdamW's two moments (8 bytes, over dp under ZeRO-1 and 2). A run that
+// cannot hold it is refused before any work, naming the limit, as harp profile does; it
+// was killed by the kernel 18 s in, without a word (GPT-1.3B under a 2 GiB cgroup).
+// Activations come on top; this is a floor, not the plan's prediction.
+Status check_host_memory(const plan::Plan& p, const RankLayout& l, const model::ModelSpec& m,
+                         const torch::Device& device) {
+  if (!device.is_cpu()) return Status();
+  const plan::Stage& st = p.stages[static_cast<size_t>(l.stage)];
+  double params = 0;
+  for (int i = std::max(0, st.first_layer); i < st.last_layer && i < m.num_layers(); ++i)
+    params += static_cast<double>(m.layers[static_cast<size_t>(i)].param_count);
+  params /= std::max(1, st.tp);
+  const double dp = std::max(1, st.dp);
+  const double bytes = params * (4 + 4 / (st.zero >= 2 ? dp : 1) + 8 / (st.zero >= 1 ? dp : 1));
+  const MemoryLimit have = usable_memory();
+  if (have.bytes <= 0 || bytes <= have.bytes) return Status();
+  return infeasible(
+      fmt("stage %d of the plan holds %.0fM parameters on this rank: their float32 weights, "
+          "gradients and AdamW state alone take %.1f GiB, and this process may use %.1f GiB (%s); "
+          "train on a larger machine or under a higher limit, or plan more stages or ZeRO",
+          l.stage, params / 1e6, bytes / (1 << 30), have.bytes / (1 << 30), have.source.c_str()));
+}
+
 }  // namespace
 
 TrainingRun::TrainingRun(std::unique_ptr<State> state) : s_(std::move(state)) {}
@@ -255,6 +281,7 @@ StatusOr<std::unique_ptr<TrainingRun>> TrainingRun::open(RunRequest request, std
   HARP_RETURN_IF_ERROR(place_on_machine(s->r.plan, layout, env, c.progress, log));
   HARP_RETURN_IF_ERROR(open_data(s.get()));
   HARP_RETURN_IF_ERROR(open_device(s.get()));
+  HARP_RETURN_IF_ERROR(check_host_memory(s->r.plan, layout, s->r.model, s->device));
   s->options = train_options(c);
   s->options.exec.device = s->device;
   s->options.measure_memory = true;  // the counting allocator (CPU), the caching allocator's statistics (CUDA)

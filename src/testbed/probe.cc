@@ -249,6 +249,7 @@ StatusOr<std::vector<ProbeRow>> probe_links(const Topology& topology, const Prob
     ba.out_fd = ab.in_fd = pair.b.get();
     run_directions({&ab, &ba}, 1024, 2, false, {});  // a first exchange, untimed
     for (std::int64_t bytes : options.sizes) {
+      if (options.stop && options.stop()) return failed_precondition("probe: interrupted");
       const double model = wire.link.transfer_s(static_cast<double>(bytes));
       if (model > options.max_message_s) continue;
       std::ostringstream line;

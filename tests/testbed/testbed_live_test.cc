@@ -21,6 +21,7 @@
 #include "harp/testbed/probe.h"
 #include "harp/testbed/testbed.h"
 #include "testbed_live_util.h"
+#include "testutil/files.h"
 #include "testutil/temp_dir.h"
 
 namespace harp::testbed {
@@ -312,6 +313,31 @@ TEST(TestbedLive, AProbeOnATestbedAlreadyUpSaysItsPacketTimeDoesNotApply) {
   EXPECT_NE(out.find("was already up: probing its links as they are"), std::string::npos) << out;
   EXPECT_NE(link.find("gso_max_segs 8 "), std::string::npos) << link;
   expect_nothing_left(prefix);
+}
+
+// SIGINT or SIGTERM during a probe: the namespaces it brought up are taken down, one line
+// says so, and the exit is the signal's (128 + n). Before, they were left behind.
+TEST(TestbedLive, AnInterruptedProbeTakesItsTestbedDown) {
+  SKIP_WITHOUT_TESTBED();
+  testing::TempDir dir;
+  std::ofstream(dir.file("cluster.yaml")) << pair_cluster("probe-int", 0.1);
+  for (const int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig);
+    const std::string prefix = unique_prefix(sig == SIGINT ? "i" : "t");
+    // Many slow cells (0.1 Gbit/s, 20 repeats): the signal comes while the links are up.
+    const std::string cmd = kHarp + " testbed probe --cluster " + dir.file("cluster.yaml") + " --prefix " + prefix +
+                            " --sizes 64K,256K,1M --repeats 20 >" + dir.file("out.txt") + " 2>" + dir.file("err.txt");
+    const std::string script = "(" + cmd + ") & p=$!; for i in $(seq 100); do ip netns list | grep -q '^" + prefix +
+                               "' && break; sleep 0.1; done; sleep 0.5; kill -" + std::to_string(sig) + " $p; wait $p";
+    testing::write(dir.file("probe.sh"), script + "\n");
+    const int status = std::system(("bash " + dir.file("probe.sh")).c_str());
+    const std::string err = testing::read(dir.file("err.txt"));
+    EXPECT_EQ(WEXITSTATUS(status), 128 + sig) << err;
+    EXPECT_NE(err.find("interrupted by"), std::string::npos) << err;
+    EXPECT_NE(err.find("the testbed it brought up is down again"), std::string::npos) << err;
+    expect_nothing_left(prefix);
+    (void)down(prefix);
+  }
 }
 
 }  // namespace

@@ -40,6 +40,9 @@ struct ProbeOptions {
   double max_message_s = 0.5;  // sizes whose model time exceeds this are skipped
   std::vector<int> wires;      // indices into Topology::wires; empty: every wire
   std::chrono::milliseconds timeout{60000};  // per (link, size, pattern)
+  // Asked before each (link, size): true ends the probe with a cancelled status (harp
+  // testbed probe on SIGINT or SIGTERM, which then takes the testbed down).
+  std::function<bool()> stop;
 };
 
 // One measured cell. Spaced patterns: the median of (last byte received − send began);

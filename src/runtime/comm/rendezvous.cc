@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include <c10/util/Logging.h>
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
@@ -113,16 +114,28 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const launch::WorkerEnv& env, s
   o.waitWorkers = false;
   o.timeout = timeout;
   c10::intrusive_ptr<c10d::Store> prefixed;
+  // c10d logs each failed try to connect (warnings and errors with a C++ stack) before it
+  // throws; the one line below says what failed and what to do, so its log is quiet here.
+  struct QuietC10Log {
+    int was = FLAGS_caffe2_log_level;
+    QuietC10Log() { FLAGS_caffe2_log_level = 3; }  // fatal only
+    ~QuietC10Log() { FLAGS_caffe2_log_level = was; }
+  };
   try {
+    QuietC10Log quiet;
     auto store = c10::make_intrusive<c10d::TCPStore>(addr, o);
     prefixed = c10::make_intrusive<c10d::PrefixStore>(prefix, store);
   } catch (const std::exception& e) {
     // c10d's message carries a C++ stack trace: keep its first line.
     std::string msg = e.what();
     msg = msg.substr(0, msg.find('\n'));
+    while (!msg.empty() && (msg.back() == '.' || msg.back() == ' ')) msg.pop_back();
+    const char* why = o.isServer        ? "; is the port in use? pick a free MASTER_PORT"
+                      : env.agent_store ? "; is torchrun's agent running? (TORCHELASTIC_USE_AGENT_STORE=True says it "
+                                          "hosts the store; unset it when starting ranks by hand)"
+                                        : "; is rank 0 running?";
     throw RuntimeFailure("rendezvous at MASTER_ADDR:MASTER_PORT = " + addr + ":" + std::to_string(o.port) +
-                         (o.isServer ? " (this rank hosts it)" : "") + " failed: " + msg +
-                         (o.isServer ? "; is the port in use? pick a free MASTER_PORT" : "; is rank 0 running?"));
+                         (o.isServer ? " (this rank hosts it)" : "") + " failed: " + msg + why);
   }
   roll_call(*prefixed, rank, world_size, timeout);
   return prefixed;
