@@ -27,7 +27,6 @@ and OUT/summary.json carry the fields `harp trace runs` reads (the prediction fr
 export beside this run's median step).
 """
 
-import argparse
 import json
 import math
 import os
@@ -39,6 +38,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import export_check  # noqa: E402
 import harp_model  # noqa: E402
 
 from torch.distributed.pipelining import PipelineStage  # noqa: E402
@@ -47,7 +47,7 @@ from torch.distributed.pipelining.stage import _RecvInfo  # noqa: E402
 
 
 def parse_args():
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = export_check.Parser(description=__doc__.split("\n\n")[0])
     p.add_argument("--export", required=True, help="folder written by harp export --to pytorch-pipelining")
     p.add_argument("--data", default="synthetic", help="token file (harp data prepare) or synthetic")
     p.add_argument("--init-from", default="", help="Hugging Face folder (model.safetensors) with the initial weights")
@@ -69,11 +69,12 @@ def parse_args():
     return p.parse_args()
 
 
-def fail(message):
-    """Every rank exits 1; rank 0 says why (once, not once per rank)."""
-    if int(os.environ.get("RANK", 0)) == 0:
+def fail(message, code=1):
+    """Every rank exits `code` (harp's: 1 a bad input, 2 a bad command line); rank 0 says why
+    (once, not once per rank)."""
+    if os.environ.get("RANK", "0") in ("0", ""):
         print("train_pipelined.py: " + message, file=sys.stderr)
-    sys.exit(1)
+    sys.exit(code)
 
 
 class HarpStage(PipelineStage):
@@ -168,10 +169,19 @@ def new_groups(manifest, rank):
 
 def main():
     args = parse_args()
-    with open(os.path.join(args.export, "manifest.json")) as fh:
-        manifest = json.load(fh)
-    if manifest.get("format") != "harp-pytorch-pipelining":
-        fail(args.export + "/manifest.json: not a harp export --to pytorch-pipelining")
+    # Every input checked before any work (export_check.py): one line and harp's exit code.
+    export_check.check_args(args)
+    manifest = export_check.load_manifest(args.export)
+    export_check.check_schedule(args.export, manifest)
+    if args.init_from:
+        export_check.check_init_from(args.init_from)
+    tokens = None if args.data == "synthetic" else \
+        export_check.check_tokens(args.data, manifest["model_config"]["vocab"])
+    for var in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        if var not in os.environ:
+            raise export_check.InputError(
+                "%s is not set: run it under torchrun (torchrun --standalone --nproc-per-node %d %s --export %s ...)"
+                % (var, manifest["world_size"], sys.argv[0], args.export), export_check.EXIT_USAGE)
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
     if world != manifest["world_size"]:
         fail("the plan needs %d ranks but WORLD_SIZE is %d; launch with torchrun --nproc-per-node %d"
@@ -255,10 +265,8 @@ def main():
     min_lr = args.min_lr if args.min_lr > 0 else args.lr / 10
     decay_steps = args.decay_steps if args.decay_steps > 0 else max(args.steps, args.warmup_steps + 1)
 
-    if args.data == "synthetic":
+    if tokens is None:
         tokens = harp_model.synthetic_tokens(args.seed, 1 << 20, cfg["vocab"])
-    else:
-        tokens = harp_model.open_tokens(args.data)
     dist.barrier()  # every communicator up before the first step
 
     writer = rank == 0 and args.out
@@ -338,4 +346,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except export_check.InputError as e:
+        fail(str(e), e.code)
