@@ -109,6 +109,11 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
   for (const auto& [name, p] : runtime::named_parameters(layers)) m.param_bytes += tensor_bytes(p);
   std::vector<double> fwd, bwd, wgt;
   runtime::WeightGradQueue queue;  // the layers' weight products, timed apart
+  // A CPU compute's own time (one thread: its CPU time, so that other processes on the
+  // machine do not lengthen it); a GPU's, the wall time to the device's end.
+  auto seconds_of = [&](const runtime::ComputeStart& c) {
+    return device.is_cpu() ? runtime::cpu_compute_seconds(c, options.emulated_slowdown) : seconds_since(c.wall);
+  };
   const auto start = Clock::now();
   for (int run = 0;; ++run) {
     const bool timed = run >= options.warmup;
@@ -119,7 +124,6 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     runtime::reset_peak_tensor_bytes();
     // As the executor times an emulated device (runtime/emulation.h).
     runtime::ComputeStart c0 = runtime::start_compute();
-    auto t0 = c0.wall;
     torch::Tensor y = input;
     {
       runtime::AutocastGuard autocast(dtype, device);  // as the executor's forward
@@ -130,7 +134,7 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     if (tail) (void)y.item<double>();  // the runtime reads the loss sum here
     done();
     runtime::finish_emulated_compute(c0, options.emulated_slowdown);
-    const double f = seconds_since(t0);
+    const double f = seconds_of(c0);
     if (count_bytes) {
       m.activation_bytes = runtime::live_tensor_bytes() - base;
       m.output_bytes = tail ? 0.0 : tensor_bytes(y);
@@ -138,20 +142,18 @@ Measurement measure_range(const model::ModelSpec& model, int first, int last, in
     if (!tail && !dy.defined()) dy = torch::randn_like(y);  // y's dtype: what the executor's wire casts to
     if (options.evict_caches) evict_private_caches();
     c0 = runtime::start_compute();
-    t0 = c0.wall;
     if (tail)
       (y / tokens).backward();
     else
       torch::autograd::backward({y}, {dy});
     done();
     runtime::finish_emulated_compute(c0, options.emulated_slowdown);
-    const double i = seconds_since(t0);
+    const double i = seconds_of(c0);
     c0 = runtime::start_compute();
-    t0 = c0.wall;
     queue.run();
     done();
     runtime::finish_emulated_compute(c0, options.emulated_slowdown);
-    const double w = seconds_since(t0), b = i + w;
+    const double w = seconds_of(c0), b = i + w;
     if (count_bytes) m.peak_bytes = runtime::peak_tensor_bytes() - base;
     y = torch::Tensor();
     if (!timed) continue;
@@ -197,11 +199,11 @@ double time_optimizer_step(const model::ModelSpec& model, torch::Dtype dtype, co
   std::vector<double> times;
   const auto start = Clock::now();
   for (int run = 0; run < options.warmup + options.max_repeats; ++run) {
-    const auto t0 = Clock::now();
+    const runtime::ComputeStart t0 = runtime::start_compute();
     const double norm = std::sqrt(opt.grad_squared_norm(count).item<double>());
     opt.step(run, opt.clip_scale(norm));
     if (options.compute.is_cuda()) torch::cuda::synchronize(options.compute.index());
-    const double t = seconds_since(t0);
+    const double t = options.compute.is_cuda() ? seconds_since(t0.wall) : runtime::cpu_compute_seconds(t0, 1.0);
     if (run < options.warmup) continue;
     times.push_back(t);
     const int n = static_cast<int>(times.size());

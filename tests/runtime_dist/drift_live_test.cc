@@ -116,9 +116,10 @@ TEST(DriftLive, ALinkMadeTenTimesSlowerIsMeasuredAndNamed) {
   const TrainSummary s = run_link("link", [](int step) { return step >= 10 ? 0.030 : 0.003; }, 24);
   // The measured transit is the injected one, before and after (the two ends' clocks are
   // one here, so it is exact but for the receiver's wake-up). No step measures less than
-  // the transit; the median of each phase is within 1.5 ms of it. A single step may be
-  // later by a scheduler's time slice on a busy machine (one step at +2 ms failed here with
-  // five other processes on the two cores), so no step is bounded from above alone.
+  // the transit; the median of each phase is within 1.5 ms + 10% of it. A busy machine
+  // wakes the receiver late (one step at +2 ms with five other processes on the two cores;
+  // the phase's median +2.0 ms with the suite and two `yes` beside it), so no step is
+  // bounded from above alone.
   const std::vector<double> link_s = link_s_of("link");
   ASSERT_EQ(link_s.size(), 24u);
   std::vector<double> before, after;
@@ -132,8 +133,8 @@ TEST(DriftLive, ALinkMadeTenTimesSlowerIsMeasuredAndNamed) {
     std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
     return v[v.size() / 2];
   };
-  EXPECT_NEAR(median(before), 0.003, 0.0015);
-  EXPECT_NEAR(median(after), 0.030, 0.0015);
+  EXPECT_NEAR(median(before), 0.003, 0.0015 + 0.0003);
+  EXPECT_NEAR(median(after), 0.030, 0.0015 + 0.003);
   ASSERT_EQ(s.drifts.size(), 1u);
   EXPECT_EQ(s.drifts[0].link, 0);
   EXPECT_EQ(s.drifts[0].stage, -1);
@@ -141,7 +142,8 @@ TEST(DriftLive, ALinkMadeTenTimesSlowerIsMeasuredAndNamed) {
   EXPECT_LE(s.drifts[0].step, 10 + 5);
   EXPECT_NEAR(s.drifts[0].ratio, 10.0, 1.5);
   ASSERT_EQ(s.drifts[0].link_measured_s.size(), 1u);
-  EXPECT_NEAR(s.drifts[0].link_measured_s[0], 0.030, 0.0015);
+  EXPECT_GT(s.drifts[0].link_measured_s[0], 0.030 - 0.0005);
+  EXPECT_NEAR(s.drifts[0].link_measured_s[0], 0.030, 0.0015 + 0.003);
 }
 
 TEST(DriftLive, ASteadySlowLinkReportsNothing) {

@@ -65,7 +65,7 @@ c10::intrusive_ptr<c10d::Store> rendezvous_store(const launch::WorkerEnv& env, s
   // One rank alone (`harp train` without a launcher): nobody else will join, so the store
   // lives in the process and no port is taken; two such runs at once on one machine both
   // wanted 29500 and the second failed (EADDRINUSE).
-  if (world_size == 1 && env.store_file.empty() && !env.agent_store)
+  if (world_size == 1 && env.store_file.empty() && !env.agent_store && launch::is_loopback_address(env.master_addr))
     return c10::make_intrusive<c10d::PrefixStore>("harp" + attempt, hash_store());
   const std::string& file = env.store_file;
   if (!file.empty()) {

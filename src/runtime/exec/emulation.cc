@@ -21,6 +21,12 @@ double thread_cpu_s() {
 
 ComputeStart start_compute() { return {std::chrono::steady_clock::now(), thread_cpu_s()}; }
 
+double cpu_compute_seconds(const ComputeStart& start, double factor) {
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start.wall).count();
+  const double needed = at::get_num_threads() == 1 ? std::min(wall, thread_cpu_s() - start.thread_cpu_s) : wall;
+  return factor > 1.0 ? factor * needed : needed;
+}
+
 void finish_emulated_compute(const ComputeStart& start, double factor) {
   using Seconds = std::chrono::duration<double>;
   const double wall = Seconds(std::chrono::steady_clock::now() - start.wall).count();

@@ -24,4 +24,11 @@ ComputeStart start_compute();
 // since `start` (nothing when factor <= 1 or the compute already took longer).
 void finish_emulated_compute(const ComputeStart& start, double factor);
 
+// What a CPU compute needed since `start`, as an emulated device of `factor` takes it:
+// with one compute thread, the thread's CPU time (at most the wall time), so that other
+// processes on the machine do not lengthen a measurement (the profiler's layer times on a
+// busy machine moved by up to 1.9x); with more threads, the wall time. Times `factor`
+// where it is above 1. Not for GPU work (the host thread waits for the device).
+double cpu_compute_seconds(const ComputeStart& start, double factor);
+
 }  // namespace harp::runtime
