@@ -22,7 +22,7 @@ TEST(MeasuredPlan, AMixedStageIsItsSlowestReplica) {
   plan::Stage& mixed = p.stages[1];
   mixed.replica_devices = {"fast", "slow"};
   mixed.replica_compute_s = {1e-3, 1e-3};
-  mixed.replica_slowdowns = {1.0, 4.0};
+  mixed.replica_slowdowns = {1.0, 8.0};
   std::unique_ptr<TokenSource> data = synthetic_tokens(3, 1 << 16, m.gpt.vocab);
   TrainOptions o;
   o.progress = false;
@@ -38,10 +38,12 @@ TEST(MeasuredPlan, AMixedStageIsItsSlowestReplica) {
   ASSERT_EQ(s.replica_compute_s.size(), 2u);
   const double fast = s.replica_compute_s[0], slow = s.replica_compute_s[1];
   EXPECT_GT(fast, 0);
-  // Emulated: the slow replica is busy 4x its CPU time, the fast one its wall time (at
-  // least its CPU time); the two replicas compute the same samples.
-  EXPECT_GT(slow / fast, 2.5) << fast << " " << slow;
-  EXPECT_LT(slow / fast, 5.0) << fast << " " << slow;
+  // Emulated: the slow replica is busy 8x its CPU time (more where its sleep wakes late),
+  // the fast one its wall time (at least its CPU time, and up to 2.4x it with the suite and
+  // two `yes` on the two cores: at 4x the ratio fell to 1.7 there); the two replicas
+  // compute the same samples.
+  EXPECT_GT(slow / fast, 3.0) << fast << " " << slow;
+  EXPECT_LT(slow / fast, 16.0) << fast << " " << slow;
   EXPECT_NEAR(s.fwd_s + s.bwd_s, slow, 1e-9 * slow);  // the stage is its slowest replica
   EXPECT_GT(s.fwd_s, 0);
   EXPECT_GT(s.bwd_s, s.fwd_s);
