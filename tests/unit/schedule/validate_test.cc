@@ -4,8 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include <ctime>
-
+#include "testutil/cpu_time.h"
 #include "testutil/status.h"
 
 #include "harp/schedule/generators.h"
@@ -190,11 +189,7 @@ TEST(ValidateCompute, Errors) {
 namespace harp::schedule {
 namespace {
 
-double process_cpu_s() {
-  timespec t{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
-}
+using testing::process_cpu_s;
 
 // The documented limit of 4,096 stages is validated in bounded time: the per-step text of
 // what every waiting rank waits for is built only for a deadlock's report. Before, 4,096
