@@ -92,6 +92,17 @@ StatusOr<OutputFolder> OutputFolder::begin(const std::string& dir, Owned owned) 
     return invalid_argument(shown_path(dir) + ": is a file; the output is a folder: name a new or existing folder");
   if (target.filename().empty() || target == target.root_path())
     return invalid_argument(shown_path(dir) + ": cannot be replaced as a whole; name a folder inside it");
+  // The folder this process stands in (or one above it) is not swapped out from under it,
+  // nor copied whole into a new one: `-o .` names a new folder instead.
+  if (fs::exists(target, ec)) {
+    const fs::path here = fs::canonical(fs::current_path(ec), ec), there = fs::canonical(target, ec);
+    const auto rel = here.lexically_relative(there);
+    if (!rel.empty() && *rel.begin() != "..")
+      return invalid_argument(shown_path(dir) +
+                              ": is the current folder or holds it; name a folder for the output "
+                              "(such as " +
+                              shown_path(dir) + "/export)");
+  }
   fs::create_directories(target.parent_path(), ec);
   if (ec) return io_error(shown_path(target.parent_path().string()) + ": cannot create the folder: " + ec.message());
   remove_stale(target);

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "testutil/files.h"
 #include "testutil/temp_dir.h"
@@ -108,6 +109,20 @@ TEST(OutputFolder, AWriterThatStopsBeforeCommittingLeavesTheOldFolderWhole) {
   ASSERT_TRUE(f.ok());
   EXPECT_FALSE(fs::exists(dead));
   EXPECT_TRUE(fs::exists(live));
+}
+
+TEST(OutputFolder, TheCurrentFolderIsNotReplaced) {
+  TempDir d;
+  fs::create_directories(d.file("work/inner"));
+  const fs::path was = fs::current_path();
+  fs::current_path(d.file("work/inner"));
+  for (const std::string& dir : std::vector<std::string>{".", "..", d.file("work")}) {
+    auto f = OutputFolder::begin(dir, owned_txt);
+    ASSERT_FALSE(f.ok()) << dir;
+    EXPECT_NE(f.status().message().find("is the current folder or holds it"), std::string::npos) << dir;
+  }
+  EXPECT_TRUE(OutputFolder::begin("export", owned_txt).ok());
+  fs::current_path(was);
 }
 
 TEST(OutputFolder, AFileIsNotAFolder) {
